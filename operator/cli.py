@@ -1,0 +1,124 @@
+"""The ``operator`` command. Thin: it parses arguments and calls the functions that do the work.
+
+Exit codes: 0 ok, 1 some actions failed, 2 bad input (with a one-line error, never a traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from pulsar_lb_operator import files, render
+from strategies import (
+    PLACEMENT,
+    SHEDDING,
+    ConfigError,
+    LoadBalancerConfig,
+    SnapshotError,
+    StateError,
+    StrategyState,
+    UnknownStrategyError,
+    plan_cycle,
+)
+
+INPUT_ERRORS = (files.FileError, SnapshotError, ConfigError, UnknownStrategyError, StateError)
+
+
+class UsageError(Exception):
+    """Bad command-line input."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
+    return key.strip(), value.strip()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="operator", description="Keeps an Apache Pulsar cluster's brokers evenly loaded.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    rebalance = commands.add_parser(
+        "rebalance",
+        help="plan one shedding cycle and print it",
+        description="Plan one cycle. With --snapshot it plans offline from a captured snapshot (always a dry run).",
+    )
+    rebalance.add_argument("--snapshot", required=True, metavar="FILE", help="a pulsar-lb-snapshot/1 file")
+    rebalance.add_argument("--strategy", metavar="NAME", help=f"shedding strategy: {', '.join(SHEDDING)}")
+    rebalance.add_argument("--placement", metavar="NAME", help=f"placement strategy: {', '.join(PLACEMENT)}")
+    rebalance.add_argument("--config", metavar="FILE", help="YAML/TOML/JSON file of settings (Pulsar key names)")
+    rebalance.add_argument(
+        "--set", dest="overrides", action="append", default=[], type=_key_value, metavar="KEY=VALUE",
+        help="override one setting (Pulsar key name); repeatable",
+    )
+    rebalance.add_argument(
+        "--state", metavar="FILE",
+        help="strategy state (hit counters, history, grace periods): read if it exists, written back after planning",
+    )
+    rebalance.add_argument("--output", choices=("table", "json"), default="table")
+    rebalance.add_argument("--seed", type=int, default=0, help="seed of the placement RNG (default 0)")
+    return parser
+
+
+def load_config(config_file: str | None, overrides: Sequence[tuple[str, str]]) -> tuple[LoadBalancerConfig, set[str]]:
+    """Defaults, then the file, then ``--set``; returns the config and the keys set explicitly."""
+    settings: dict[str, Any] = files.read_config_file(config_file) if config_file else {}
+    settings.update(dict(overrides))
+    return LoadBalancerConfig().replace(settings), set(settings)
+
+
+def cmd_rebalance(args: argparse.Namespace) -> int:
+    config, explicit = load_config(args.config, args.overrides)
+    snapshot = files.read_snapshot(args.snapshot)
+    state = files.read_state(args.state) if args.state else StrategyState()
+    placement = args.placement
+    if placement is None and "loadBalancerLoadPlacementStrategy" in explicit:
+        placement = config.loadBalancerLoadPlacementStrategy
+    plan, next_state = plan_cycle(
+        snapshot,
+        config,
+        state,
+        random.Random(args.seed),
+        shedding=args.strategy,
+        placement=placement,
+    )
+    if args.state:
+        files.write_state(args.state, next_state)
+    if args.output == "json":
+        print(json.dumps(plan.to_json(), indent=2))
+    else:
+        print(render.plan_table(plan, dry_run=True))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        return {"rebalance": cmd_rebalance}[args.command](args)
+    except UsageError as exc:
+        print(f"operator: error: {exc} (see 'operator --help')", file=sys.stderr)
+        return 2
+    except INPUT_ERRORS as exc:
+        print(f"operator: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def run() -> NoReturn:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

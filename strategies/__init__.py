@@ -1,0 +1,29 @@
+"""Pure load-balancing algorithms: Pulsar's shedding, placement and split strategies, and ours.
+
+Nothing here does I/O, reads a clock or uses global randomness: a strategy takes an immutable
+snapshot, the configuration and its own small state, and returns a plan and its next state.
+"""
+
+from strategies.config import ConfigError, LoadBalancerConfig
+from strategies.planner import plan_cycle
+from strategies.plans import Plan, Split, Unload
+from strategies.registry import PLACEMENT, SHEDDING, UnknownStrategyError
+from strategies.snapshots import ClusterSnapshot, SnapshotError, parse_snapshot
+from strategies.state import StateError, StrategyState
+
+__all__ = [
+    "PLACEMENT",
+    "SHEDDING",
+    "ClusterSnapshot",
+    "ConfigError",
+    "LoadBalancerConfig",
+    "Plan",
+    "SnapshotError",
+    "Split",
+    "StateError",
+    "StrategyState",
+    "UnknownStrategyError",
+    "Unload",
+    "parse_snapshot",
+    "plan_cycle",
+]

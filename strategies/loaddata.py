@@ -1,0 +1,147 @@
+"""What Pulsar's leader derives from the brokers' reports before any strategy runs.
+
+``TimeAverageMessageData`` keeps a short (10-sample) and a long (1000-sample) running average per
+bundle; the leader samples every bundle once per report round, we sample once per planning cycle.
+``LoadData`` is the per-cycle view the strategies read: the snapshot, those averages, and the
+bundles still inside the grace period after an unload.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from strategies import bundles as bundle_names
+from strategies.snapshots import BundleStats, ClusterSnapshot
+
+NUM_SHORT_SAMPLES = 10
+NUM_LONG_SAMPLES = 1000
+# Default stats of a bundle with no data yet (BundleData's defaults).
+DEFAULT_MSG_RATE = 50.0
+DEFAULT_MSG_THROUGHPUT = 50_000.0
+
+
+@dataclass(frozen=True)
+class MessageAverage:
+    """TimeAverageMessageData: exact mean until ``max_samples``, then an EMA with weight 1/max."""
+
+    max_samples: int
+    num_samples: int = 0
+    msgRateIn: float = DEFAULT_MSG_RATE
+    msgRateOut: float = DEFAULT_MSG_RATE
+    msgThroughputIn: float = DEFAULT_MSG_THROUGHPUT
+    msgThroughputOut: float = DEFAULT_MSG_THROUGHPUT
+
+    def update(self, stats: BundleStats) -> MessageAverage:
+        n = min(self.num_samples + 1, self.max_samples)
+
+        def avg(old: float, new: float) -> float:
+            return ((n - 1) * old + new) / n
+
+        return MessageAverage(
+            self.max_samples,
+            n,
+            avg(self.msgRateIn, stats.msgRateIn),
+            avg(self.msgRateOut, stats.msgRateOut),
+            avg(self.msgThroughputIn, stats.msgThroughputIn),
+            avg(self.msgThroughputOut, stats.msgThroughputOut),
+        )
+
+    @property
+    def msg_rate(self) -> float:
+        return self.msgRateIn + self.msgRateOut
+
+    @property
+    def msg_throughput(self) -> float:
+        return self.msgThroughputIn + self.msgThroughputOut
+
+    def to_json(self) -> list[float]:
+        return [self.num_samples, self.msgRateIn, self.msgRateOut, self.msgThroughputIn, self.msgThroughputOut]
+
+    @classmethod
+    def from_json(cls, max_samples: int, data: Any) -> MessageAverage:
+        n, rin, rout, tin, tout = data
+        return cls(max_samples, int(n), float(rin), float(rout), float(tin), float(tout))
+
+
+@dataclass(frozen=True)
+class BundleData:
+    short: MessageAverage
+    long: MessageAverage
+    topics: int = 0
+    last_seen: int = 0
+
+    @classmethod
+    def new(cls) -> BundleData:
+        return cls(MessageAverage(NUM_SHORT_SAMPLES), MessageAverage(NUM_LONG_SAMPLES))
+
+    def update(self, stats: BundleStats, now: int) -> BundleData:
+        return BundleData(self.short.update(stats), self.long.update(stats), stats.topics, now)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"short": self.short.to_json(), "long": self.long.to_json(), "topics": self.topics,
+                "lastSeen": self.last_seen}
+
+    @classmethod
+    def from_json(cls, data: Any) -> BundleData:
+        return cls(
+            MessageAverage.from_json(NUM_SHORT_SAMPLES, data["short"]),
+            MessageAverage.from_json(NUM_LONG_SAMPLES, data["long"]),
+            int(data.get("topics", 0)),
+            int(data.get("lastSeen", 0)),
+        )
+
+
+# Bundle averages are forgotten when no broker has reported the bundle for this long.
+BUNDLE_DATA_RETENTION_MS = 24 * 3600 * 1000
+
+
+def update_bundle_data(
+    previous: Mapping[str, BundleData], snapshot: ClusterSnapshot
+) -> dict[str, BundleData]:
+    """One sample per reported bundle (ModularLoadManagerImpl.updateBundleData)."""
+    data = {
+        b: d for b, d in previous.items() if snapshot.taken_at - d.last_seen <= BUNDLE_DATA_RETENTION_MS
+    }
+    for broker in snapshot.brokers.values():
+        for bundle, stats in broker.lastStats.items():
+            data[bundle] = data.get(bundle, BundleData.new()).update(stats, snapshot.taken_at)
+    return data
+
+
+@dataclass(frozen=True)
+class LoadData:
+    snapshot: ClusterSnapshot
+    bundle_data: Mapping[str, BundleData]
+    recently_unloaded: Mapping[str, int]
+
+    def sheddable_bundles(self) -> dict[str, BundleData]:
+        """getBundleDataForLoadShedding: bundle data without system namespaces."""
+        return {
+            b: d
+            for b, d in self.bundle_data.items()
+            if not bundle_names.is_system_namespace(bundle_names.namespace_of(b))
+        }
+
+    def bundle_or_default(self, bundle: str) -> BundleData:
+        return self.bundle_data.get(bundle) or BundleData.new()
+
+    def long_term_msg_rate(self, broker: str) -> float:
+        """TimeAverageBrokerData long-term msg rate in+out: the sum over the broker's reported bundles."""
+        load = self.snapshot.brokers[broker]
+        return sum(self.bundle_or_default(b).long.msg_rate for b in load.lastStats)
+
+
+def build_load_data(
+    snapshot: ClusterSnapshot,
+    previous_bundle_data: Mapping[str, BundleData],
+    recently_unloaded: Mapping[str, int],
+    grace_period_ms: int,
+) -> tuple[LoadData, dict[str, BundleData], dict[str, int]]:
+    """Sample this snapshot and drop grace-period entries that expired (doLoadShedding step 2)."""
+    bundle_data = update_bundle_data(previous_bundle_data, snapshot)
+    recent = {b: t for b, t in recently_unloaded.items() if t > snapshot.taken_at - grace_period_ms}
+    load = LoadData(snapshot, MappingProxyType(dict(bundle_data)), MappingProxyType(dict(recent)))
+    return load, bundle_data, recent

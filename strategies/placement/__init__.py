@@ -1,0 +1,1 @@
+"""Placement strategies: which broker gets an unloaded (or new) bundle."""

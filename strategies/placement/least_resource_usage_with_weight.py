@@ -1,0 +1,44 @@
+"""LeastResourceUsageWithWeight: a random broker among those whose history-weighted usage is at least
+loadBalancerAverageResourceUsageDifferenceThresholdPercentage below the candidates' average.
+
+As in Pulsar, each selection advances the usage EMA one step, an idle or restarted broker (no
+bundles or no traffic) forgets its history, and an empty candidate list falls back to all brokers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from strategies.placement.common import PlacementContext
+
+NAME = "LeastResourceUsageWithWeight"
+
+
+def _usage(broker: str, ctx: PlacementContext) -> float:
+    load = ctx.load.snapshot.brokers[broker]
+    if not load.bundles or (load.msgRateIn == 0 and load.msgRateOut == 0):
+        ctx.placement_ema.pop(broker, None)
+    w = ctx.config.weights
+    weighted = (
+        max(
+            load.cpu.percent_usage() * w.cpu,
+            load.directMemory.percent_usage() * w.direct_memory,
+            load.bandwidthIn.percent_usage() * w.bandwidth_in,
+            load.bandwidthOut.percent_usage() * w.bandwidth_out,
+        )
+        / 100
+    )
+    history = ctx.config.loadBalancerHistoryResourcePercentage
+    previous = ctx.placement_ema.get(broker)
+    ctx.placement_ema[broker] = weighted if previous is None else previous * history + (1 - history) * weighted
+    return ctx.placement_ema[broker]
+
+
+def select(candidates: Sequence[str], bundle: str, ctx: PlacementContext) -> str | None:
+    ordered = sorted(candidates)
+    if not ordered:
+        return None
+    average = sum(_usage(b, ctx) for b in ordered) / len(ordered)
+    margin = ctx.config.loadBalancerAverageResourceUsageDifferenceThresholdPercentage / 100
+    best = [b for b in ordered if ctx.placement_ema.get(b, 1.0) + margin <= average]
+    return ctx.rng.choice(best or ordered)

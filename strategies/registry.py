@@ -1,0 +1,65 @@
+"""Strategy names → implementations. Names are Pulsar's class names (the short form or the full one)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from strategies.config import LoadBalancerConfig
+from strategies.loaddata import LoadData
+from strategies.placement import avg as avg_placement
+from strategies.placement import least_long_term_message_rate, least_resource_usage_with_weight
+from strategies.placement.common import PlacementContext
+from strategies.shedding import avg, overload, threshold, transfer, uniform
+from strategies.shedding.common import SheddingResult
+from strategies.state import StrategyState
+
+Shedder = Callable[[LoadData, LoadBalancerConfig, StrategyState], SheddingResult]
+Placer = Callable[[Sequence[str], str, PlacementContext], "str | None"]
+
+SHEDDING: dict[str, Shedder] = {
+    overload.NAME: overload.shed,
+    threshold.NAME: threshold.shed,
+    uniform.NAME: uniform.shed,
+    avg.NAME: avg.shed,
+    transfer.NAME: transfer.shed,
+}
+PLACEMENT: dict[str, Placer] = {
+    least_long_term_message_rate.NAME: least_long_term_message_rate.select,
+    least_resource_usage_with_weight.NAME: least_resource_usage_with_weight.select,
+    avg_placement.NAME: avg_placement.select,
+}
+# Shedders that choose the destination themselves (the extensible manager's transfer).
+SELF_PLACING = frozenset({transfer.NAME})
+
+
+class UnknownStrategyError(ValueError):
+    """A strategy name that is not in the registry."""
+
+
+def _canonical(name: str, known: dict[str, object], kind: str) -> str:
+    short = name.strip().rsplit(".", 1)[-1]
+    for candidate in known:
+        if candidate.lower() == short.lower():
+            return candidate
+    raise UnknownStrategyError(f"unknown {kind} strategy {name!r} (known: {', '.join(sorted(known))})")
+
+
+def shedding_name(name: str) -> str:
+    return _canonical(name, SHEDDING, "shedding")
+
+
+def placement_name(name: str) -> str:
+    return _canonical(name, PLACEMENT, "placement")
+
+
+def default_placement(shedding: str) -> str:
+    """PR #26609: AvgShedder pairs with itself; an explicit other shedder falls back to LeastLongTermMessageRate.
+
+    TransferShedder places by itself; its fallback (transfer disabled) is the extensible manager's
+    LeastResourceUsageWithWeight.
+    """
+    if shedding == avg.NAME:
+        return avg_placement.NAME
+    if shedding == transfer.NAME:
+        return least_resource_usage_with_weight.NAME
+    return least_long_term_message_rate.NAME

@@ -1,0 +1,1 @@
+"""Shedding strategies: which bundles to unload from which brokers."""

@@ -1,0 +1,63 @@
+"""What every shedder takes and returns, and the bundle choice OverloadShedder and ThresholdShedder share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from strategies.config import LoadBalancerConfig
+from strategies.loaddata import LoadData
+from strategies.plans import Unload
+from strategies.state import StrategyState
+
+
+@dataclass(frozen=True)
+class SheddingResult:
+    """Unloads chosen by a shedder (destination None: placement decides) and its next state."""
+
+    unloads: tuple[Unload, ...]
+    state: StrategyState
+    notes: tuple[str, ...] = ()
+
+
+def fmt_bytes(value: float) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(value) >= size:
+            return f"{value / size:.2f} {unit}/s"
+    return f"{value:.0f} B/s"
+
+
+def select_by_short_term_throughput(
+    load: LoadData, broker: str, min_offload: float, why: str
+) -> list[Unload]:
+    """Largest short-term throughput first until ``min_offload`` is reached; always at least one.
+
+    Skips bundles in the grace period and system namespaces (LoadManagerShared / shedders' loop).
+    """
+    owned = load.snapshot.brokers[broker].owned_bundles()
+    candidates = sorted(
+        (
+            (bundle, data.short.msg_throughput)
+            for bundle, data in load.sheddable_bundles().items()
+            if bundle in owned and bundle not in load.recently_unloaded
+        ),
+        key=lambda item: (-item[1], item[0]),
+    )
+    chosen: list[Unload] = []
+    marked = 0.0
+    for bundle, throughput in candidates:
+        if marked < min_offload or not chosen:
+            marked += throughput
+            chosen.append(
+                Unload(
+                    bundle,
+                    broker,
+                    None,
+                    f"{why}; bundle short-term throughput {fmt_bytes(throughput)}, "
+                    f"marked {fmt_bytes(marked)} of {fmt_bytes(min_offload)}",
+                )
+            )
+    return chosen
+
+
+def weighted_usage(load: LoadData, broker: str, config: LoadBalancerConfig) -> float:
+    return load.snapshot.brokers[broker].max_resource_usage_with_weight(config.weights)

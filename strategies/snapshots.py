@@ -1,0 +1,360 @@
+"""The immutable cluster snapshot every strategy plans from.
+
+Field names and units are those of Pulsar's ``LocalBrokerData`` as served by
+``GET /admin/v2/broker-stats/load-report``: cpu in percent-of-one-core units (limit = 100 × cores),
+memory and directMemory in MiB, bandwidth in kbit/s, rates in msg/s, throughputs in bytes/s.
+A snapshot file (format ``pulsar-lb-snapshot/1``) is what the admin API said, captured; parsing
+validates it once here so strategies can trust every number.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from strategies import bundles as bundle_names
+
+SNAPSHOT_FORMAT = "pulsar-lb-snapshot/1"
+RESOURCE_FIELDS = ("cpu", "memory", "directMemory", "bandwidthIn", "bandwidthOut")
+
+
+class SnapshotError(ValueError):
+    """A snapshot that cannot be planned from; the message names the offending field."""
+
+
+def _float32(value: float) -> float:
+    # ResourceUsage.percentUsage() is computed in float precision in Pulsar.
+    return struct.unpack("f", struct.pack("f", value))[0]
+
+
+@dataclass(frozen=True)
+class ResourceUsage:
+    usage: float
+    limit: float
+
+    def percent_usage(self) -> float:
+        if self.limit <= 0:
+            return 0.0
+        return _float32(_float32(_float32(self.usage) / _float32(self.limit)) * 100)
+
+
+@dataclass(frozen=True)
+class BundleStats:
+    """NamespaceBundleStats: what the owning broker reports for one bundle."""
+
+    msgRateIn: float = 0.0
+    msgRateOut: float = 0.0
+    msgThroughputIn: float = 0.0
+    msgThroughputOut: float = 0.0
+    consumerCount: int = 0
+    producerCount: int = 0
+    topics: int = 0
+    cacheSize: int = 0
+
+    @property
+    def msg_rate(self) -> float:
+        return self.msgRateIn + self.msgRateOut
+
+    @property
+    def msg_throughput(self) -> float:
+        return self.msgThroughputIn + self.msgThroughputOut
+
+
+@dataclass(frozen=True)
+class ResourceWeights:
+    cpu: float = 1.0
+    memory: float = 0.0
+    direct_memory: float = 0.0
+    bandwidth_in: float = 1.0
+    bandwidth_out: float = 1.0
+
+
+@dataclass(frozen=True)
+class BrokerLoad:
+    """One broker's LocalBrokerData."""
+
+    broker: str
+    cpu: ResourceUsage
+    memory: ResourceUsage
+    directMemory: ResourceUsage
+    bandwidthIn: ResourceUsage
+    bandwidthOut: ResourceUsage
+    msgRateIn: float
+    msgRateOut: float
+    msgThroughputIn: float
+    msgThroughputOut: float
+    lastUpdate: int
+    lastStats: Mapping[str, BundleStats]
+    bundles: frozenset[str]
+    webServiceUrl: str | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def msg_rate(self) -> float:
+        return self.msgRateIn + self.msgRateOut
+
+    @property
+    def msg_throughput(self) -> float:
+        return self.msgThroughputIn + self.msgThroughputOut
+
+    def max_resource_usage(self) -> float:
+        """Unweighted max over all five resources, as a fraction (LocalBrokerData.getMaxResourceUsage)."""
+        return max(getattr(self, name).percent_usage() for name in RESOURCE_FIELDS) / 100
+
+    def max_resource_usage_with_weight(self, weights: ResourceWeights) -> float:
+        """LocalBrokerData.getMaxResourceUsageWithWeight, as a fraction (may exceed 1.0)."""
+        return (
+            max(
+                self.cpu.percent_usage() * weights.cpu,
+                self.memory.percent_usage() * weights.memory,
+                self.directMemory.percent_usage() * weights.direct_memory,
+                self.bandwidthIn.percent_usage() * weights.bandwidth_in,
+                self.bandwidthOut.percent_usage() * weights.bandwidth_out,
+            )
+            / 100
+        )
+
+    def owned_bundles(self) -> frozenset[str]:
+        return self.bundles | frozenset(self.lastStats)
+
+
+@dataclass(frozen=True)
+class TopicStats:
+    msgRateIn: float = 0.0
+    msgRateOut: float = 0.0
+    msgThroughputIn: float = 0.0
+    msgThroughputOut: float = 0.0
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    cluster: str
+    taken_at: int
+    brokers: Mapping[str, BrokerLoad]
+    namespaces: Mapping[str, tuple[int, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    topics: Mapping[str, Mapping[str, TopicStats]] = field(default_factory=lambda: MappingProxyType({}))
+
+    def owner_of(self, bundle: str) -> str | None:
+        for broker_id in sorted(self.brokers):
+            if bundle in self.brokers[broker_id].owned_bundles():
+                return broker_id
+        return None
+
+    def bundle_count(self, namespace: str) -> int:
+        """Bundles of a namespace: from its boundaries when known, else from what brokers own."""
+        if namespace in self.namespaces:
+            return len(self.namespaces[namespace]) - 1
+        owned = {b for load in self.brokers.values() for b in load.owned_bundles()}
+        return sum(1 for b in owned if bundle_names.namespace_of(b) == namespace)
+
+    def without_brokers(self, excluded: Iterable[str]) -> ClusterSnapshot:
+        gone = set(excluded)
+        kept = {k: v for k, v in self.brokers.items() if k not in gone}
+        return ClusterSnapshot(self.cluster, self.taken_at, MappingProxyType(kept), self.namespaces, self.topics)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``pulsar-lb-snapshot/1`` document (broker reports exactly as they were received)."""
+        doc: dict[str, Any] = {
+            "format": SNAPSHOT_FORMAT,
+            "cluster": self.cluster,
+            "takenAt": self.taken_at,
+            "brokers": {b: dict(load.raw) for b, load in sorted(self.brokers.items())},
+        }
+        if self.namespaces:
+            doc["namespaces"] = {
+                ns: {"boundaries": [bundle_names.format_boundary(p) for p in bounds]}
+                for ns, bounds in sorted(self.namespaces.items())
+            }
+        if self.topics:
+            doc["topics"] = {
+                b: {t: vars(s).copy() for t, s in sorted(ts.items())} for b, ts in sorted(self.topics.items())
+            }
+        return doc
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing: one reader walks the JSON and names the exact path of anything wrong.
+
+
+class _Reader:
+    def __init__(self, value: Any, path: str) -> None:
+        self.value = value
+        self.path = path
+
+    def fail(self, problem: str) -> SnapshotError:
+        return SnapshotError(f"{self.path}: {problem}")
+
+    def obj(self) -> dict[str, Any]:
+        if not isinstance(self.value, dict):
+            raise self.fail(f"expected an object, got {_type_name(self.value)}")
+        return self.value
+
+    def child(self, key: str, *, required: bool = True, default: Any = None) -> _Reader:
+        data = self.obj()
+        if key not in data:
+            if required:
+                raise SnapshotError(f"{self.path}.{key}: missing")
+            return _Reader(default, f"{self.path}.{key}")
+        return _Reader(data[key], f"{self.path}.{key}")
+
+    def number(self, *, non_negative: bool = True) -> float:
+        v = self.value
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise self.fail(f"expected a number, got {_type_name(v)}")
+        if not math.isfinite(v):
+            raise self.fail(f"expected a finite number, got {v}")
+        if non_negative and v < 0:
+            raise self.fail(f"must not be negative, got {v}")
+        return float(v)
+
+    def integer(self) -> int:
+        v = self.value
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v != int(v):
+            raise self.fail(f"expected an integer, got {_type_name(v)} {v!r}")
+        if v < 0:
+            raise self.fail(f"must not be negative, got {v}")
+        return int(v)
+
+    def string(self) -> str:
+        if not isinstance(self.value, str) or not self.value:
+            raise self.fail(f"expected a non-empty string, got {_type_name(self.value)}")
+        return self.value
+
+    def string_list(self) -> list[str]:
+        if not isinstance(self.value, list):
+            raise self.fail(f"expected a list, got {_type_name(self.value)}")
+        return [_Reader(v, f"{self.path}[{i}]").string() for i, v in enumerate(self.value)]
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {dict: "object", list: "list", str: "string", bool: "boolean"}.get(type(value), "number")
+
+
+def _resource(reader: _Reader) -> ResourceUsage:
+    return ResourceUsage(reader.child("usage").number(), reader.child("limit").number())
+
+
+def _bundle_stats(reader: _Reader) -> BundleStats:
+    reader.obj()
+
+    def num(key: str) -> float:
+        return reader.child(key, required=False, default=0.0).number()
+
+    def count(key: str) -> int:
+        return reader.child(key, required=False, default=0).integer()
+
+    return BundleStats(
+        msgRateIn=num("msgRateIn"),
+        msgRateOut=num("msgRateOut"),
+        msgThroughputIn=num("msgThroughputIn"),
+        msgThroughputOut=num("msgThroughputOut"),
+        consumerCount=count("consumerCount"),
+        producerCount=count("producerCount"),
+        topics=count("topics"),
+        cacheSize=count("cacheSize"),
+    )
+
+
+def parse_broker_load(broker_id: str, report: Any, path: str = "load-report") -> BrokerLoad:
+    """Validate one ``LocalBrokerData`` JSON document (what a broker's load-report returned)."""
+    reader = _Reader(report, path)
+    data = reader.obj()
+    report_type = data.get("loadReportType", "LocalBrokerData")
+    if report_type != "LocalBrokerData":
+        raise reader.child("loadReportType").fail(
+            f"unsupported report type {report_type!r} (only the modular load manager's LocalBrokerData)"
+        )
+    last_stats_reader = reader.child("lastStats")
+    last_stats = {
+        name: _bundle_stats(_Reader(stats, f"{last_stats_reader.path}[{name!r}]"))
+        for name, stats in last_stats_reader.obj().items()
+    }
+    bundle_list = reader.child("bundles").string_list()
+    for name in [*last_stats, *bundle_list]:
+        try:
+            bundle_names.split_bundle_name(name)
+        except bundle_names.BundleNameError as exc:
+            raise reader.fail(str(exc)) from None
+    url = data.get("webServiceUrl")
+    return BrokerLoad(
+        broker=broker_id,
+        cpu=_resource(reader.child("cpu")),
+        memory=_resource(reader.child("memory")),
+        directMemory=_resource(reader.child("directMemory")),
+        bandwidthIn=_resource(reader.child("bandwidthIn")),
+        bandwidthOut=_resource(reader.child("bandwidthOut")),
+        msgRateIn=reader.child("msgRateIn").number(),
+        msgRateOut=reader.child("msgRateOut").number(),
+        msgThroughputIn=reader.child("msgThroughputIn").number(),
+        msgThroughputOut=reader.child("msgThroughputOut").number(),
+        lastUpdate=reader.child("lastUpdate").integer(),
+        lastStats=MappingProxyType(last_stats),
+        bundles=frozenset(bundle_list),
+        webServiceUrl=url if isinstance(url, str) else None,
+        raw=MappingProxyType(dict(data)),
+    )
+
+
+def _boundaries(reader: _Reader) -> tuple[int, ...]:
+    texts = reader.child("boundaries").string_list()
+    try:
+        values = [bundle_names.parse_boundary(t) for t in texts]
+        bundle_names.validate_boundaries(values)
+    except bundle_names.BundleNameError as exc:
+        raise reader.child("boundaries").fail(str(exc)) from None
+    return tuple(values)
+
+
+def _topic_stats(reader: _Reader) -> TopicStats:
+    reader.obj()
+    return TopicStats(
+        **{
+            k: reader.child(k, required=False, default=0.0).number()
+            for k in ("msgRateIn", "msgRateOut", "msgThroughputIn", "msgThroughputOut")
+        }
+    )
+
+
+def parse_snapshot(document: Any) -> ClusterSnapshot:
+    """Validate a ``pulsar-lb-snapshot/1`` document and build the snapshot."""
+    root = _Reader(document, "snapshot")
+    root.obj()
+    fmt = root.child("format").value
+    if fmt != SNAPSHOT_FORMAT:
+        raise root.child("format").fail(f"expected {SNAPSHOT_FORMAT!r}, got {fmt!r}")
+    cluster = root.child("cluster").string()
+    taken_at = root.child("takenAt").integer()
+    brokers_reader = root.child("brokers")
+    brokers: dict[str, BrokerLoad] = {}
+    for broker_id, report in brokers_reader.obj().items():
+        if ":" not in broker_id:
+            raise brokers_reader.fail(f"broker id {broker_id!r} is not host:port")
+        brokers[broker_id] = parse_broker_load(broker_id, report, f"{brokers_reader.path}[{broker_id!r}]")
+    ns_reader = root.child("namespaces", required=False, default={})
+    namespaces = {
+        ns: _boundaries(_Reader(v, f"{ns_reader.path}[{ns!r}]")) for ns, v in ns_reader.obj().items()
+    }
+    topics_reader = root.child("topics", required=False, default={})
+    topics: dict[str, Mapping[str, TopicStats]] = {}
+    for bundle, per_topic in topics_reader.obj().items():
+        bundle_reader = _Reader(per_topic, f"{topics_reader.path}[{bundle!r}]")
+        try:
+            bundle_names.split_bundle_name(bundle)
+        except bundle_names.BundleNameError as exc:
+            raise bundle_reader.fail(str(exc)) from None
+        topics[bundle] = MappingProxyType(
+            {t: _topic_stats(_Reader(s, f"{bundle_reader.path}[{t!r}]")) for t, s in bundle_reader.obj().items()}
+        )
+    return ClusterSnapshot(
+        cluster=cluster,
+        taken_at=taken_at,
+        brokers=MappingProxyType(brokers),
+        namespaces=MappingProxyType(namespaces),
+        topics=MappingProxyType(topics),
+    )

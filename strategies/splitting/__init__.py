@@ -1,0 +1,1 @@
+"""Bundle splitting: the four algorithms and the automatic trigger."""

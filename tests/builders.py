@@ -1,0 +1,146 @@
+"""Named builders for load reports and snapshots in the admin API's JSON shape.
+
+Tests write what a broker would report (``broker_report``) and parse it through the same code the
+CLI uses, so every strategy test also exercises the snapshot format.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from strategies import parse_snapshot
+from strategies.snapshots import ClusterSnapshot
+
+MIB = 1024 * 1024
+NOW = 1_750_000_000_000  # a fixed epoch-ms "now" for every test snapshot
+
+
+def stats(rate_in: float = 0, rate_out: float = 0, thr_in: float = 0, thr_out: float = 0, *,
+          topics: int = 1, consumers: int = 0, producers: int = 0) -> dict[str, Any]:
+    return {
+        "msgRateIn": rate_in, "msgRateOut": rate_out,
+        "msgThroughputIn": thr_in, "msgThroughputOut": thr_out,
+        "consumerCount": consumers, "producerCount": producers, "topics": topics, "cacheSize": 0,
+    }
+
+
+def usage(used: float, limit: float = 100.0) -> dict[str, float]:
+    return {"usage": used, "limit": limit}
+
+
+def broker_report(
+    *,
+    cpu: tuple[float, float] = (0, 0),
+    memory: tuple[float, float] = (0, 0),
+    direct_memory: tuple[float, float] = (0, 0),
+    bw_in: tuple[float, float] = (0, 0),
+    bw_out: tuple[float, float] = (0, 0),
+    bundles: dict[str, dict[str, Any]] | None = None,
+    extra_bundles: list[str] | None = None,
+    rate_in: float | None = None,
+    rate_out: float | None = None,
+    thr_in: float | None = None,
+    thr_out: float | None = None,
+    last_update: int = NOW,
+) -> dict[str, Any]:
+    """A LocalBrokerData document; broker totals default to the sums over ``bundles`` as Pulsar's are."""
+    last_stats = dict(bundles or {})
+
+    def total(key: str, given: float | None) -> float:
+        return given if given is not None else sum(s[key] for s in last_stats.values())
+
+    return {
+        "webServiceUrl": "http://broker:8080",
+        "cpu": usage(*cpu), "memory": usage(*memory), "directMemory": usage(*direct_memory),
+        "bandwidthIn": usage(*bw_in), "bandwidthOut": usage(*bw_out),
+        "msgRateIn": total("msgRateIn", rate_in), "msgRateOut": total("msgRateOut", rate_out),
+        "msgThroughputIn": total("msgThroughputIn", thr_in), "msgThroughputOut": total("msgThroughputOut", thr_out),
+        "lastUpdate": last_update,
+        "lastStats": last_stats,
+        "bundles": sorted(set(last_stats) | set(extra_bundles or [])),
+        "loadReportType": "LocalBrokerData",
+    }
+
+
+def snapshot_doc(brokers: dict[str, dict[str, Any]], *, taken_at: int = NOW,
+                 namespaces: dict[str, list[str]] | None = None,
+                 topics: dict[str, dict[str, dict[str, float]]] | None = None) -> dict[str, Any]:
+    doc: dict[str, Any] = {"format": "pulsar-lb-snapshot/1", "cluster": "test", "takenAt": taken_at,
+                           "brokers": brokers}
+    if namespaces:
+        doc["namespaces"] = {ns: {"boundaries": b} for ns, b in namespaces.items()}
+    if topics:
+        doc["topics"] = topics
+    return doc
+
+
+def snapshot(brokers: dict[str, dict[str, Any]], **kwargs: Any) -> ClusterSnapshot:
+    return parse_snapshot(snapshot_doc(brokers, **kwargs))
+
+
+def write_snapshot(path: Path, brokers: dict[str, dict[str, Any]], **kwargs: Any) -> Path:
+    path.write_text(json.dumps(snapshot_doc(brokers, **kwargs)))
+    return path
+
+
+def bundle(ns: str, index: int, count: int = 16) -> str:
+    """The index-th of ``count`` default bundles of a namespace, e.g. ``ns/0x10000000_0x20000000``."""
+    segment = (1 << 32) // count
+    lower = index * segment
+    upper = 0xFFFFFFFF if index == count - 1 else (index + 1) * segment
+    return f"{ns}/0x{lower:08x}_0x{upper:08x}"
+
+
+def run_shedder(name: str, snap: ClusterSnapshot, config: Any = None, state: Any = None) -> Any:
+    """Run one shedding strategy alone, as Pulsar's unit tests do (no placement, no split)."""
+    from strategies import SHEDDING, LoadBalancerConfig, StrategyState
+    from strategies.loaddata import build_load_data
+
+    config = config or LoadBalancerConfig()
+    state = state or StrategyState()
+    load, _, _ = build_load_data(snap, state.bundle_data, state.recently_unloaded, config.grace_period_ms)
+    return SHEDDING[name](load, config, state)
+
+
+def cfg(**overrides: Any) -> Any:
+    from strategies import LoadBalancerConfig
+
+    return LoadBalancerConfig().replace(overrides)
+
+
+def cli_shedder(workdir: Path, name: str, snap: ClusterSnapshot, config: Any = None, state: Any = None) -> Any:
+    """The same as ``run_shedder``, but through ``operator rebalance`` with snapshot, config and state files.
+
+    Returns an object shaped like a SheddingResult. Unlike the bare shedder, the CLI also places each
+    bundle, records grace periods and may split; scenarios that assert only what the shedder decides
+    (sources, bundles, counters) hold both ways.
+    """
+    import contextlib
+    import io
+    from types import SimpleNamespace
+
+    from pulsar_lb_operator import cli
+    from strategies import LoadBalancerConfig, StrategyState, Unload
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    index = len(list(workdir.glob("snapshot-*.json")))
+    snap_file = workdir / f"snapshot-{index}.json"
+    snap_file.write_text(json.dumps(snap.to_json()))
+    config_file = workdir / "config.json"
+    defaults = LoadBalancerConfig().to_json()
+    changed = {k: v for k, v in (config or LoadBalancerConfig()).to_json().items() if defaults[k] != v}
+    config_file.write_text(json.dumps(changed))
+    state_file = workdir / "state.json"
+    state_file.write_text(json.dumps((state or StrategyState()).to_json()))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = cli.main(["rebalance", "--snapshot", str(snap_file), "--strategy", name, "--config", str(config_file),
+                         "--state", str(state_file), "--output", "json"])
+    assert code == 0
+    plan = json.loads(out.getvalue())
+    unloads = tuple(Unload(a["bundle"], a["source"], a["destination"], a["reason"])
+                    for a in plan["actions"] if a["type"] == "unload")
+    return SimpleNamespace(unloads=unloads, notes=tuple(plan["notes"]),
+                           state=StrategyState.from_json(json.loads(state_file.read_text())))

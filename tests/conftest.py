@@ -1,0 +1,22 @@
+import sys
+from pathlib import Path
+
+# Tests import their helpers as ``tests.builders``; the repository root must be importable.
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+import functools  # noqa: E402
+
+import pytest  # noqa: E402
+
+from tests.builders import cli_shedder, run_shedder  # noqa: E402
+
+
+@pytest.fixture(params=["function", "cli"])
+def shed(request, tmp_path):
+    """Run a shedding scenario directly, or through ``operator rebalance --snapshot`` with real files."""
+    if request.param == "function":
+        return run_shedder
+    return functools.partial(cli_shedder, tmp_path / "cli")
