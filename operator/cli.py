@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from pulsar_lb_operator import files, render
+
 from strategies import (
     PLACEMENT,
     SHEDDING,
@@ -58,11 +59,17 @@ def build_parser() -> argparse.ArgumentParser:
     rebalance.add_argument("--placement", metavar="NAME", help=f"placement strategy: {', '.join(PLACEMENT)}")
     rebalance.add_argument("--config", metavar="FILE", help="YAML/TOML/JSON file of settings (Pulsar key names)")
     rebalance.add_argument(
-        "--set", dest="overrides", action="append", default=[], type=_key_value, metavar="KEY=VALUE",
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        type=_key_value,
+        metavar="KEY=VALUE",
         help="override one setting (Pulsar key name); repeatable",
     )
     rebalance.add_argument(
-        "--state", metavar="FILE",
+        "--state",
+        metavar="FILE",
         help="strategy state (hit counters, history, grace periods): read if it exists, written back after planning",
     )
     rebalance.add_argument("--output", choices=("table", "json"), default="table")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-import tomllib
 from pathlib import Path
 from typing import Any
 
+import tomllib
 import yaml
 
 from strategies.snapshots import ClusterSnapshot, parse_snapshot

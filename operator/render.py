@@ -62,9 +62,7 @@ def plan_table(plan: Plan, dry_run: bool = True) -> str:
     if plan.brokers:
         before = [b.usage_before for b in plan.brokers]
         after = [b.usage_after for b in plan.brokers]
-        out.append(
-            f"spread (max − min): {max(before) - min(before):.1f} → {max(after) - min(after):.1f} points"
-        )
+        out.append(f"spread (max − min): {max(before) - min(before):.1f} → {max(after) - min(after):.1f} points")
     if plan.notes:
         out.append("")
         out.append("Notes:")

@@ -8,6 +8,7 @@ holding crc32(full topic name) (Guava's ``Hashing.crc32()`` is plain CRC-32, lik
 from __future__ import annotations
 
 import bisect
+import itertools
 import re
 import zlib
 from dataclasses import dataclass
@@ -109,12 +110,12 @@ def default_boundaries(num_bundles: int) -> list[int]:
 def validate_boundaries(boundaries: list[int]) -> None:
     if len(boundaries) < 2 or boundaries[0] != FIRST_BOUNDARY or boundaries[-1] != LAST_BOUNDARY:
         raise BundleNameError("boundaries must start at 0x00000000 and end at 0xffffffff")
-    if any(a >= b for a, b in zip(boundaries, boundaries[1:])):
+    if any(a >= b for a, b in itertools.pairwise(boundaries)):
         raise BundleNameError("boundaries must be strictly increasing")
 
 
 def ranges_of(boundaries: list[int]) -> list[BundleRange]:
-    return [BundleRange(a, b) for a, b in zip(boundaries, boundaries[1:])]
+    return [BundleRange(a, b) for a, b in itertools.pairwise(boundaries)]
 
 
 def find_range(boundaries: list[int], position: int) -> BundleRange:

@@ -81,8 +81,12 @@ class BundleData:
         return BundleData(self.short.update(stats), self.long.update(stats), stats.topics, now)
 
     def to_json(self) -> dict[str, Any]:
-        return {"short": self.short.to_json(), "long": self.long.to_json(), "topics": self.topics,
-                "lastSeen": self.last_seen}
+        return {
+            "short": self.short.to_json(),
+            "long": self.long.to_json(),
+            "topics": self.topics,
+            "lastSeen": self.last_seen,
+        }
 
     @classmethod
     def from_json(cls, data: Any) -> BundleData:
@@ -98,13 +102,9 @@ class BundleData:
 BUNDLE_DATA_RETENTION_MS = 24 * 3600 * 1000
 
 
-def update_bundle_data(
-    previous: Mapping[str, BundleData], snapshot: ClusterSnapshot
-) -> dict[str, BundleData]:
+def update_bundle_data(previous: Mapping[str, BundleData], snapshot: ClusterSnapshot) -> dict[str, BundleData]:
     """One sample per reported bundle (ModularLoadManagerImpl.updateBundleData)."""
-    data = {
-        b: d for b, d in previous.items() if snapshot.taken_at - d.last_seen <= BUNDLE_DATA_RETENTION_MS
-    }
+    data = {b: d for b, d in previous.items() if snapshot.taken_at - d.last_seen <= BUNDLE_DATA_RETENTION_MS}
     for broker in snapshot.brokers.values():
         for bundle, stats in broker.lastStats.items():
             data[bundle] = data.get(bundle, BundleData.new()).update(stats, snapshot.taken_at)

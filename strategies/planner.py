@@ -44,9 +44,10 @@ def select_broker(bundle: str, placer: registry.Placer, ctx: PlacementContext) -
         fewest = min(counts.values(), default=0)
         filtered = [b for b in filtered if counts[b] == fewest]
     chosen = placer(filtered or candidates, bundle, ctx)
-    if chosen is not None and load.snapshot.brokers[chosen].max_resource_usage_with_weight(
-        config.weights
-    ) > config.overload_threshold:
+    if (
+        chosen is not None
+        and load.snapshot.brokers[chosen].max_resource_usage_with_weight(config.weights) > config.overload_threshold
+    ):
         chosen = placer(candidates, bundle, ctx) or chosen
     if chosen is not None:
         ctx.preallocate(chosen, bundle)
@@ -100,11 +101,7 @@ def plan_cycle(
         snapshot, state.bundle_data, state.recently_unloaded, config.grace_period_ms
     )
     notes: list[str] = []
-    result = (
-        registry.SHEDDING[shedding_name](load, config, state)
-        if len(snapshot.brokers) > 1
-        else None
-    )
+    result = registry.SHEDDING[shedding_name](load, config, state) if len(snapshot.brokers) > 1 else None
     if result is None:
         notes.append(f"{len(snapshot.brokers)} broker(s): nothing to balance")
         shed_state, unloads = state, ()

@@ -337,9 +337,7 @@ def parse_snapshot(document: Any) -> ClusterSnapshot:
             raise brokers_reader.fail(f"broker id {broker_id!r} is not host:port")
         brokers[broker_id] = parse_broker_load(broker_id, report, f"{brokers_reader.path}[{broker_id!r}]")
     ns_reader = root.child("namespaces", required=False, default={})
-    namespaces = {
-        ns: _boundaries(_Reader(v, f"{ns_reader.path}[{ns!r}]")) for ns, v in ns_reader.obj().items()
-    }
+    namespaces = {ns: _boundaries(_Reader(v, f"{ns_reader.path}[{ns!r}]")) for ns, v in ns_reader.obj().items()}
     topics_reader = root.child("topics", required=False, default={})
     topics: dict[str, Mapping[str, TopicStats]] = {}
     for bundle, per_topic in topics_reader.obj().items():

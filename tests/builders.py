@@ -17,12 +17,25 @@ MIB = 1024 * 1024
 NOW = 1_750_000_000_000  # a fixed epoch-ms "now" for every test snapshot
 
 
-def stats(rate_in: float = 0, rate_out: float = 0, thr_in: float = 0, thr_out: float = 0, *,
-          topics: int = 1, consumers: int = 0, producers: int = 0) -> dict[str, Any]:
+def stats(
+    rate_in: float = 0,
+    rate_out: float = 0,
+    thr_in: float = 0,
+    thr_out: float = 0,
+    *,
+    topics: int = 1,
+    consumers: int = 0,
+    producers: int = 0,
+) -> dict[str, Any]:
     return {
-        "msgRateIn": rate_in, "msgRateOut": rate_out,
-        "msgThroughputIn": thr_in, "msgThroughputOut": thr_out,
-        "consumerCount": consumers, "producerCount": producers, "topics": topics, "cacheSize": 0,
+        "msgRateIn": rate_in,
+        "msgRateOut": rate_out,
+        "msgThroughputIn": thr_in,
+        "msgThroughputOut": thr_out,
+        "consumerCount": consumers,
+        "producerCount": producers,
+        "topics": topics,
+        "cacheSize": 0,
     }
 
 
@@ -53,10 +66,15 @@ def broker_report(
 
     return {
         "webServiceUrl": "http://broker:8080",
-        "cpu": usage(*cpu), "memory": usage(*memory), "directMemory": usage(*direct_memory),
-        "bandwidthIn": usage(*bw_in), "bandwidthOut": usage(*bw_out),
-        "msgRateIn": total("msgRateIn", rate_in), "msgRateOut": total("msgRateOut", rate_out),
-        "msgThroughputIn": total("msgThroughputIn", thr_in), "msgThroughputOut": total("msgThroughputOut", thr_out),
+        "cpu": usage(*cpu),
+        "memory": usage(*memory),
+        "directMemory": usage(*direct_memory),
+        "bandwidthIn": usage(*bw_in),
+        "bandwidthOut": usage(*bw_out),
+        "msgRateIn": total("msgRateIn", rate_in),
+        "msgRateOut": total("msgRateOut", rate_out),
+        "msgThroughputIn": total("msgThroughputIn", thr_in),
+        "msgThroughputOut": total("msgThroughputOut", thr_out),
         "lastUpdate": last_update,
         "lastStats": last_stats,
         "bundles": sorted(set(last_stats) | set(extra_bundles or [])),
@@ -64,11 +82,14 @@ def broker_report(
     }
 
 
-def snapshot_doc(brokers: dict[str, dict[str, Any]], *, taken_at: int = NOW,
-                 namespaces: dict[str, list[str]] | None = None,
-                 topics: dict[str, dict[str, dict[str, float]]] | None = None) -> dict[str, Any]:
-    doc: dict[str, Any] = {"format": "pulsar-lb-snapshot/1", "cluster": "test", "takenAt": taken_at,
-                           "brokers": brokers}
+def snapshot_doc(
+    brokers: dict[str, dict[str, Any]],
+    *,
+    taken_at: int = NOW,
+    namespaces: dict[str, list[str]] | None = None,
+    topics: dict[str, dict[str, dict[str, float]]] | None = None,
+) -> dict[str, Any]:
+    doc: dict[str, Any] = {"format": "pulsar-lb-snapshot/1", "cluster": "test", "takenAt": taken_at, "brokers": brokers}
     if namespaces:
         doc["namespaces"] = {ns: {"boundaries": b} for ns, b in namespaces.items()}
     if topics:
@@ -122,6 +143,7 @@ def cli_shedder(workdir: Path, name: str, snap: ClusterSnapshot, config: Any = N
     from types import SimpleNamespace
 
     from pulsar_lb_operator import cli
+
     from strategies import LoadBalancerConfig, StrategyState, Unload
 
     workdir.mkdir(parents=True, exist_ok=True)
@@ -136,11 +158,28 @@ def cli_shedder(workdir: Path, name: str, snap: ClusterSnapshot, config: Any = N
     state_file.write_text(json.dumps((state or StrategyState()).to_json()))
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        code = cli.main(["rebalance", "--snapshot", str(snap_file), "--strategy", name, "--config", str(config_file),
-                         "--state", str(state_file), "--output", "json"])
+        code = cli.main(
+            [
+                "rebalance",
+                "--snapshot",
+                str(snap_file),
+                "--strategy",
+                name,
+                "--config",
+                str(config_file),
+                "--state",
+                str(state_file),
+                "--output",
+                "json",
+            ]
+        )
     assert code == 0
     plan = json.loads(out.getvalue())
-    unloads = tuple(Unload(a["bundle"], a["source"], a["destination"], a["reason"])
-                    for a in plan["actions"] if a["type"] == "unload")
-    return SimpleNamespace(unloads=unloads, notes=tuple(plan["notes"]),
-                           state=StrategyState.from_json(json.loads(state_file.read_text())))
+    unloads = tuple(
+        Unload(a["bundle"], a["source"], a["destination"], a["reason"])
+        for a in plan["actions"]
+        if a["type"] == "unload"
+    )
+    return SimpleNamespace(
+        unloads=unloads, notes=tuple(plan["notes"]), state=StrategyState.from_json(json.loads(state_file.read_text()))
+    )

@@ -26,9 +26,7 @@ def fmt_bytes(value: float) -> str:
     return f"{value:.0f} B/s"
 
 
-def select_by_short_term_throughput(
-    load: LoadData, broker: str, min_offload: float, why: str
-) -> list[Unload]:
+def select_by_short_term_throughput(load: LoadData, broker: str, min_offload: float, why: str) -> list[Unload]:
     """Largest short-term throughput first until ``min_offload`` is reached; always at least one.
 
     Skips bundles in the grace period and system namespaces (LoadManagerShared / shedders' loop).

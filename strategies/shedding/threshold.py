@@ -15,9 +15,7 @@ from strategies.state import StrategyState
 NAME = "ThresholdShedder"
 
 
-def _update_and_average(
-    load: LoadData, config: LoadBalancerConfig, ema: dict[str, float]
-) -> float:
+def _update_and_average(load: LoadData, config: LoadBalancerConfig, ema: dict[str, float]) -> float:
     """One EMA step per broker; returns the mean over the brokers of this snapshot."""
     history = config.loadBalancerHistoryResourcePercentage
     brokers = sorted(load.snapshot.brokers)

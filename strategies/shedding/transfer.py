@@ -95,8 +95,9 @@ def shed(load: LoadData, config: LoadBalancerConfig, state: StrategyState) -> Sh
     recent_brokers = dict(state.transfer_recent_brokers)
 
     def skip(reason: str, hit_count: int) -> SheddingResult:
-        new_state = state.evolve(transfer_ema=emas, transfer_recent_brokers=recent_brokers,
-                                 transfer_hit_count=hit_count)
+        new_state = state.evolve(
+            transfer_ema=emas, transfer_recent_brokers=recent_brokers, transfer_hit_count=hit_count
+        )
         return SheddingResult((), new_state, (f"{NAME}: skip ({reason})",))
 
     n, total, squares, outdated = 0, 0.0, 0.0, False
@@ -220,8 +221,9 @@ def shed(load: LoadData, config: LoadBalancerConfig, state: StrategyState) -> Sh
         else:
             notes.append(f"{NAME}: NoBundles on {hi} fit the target {fmt_bytes(target)}")
     if not unloads:
-        new_state = state.evolve(transfer_ema=emas, transfer_recent_brokers=recent_brokers,
-                                 transfer_hit_count=hit_count)
+        new_state = state.evolve(
+            transfer_ema=emas, transfer_recent_brokers=recent_brokers, transfer_hit_count=hit_count
+        )
         return SheddingResult((), new_state, tuple(notes))
     for unload in unloads:
         recent_brokers[unload.source] = now

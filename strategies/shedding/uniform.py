@@ -45,10 +45,7 @@ def shed(load: LoadData, config: LoadBalancerConfig, state: StrategyState) -> Sh
     elif thr_multiplier > 0 and thr_ratio > thr_multiplier:
         need = int((max_thr - min_thr) * config.maxUnloadPercentage)
         over, under, by_rate, floor = thr_over, thr_under, False, config.minUnloadMessageThroughput
-        why = (
-            f"{NAME}: throughput on {over} is {thr_ratio:.1f}× that of {under} > {thr_multiplier:g}×; "
-            f"move {need} B/s"
-        )
+        why = f"{NAME}: throughput on {over} is {thr_ratio:.1f}× that of {under} > {thr_multiplier:g}×; move {need} B/s"
     else:
         return SheddingResult((), state)
     if len(brokers[over].bundles) <= 1 or need < floor:

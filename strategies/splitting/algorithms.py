@@ -3,6 +3,7 @@ or an empty list for "do not split" (Pulsar's null)."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 
 from strategies import bundles as bundle_names
@@ -83,7 +84,7 @@ def flow_or_qps_positions(
     hashes = sorted(points)
     acc_rate, acc_thr = points[hashes[0]]
     boundaries = []
-    for previous, current in zip(hashes, hashes[1:]):
+    for previous, current in itertools.pairwise(hashes):
         rate, thr = points[current]
         if acc_rate + rate > max_msg_rate or acc_thr + thr > max_bandwidth:
             boundaries.append(previous + (current - previous) // 2 + 1)

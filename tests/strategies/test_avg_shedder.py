@@ -9,8 +9,10 @@ from tests.builders import broker_report, cfg, snapshot, stats
 
 def eleven_bundles(prefix: str) -> dict:
     # AvgShedderTest: each bundle's short-term rate in/out 450/450 (900 total).
-    return {f"t/ns/0x{i:08x}_0x{i + 1:08x}" if prefix == "" else f"{prefix}/0x{i:08x}_0x{i + 1:08x}":
-            stats(450, 450) for i in range(11)}
+    return {
+        f"t/ns/0x{i:08x}_0x{i + 1:08x}" if prefix == "" else f"{prefix}/0x{i:08x}_0x{i + 1:08x}": stats(450, 450)
+        for i in range(11)
+    }
 
 
 def test_pip364_pairs_first_with_last_and_middle_with_itself():
@@ -26,10 +28,12 @@ def test_pip364_pairs_first_with_last_and_middle_with_itself():
 def test_pip364_unload_amount_evens_out_msg_rate_1000_and_500_to_750(shed):
     high = {f"t/ns/0x{i:08x}_0x{i + 1:08x}": stats(125, 125) for i in range(4)}  # 1000 msg/s
     low = {"t/ns/0x000000f0_0x000000f1": stats(250, 250)}  # 500 msg/s
-    snap = snapshot({
-        "hi:8080": broker_report(cpu=(80, 100), bundles=high),
-        "lo:8080": broker_report(cpu=(20, 100), bundles=low),
-    })
+    snap = snapshot(
+        {
+            "hi:8080": broker_report(cpu=(80, 100), bundles=high),
+            "lo:8080": broker_report(cpu=(20, 100), bundles=low),
+        }
+    )
     config = cfg(maxUnloadPercentage=0.5, minUnloadMessage=100, loadBalancerAvgShedderHitCountHighThreshold=1)
     result = shed("AvgShedder", snap, config)
     # (1000 - 500) × 0.5 = 250 msg/s moves from the highest to the lowest broker: 750 each after.
@@ -43,11 +47,13 @@ def test_pip364_unload_amount_evens_out_msg_rate_1000_and_500_to_750(shed):
 
 def test_hit_high_threshold_acts_on_second_cycle_and_places_on_the_pair(shed):
     # AvgShedderTest.testHitHighThreshold
-    snap = snapshot({
-        "broker1:8080": broker_report(cpu=(80, 100), bundles=eleven_bundles(""), rate_in=10000, rate_out=10000),
-        "broker2:8080": broker_report(cpu=(30, 100), rate_in=1000, rate_out=1000),
-        "broker3:8080": broker_report(cpu=(50, 100), rate_in=5000, rate_out=5000),
-    })
+    snap = snapshot(
+        {
+            "broker1:8080": broker_report(cpu=(80, 100), bundles=eleven_bundles(""), rate_in=10000, rate_out=10000),
+            "broker2:8080": broker_report(cpu=(30, 100), rate_in=1000, rate_out=1000),
+            "broker3:8080": broker_report(cpu=(50, 100), rate_in=5000, rate_out=5000),
+        }
+    )
     config = cfg(loadBalancerAvgShedderHighThreshold=40, loadBalancerAvgShedderHitCountHighThreshold=2)
     first = shed("AvgShedder", snap, config)
     assert first.unloads == ()
@@ -59,11 +65,13 @@ def test_hit_high_threshold_acts_on_second_cycle_and_places_on_the_pair(shed):
 
 def test_hit_low_threshold_acts_on_sixth_cycle(shed):
     # AvgShedderTest.testHitLowThreshold
-    snap = snapshot({
-        "broker1:8080": broker_report(cpu=(60, 100), bundles=eleven_bundles(""), rate_in=10000, rate_out=10000),
-        "broker2:8080": broker_report(cpu=(40, 100), rate_in=1000, rate_out=1000),
-        "broker3:8080": broker_report(cpu=(50, 100), rate_in=5000, rate_out=5000),
-    })
+    snap = snapshot(
+        {
+            "broker1:8080": broker_report(cpu=(60, 100), bundles=eleven_bundles(""), rate_in=10000, rate_out=10000),
+            "broker2:8080": broker_report(cpu=(40, 100), rate_in=1000, rate_out=1000),
+            "broker3:8080": broker_report(cpu=(50, 100), rate_in=5000, rate_out=5000),
+        }
+    )
     config = cfg(loadBalancerAvgShedderLowThreshold=20, loadBalancerAvgShedderHitCountLowThreshold=6)
     state = StrategyState()
     for _ in range(5):
@@ -77,12 +85,18 @@ def test_hit_low_threshold_acts_on_sixth_cycle(shed):
 
 def test_sheds_multiple_pairs_in_one_cycle(shed):
     # AvgShedderTest.testSheddingMultiplePairs
-    snap = snapshot({
-        "broker1:8080": broker_report(cpu=(80, 100), bundles=eleven_bundles("t/ns1"), rate_in=10000, rate_out=10000),
-        "broker2:8080": broker_report(cpu=(30, 100), rate_in=1000, rate_out=1000),
-        "broker3:8080": broker_report(cpu=(75, 100), bundles=eleven_bundles("t/ns3"), rate_in=10000, rate_out=10000),
-        "broker4:8080": broker_report(cpu=(35, 100), rate_in=1000, rate_out=1000),
-    })
+    snap = snapshot(
+        {
+            "broker1:8080": broker_report(
+                cpu=(80, 100), bundles=eleven_bundles("t/ns1"), rate_in=10000, rate_out=10000
+            ),
+            "broker2:8080": broker_report(cpu=(30, 100), rate_in=1000, rate_out=1000),
+            "broker3:8080": broker_report(
+                cpu=(75, 100), bundles=eleven_bundles("t/ns3"), rate_in=10000, rate_out=10000
+            ),
+            "broker4:8080": broker_report(cpu=(35, 100), rate_in=1000, rate_out=1000),
+        }
+    )
     config = cfg(loadBalancerAvgShedderHighThreshold=40, loadBalancerAvgShedderHitCountHighThreshold=2)
     first = shed("AvgShedder", snap, config)
     assert first.unloads == ()
@@ -103,11 +117,13 @@ def test_multiple_hit_note_80_80_20_triggers_on_third_cycle_even_when_partner_ch
     config = cfg(loadBalancerAvgShedderHitCountHighThreshold=3, loadBalancerAvgShedderHitCountLowThreshold=3)
 
     def cluster(cpu1: float, cpu2: float):
-        return snapshot({
-            "broker1:8080": broker_report(cpu=(cpu1, 100), bundles=bundles1),
-            "broker2:8080": broker_report(cpu=(cpu2, 100), bundles=bundles2),
-            "broker3:8080": broker_report(cpu=(20, 100), bundles={"t/c/0x00000000_0x00000001": stats(100, 100)}),
-        })
+        return snapshot(
+            {
+                "broker1:8080": broker_report(cpu=(cpu1, 100), bundles=bundles1),
+                "broker2:8080": broker_report(cpu=(cpu2, 100), bundles=bundles2),
+                "broker3:8080": broker_report(cpu=(20, 100), bundles={"t/c/0x00000000_0x00000001": stats(100, 100)}),
+            }
+        )
 
     first = shed("AvgShedder", cluster(81, 80), config)  # pairs broker1 with broker3
     assert first.unloads == ()
@@ -124,21 +140,25 @@ def test_multiple_hit_note_80_80_20_triggers_on_third_cycle_even_when_partner_ch
 
 
 def test_counters_survive_a_state_round_trip(shed):
-    snap = snapshot({
-        "broker1:8080": broker_report(cpu=(80, 100), bundles=eleven_bundles(""), rate_in=10000, rate_out=10000),
-        "broker2:8080": broker_report(cpu=(30, 100), rate_in=1000, rate_out=1000),
-    })
+    snap = snapshot(
+        {
+            "broker1:8080": broker_report(cpu=(80, 100), bundles=eleven_bundles(""), rate_in=10000, rate_out=10000),
+            "broker2:8080": broker_report(cpu=(30, 100), rate_in=1000, rate_out=1000),
+        }
+    )
     first = shed("AvgShedder", snap)
     restored = StrategyState.from_json(first.state.to_json())
     assert shed("AvgShedder", snap, state=restored).unloads  # 2nd consecutive high hit acts
 
 
 def test_planner_binds_placement_to_the_shedder_plan():
-    snap = snapshot({
-        "broker1:8080": broker_report(cpu=(80, 100), bundles=eleven_bundles(""), rate_in=10000, rate_out=10000),
-        "broker2:8080": broker_report(cpu=(30, 100), rate_in=1000, rate_out=1000),
-        "broker3:8080": broker_report(cpu=(50, 100), rate_in=5000, rate_out=5000),
-    })
+    snap = snapshot(
+        {
+            "broker1:8080": broker_report(cpu=(80, 100), bundles=eleven_bundles(""), rate_in=10000, rate_out=10000),
+            "broker2:8080": broker_report(cpu=(30, 100), rate_in=1000, rate_out=1000),
+            "broker3:8080": broker_report(cpu=(50, 100), rate_in=5000, rate_out=5000),
+        }
+    )
     config = cfg(loadBalancerAvgShedderHitCountHighThreshold=1)
     plan, state = plan_cycle(snap, config, StrategyState(), random.Random(7), shedding="AvgShedder")
     assert plan.placement == "AvgShedder"

@@ -12,7 +12,12 @@ def test_crc32_of_full_topic_name():
 
 def test_default_boundaries_for_four_bundles():
     assert [bundles.format_boundary(b) for b in bundles.default_boundaries(4)] == [
-        "0x00000000", "0x40000000", "0x80000000", "0xc0000000", "0xffffffff"]
+        "0x00000000",
+        "0x40000000",
+        "0x80000000",
+        "0xc0000000",
+        "0xffffffff",
+    ]
 
 
 def test_find_range_half_open_except_the_last():
@@ -41,7 +46,11 @@ def test_system_namespaces():
 def test_apply_split_and_width_one_bundles():
     bounds = bundles.default_boundaries(2)
     assert bundles.apply_split(bounds, bundles.BundleRange(0, 0x80000000), [0x40000000]) == [
-        0, 0x40000000, 0x80000000, 0xFFFFFFFF]
+        0,
+        0x40000000,
+        0x80000000,
+        0xFFFFFFFF,
+    ]
     assert not bundles.BundleRange(5, 6).can_split()
     with pytest.raises(bundles.BundleNameError):
         bundles.apply_split(bounds, bundles.BundleRange(0, 0x80000000), [0x90000000])

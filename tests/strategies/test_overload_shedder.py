@@ -12,37 +12,60 @@ def ten_bundles(prefix: str = "t/ns") -> dict:
 
 def test_no_brokers_and_not_overloaded():
     assert run_shedder("OverloadShedder", snapshot({})).unloads == ()
-    calm = snapshot({"broker-1:8080": broker_report(bw_in=(500, 1000), bw_out=(500, 1000),
-                                                    bundles={"t/ns/0x00000000_0x00000001": stats(thr_in=1000)})})
+    calm = snapshot(
+        {
+            "broker-1:8080": broker_report(
+                bw_in=(500, 1000), bw_out=(500, 1000), bundles={"t/ns/0x00000000_0x00000001": stats(thr_in=1000)}
+            )
+        }
+    )
     assert run_shedder("OverloadShedder", calm).unloads == ()
 
 
 def test_overloaded_broker_with_no_or_one_bundle_is_left_alone():
     empty = snapshot({"broker-1:8080": broker_report(bw_in=(999, 1000), bw_out=(999, 1000))})
     assert run_shedder("OverloadShedder", empty).unloads == ()
-    single = snapshot({"broker-1:8080": broker_report(
-        bw_in=(999, 1000), bw_out=(999, 1000), bundles={"t/ns/0x00000000_0x00000001": stats(thr_in=MIB)})})
+    single = snapshot(
+        {
+            "broker-1:8080": broker_report(
+                bw_in=(999, 1000), bw_out=(999, 1000), bundles={"t/ns/0x00000000_0x00000001": stats(thr_in=MIB)}
+            )
+        }
+    )
     assert run_shedder("OverloadShedder", single).unloads == ()
 
 
 def test_broker_with_multiple_bundles(shed):
-    snap = snapshot({
-        "broker-1:8080": broker_report(bw_in=(999, 1000), bw_out=(999, 1000), bundles=ten_bundles(),
-                                       thr_in=55 * MIB, thr_out=55 * MIB),
-        "another-broker:8080": broker_report(bundles=ten_bundles("t/other")),
-    })
+    snap = snapshot(
+        {
+            "broker-1:8080": broker_report(
+                bw_in=(999, 1000), bw_out=(999, 1000), bundles=ten_bundles(), thr_in=55 * MIB, thr_out=55 * MIB
+            ),
+            "another-broker:8080": broker_report(bundles=ten_bundles("t/other")),
+        }
+    )
     # 0.999 − 0.85 + 0.05 = 0.199 of 110 MiB = 21.9 MiB: 20 MiB, then 18 MiB
     assert [u.bundle for u in shed("OverloadShedder", snap).unloads] == [
-        "t/ns/0x0000000a_0x0000000b", "t/ns/0x00000009_0x0000000a"]
+        "t/ns/0x0000000a_0x0000000b",
+        "t/ns/0x00000009_0x0000000a",
+    ]
 
 
 def test_filter_recently_unloaded():
-    snap = snapshot({"broker-1:8080": broker_report(bw_in=(999, 1000), bw_out=(999, 1000), bundles=ten_bundles(),
-                                                    thr_in=55 * MIB, thr_out=55 * MIB)})
-    state = StrategyState().evolve(recently_unloaded={"t/ns/0x0000000a_0x0000000b": snap.taken_at,
-                                                      "t/ns/0x00000009_0x0000000a": snap.taken_at})
+    snap = snapshot(
+        {
+            "broker-1:8080": broker_report(
+                bw_in=(999, 1000), bw_out=(999, 1000), bundles=ten_bundles(), thr_in=55 * MIB, thr_out=55 * MIB
+            )
+        }
+    )
+    state = StrategyState().evolve(
+        recently_unloaded={"t/ns/0x0000000a_0x0000000b": snap.taken_at, "t/ns/0x00000009_0x0000000a": snap.taken_at}
+    )
     assert [u.bundle for u in run_shedder("OverloadShedder", snap, state=state).unloads] == [
-        "t/ns/0x00000008_0x00000009", "t/ns/0x00000007_0x00000008"]
+        "t/ns/0x00000008_0x00000009",
+        "t/ns/0x00000007_0x00000008",
+    ]
 
 
 def test_modular_load_shedding_loop():
@@ -51,9 +74,13 @@ def test_modular_load_shedding_loop():
     bundles = {"1/1/1/0x00000000_0xffffffff": stats(rate_in=100), "2/2/2/0x00000000_0xffffffff": stats(rate_in=200)}
 
     def cluster(cpu: float, taken_at: int):
-        return snapshot({"primary:8080": broker_report(cpu=(cpu, 100), bundles=bundles, last_update=taken_at),
-                         "secondary:8080": broker_report(cpu=(0, 100), last_update=taken_at)},
-                        taken_at=taken_at)
+        return snapshot(
+            {
+                "primary:8080": broker_report(cpu=(cpu, 100), bundles=bundles, last_update=taken_at),
+                "secondary:8080": broker_report(cpu=(0, 100), last_update=taken_at),
+            },
+            taken_at=taken_at,
+        )
 
     config = cfg(loadBalancerLoadPlacementStrategy="LeastLongTermMessageRate")
     rng = random.Random(1)
@@ -75,13 +102,20 @@ def test_modular_load_shedding_loop():
 
 def test_no_unload_when_the_only_destination_is_the_owner():
     bundles = {"t/ns/0x00000000_0x00000001": stats(rate_in=100), "t/ns/0x00000001_0x00000002": stats(rate_in=200)}
-    snap = snapshot({"primary:8080": broker_report(cpu=(90, 100), bundles=bundles),
-                     "other:8080": broker_report(cpu=(95, 100))})
+    snap = snapshot(
+        {"primary:8080": broker_report(cpu=(90, 100), bundles=bundles), "other:8080": broker_report(cpu=(95, 100))}
+    )
     # Every broker is overloaded: LeastLongTermMessageRate's random pick may return the owner itself.
     owners = set()
     for seed in range(20):
-        plan, _ = plan_cycle(snap, cfg(), StrategyState(), random.Random(seed), shedding="OverloadShedder",
-                             placement="LeastLongTermMessageRate")
+        plan, _ = plan_cycle(
+            snap,
+            cfg(),
+            StrategyState(),
+            random.Random(seed),
+            shedding="OverloadShedder",
+            placement="LeastLongTermMessageRate",
+        )
         owners.update(u.destination for u in plan.unloads)
         assert all(u.destination != u.source for u in plan.unloads)
         if not plan.unloads:

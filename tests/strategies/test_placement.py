@@ -23,11 +23,14 @@ def context(snap, config=None, seed=0, state=None):
 
 def test_least_long_term_message_rate_steps():
     def cluster(rate1, cpu2=0):
-        return snapshot({
-            "1:8080": broker_report(cpu=(0, 100), bundles={"t/a/0x00000000_0x00000001": stats(rate_in=rate1)}),
-            "2:8080": broker_report(cpu=(cpu2, 100), bundles={"t/b/0x00000000_0x00000001": stats(rate_in=200)}),
-            "3:8080": broker_report(cpu=(0, 100), bundles={"t/c/0x00000000_0x00000001": stats(rate_in=300)}),
-        })
+        return snapshot(
+            {
+                "1:8080": broker_report(cpu=(0, 100), bundles={"t/a/0x00000000_0x00000001": stats(rate_in=rate1)}),
+                "2:8080": broker_report(cpu=(cpu2, 100), bundles={"t/b/0x00000000_0x00000001": stats(rate_in=200)}),
+                "3:8080": broker_report(cpu=(0, 100), bundles={"t/c/0x00000000_0x00000001": stats(rate_in=300)}),
+            }
+        )
+
     brokers = ["1:8080", "2:8080", "3:8080"]
     assert lltmr.select(brokers, "t/x/0x0_0x1", context(cluster(100))) == "1:8080"
     assert lltmr.select(brokers, "t/x/0x0_0x1", context(cluster(400))) == "2:8080"
@@ -37,12 +40,15 @@ def test_least_long_term_message_rate_steps():
 def test_preallocation_spreads_one_cycles_bundles_100_vs_110():
     """PIP-364: two 20 msg/s bundles, brokers at 100 and 110: the first goes to broker1 (→120),
     so the second goes to broker2, although neither report has changed yet."""
-    snap = snapshot({
-        "broker1:8080": broker_report(bundles={"t/a/0x00000000_0x00000001": stats(rate_in=100)}),
-        "broker2:8080": broker_report(bundles={"t/b/0x00000000_0x00000001": stats(rate_in=110)}),
-        "source:8080": broker_report(bundles={"t/c/0x00000000_0x00000001": stats(rate_in=20),
-                                              "t/c/0x00000001_0x00000002": stats(rate_in=20)}),
-    })
+    snap = snapshot(
+        {
+            "broker1:8080": broker_report(bundles={"t/a/0x00000000_0x00000001": stats(rate_in=100)}),
+            "broker2:8080": broker_report(bundles={"t/b/0x00000000_0x00000001": stats(rate_in=110)}),
+            "source:8080": broker_report(
+                bundles={"t/c/0x00000000_0x00000001": stats(rate_in=20), "t/c/0x00000001_0x00000002": stats(rate_in=20)}
+            ),
+        }
+    )
     ctx = context(snap)
     candidates = ["broker1:8080", "broker2:8080"]
     placer = lltmr.select
@@ -55,32 +61,52 @@ def test_preallocation_spreads_one_cycles_bundles_100_vs_110():
 
 def test_preallocation_through_the_planner():
     # OverloadShedder unloads both 20 msg/s bundles of an overloaded source in one cycle.
-    snap = snapshot({
-        "broker1:8080": broker_report(cpu=(10, 100), bundles={"t/a/0x00000000_0x00000001": stats(rate_in=100)}),
-        "broker2:8080": broker_report(cpu=(10, 100), bundles={"t/b/0x00000000_0x00000001": stats(rate_in=110)}),
-        # 99% ≥ 85%: offload (0.99 − 0.85 + 0.05) × 50 MB/s = 9.5 MB/s, i.e. both 5 MB/s bundles
-        "source:8080": broker_report(cpu=(99, 100), thr_in=5e7, bundles={
-            "t/c/0x00000000_0x00000001": stats(rate_in=20, thr_in=5e6),
-            "t/c/0x00000001_0x00000002": stats(rate_in=20, thr_in=5e6)}),
-    })
-    plan, _ = plan_cycle(snap, cfg(), StrategyState(), random.Random(0), shedding="OverloadShedder",
-                         placement="LeastLongTermMessageRate")
+    snap = snapshot(
+        {
+            "broker1:8080": broker_report(cpu=(10, 100), bundles={"t/a/0x00000000_0x00000001": stats(rate_in=100)}),
+            "broker2:8080": broker_report(cpu=(10, 100), bundles={"t/b/0x00000000_0x00000001": stats(rate_in=110)}),
+            # 99% ≥ 85%: offload (0.99 − 0.85 + 0.05) × 50 MB/s = 9.5 MB/s, i.e. both 5 MB/s bundles
+            "source:8080": broker_report(
+                cpu=(99, 100),
+                thr_in=5e7,
+                bundles={
+                    "t/c/0x00000000_0x00000001": stats(rate_in=20, thr_in=5e6),
+                    "t/c/0x00000001_0x00000002": stats(rate_in=20, thr_in=5e6),
+                },
+            ),
+        }
+    )
+    plan, _ = plan_cycle(
+        snap, cfg(), StrategyState(), random.Random(0), shedding="OverloadShedder", placement="LeastLongTermMessageRate"
+    )
     assert sorted(u.destination for u in plan.unloads) == ["broker1:8080", "broker2:8080"]
 
 
 def _weighted_cluster(u1, u2, u3, u4=5, empty3=False):
     def report(u, empty=False):
         level = (u, 100)
-        return broker_report(cpu=level, memory=level, direct_memory=level, bw_in=level, bw_out=level,
-                             bundles={} if empty else {"t/x/0x00000000_0xffffffff": stats(rate_in=100, rate_out=100)})
+        return broker_report(
+            cpu=level,
+            memory=level,
+            direct_memory=level,
+            bw_in=level,
+            bw_out=level,
+            bundles={} if empty else {"t/x/0x00000000_0xffffffff": stats(rate_in=100, rate_out=100)},
+        )
+
     return snapshot({"1:8080": report(u1), "2:8080": report(u2), "3:8080": report(u3, empty3), "4:8080": report(u4)})
 
 
 def test_least_resource_usage_with_weight_sequence():
-    config = cfg(loadBalancerCPUResourceWeight=1.0, loadBalancerMemoryResourceWeight=0.1,
-                 loadBalancerDirectMemoryResourceWeight=0.1, loadBalancerBandwidthInResourceWeight=1.0,
-                 loadBalancerBandwidthOutResourceWeight=1.0, loadBalancerHistoryResourcePercentage=0.5,
-                 loadBalancerAverageResourceUsageDifferenceThresholdPercentage=5)
+    config = cfg(
+        loadBalancerCPUResourceWeight=1.0,
+        loadBalancerMemoryResourceWeight=0.1,
+        loadBalancerDirectMemoryResourceWeight=0.1,
+        loadBalancerBandwidthInResourceWeight=1.0,
+        loadBalancerBandwidthOutResourceWeight=1.0,
+        loadBalancerHistoryResourcePercentage=0.5,
+        loadBalancerAverageResourceUsageDifferenceThresholdPercentage=5,
+    )
     ema: dict = {}
 
     def select(snap, candidates):
@@ -102,8 +128,12 @@ def test_least_resource_usage_with_weight_sequence():
 
 
 def _scores_cluster(scores):
-    return snapshot({f"b{i}-{s}:8080": broker_report(
-        cpu=(s, 100), bundles={f"t/n{i}/0x00000000_0x00000001": stats(rate_in=100)}) for i, s in enumerate(scores)})
+    return snapshot(
+        {
+            f"b{i}-{s}:8080": broker_report(cpu=(s, 100), bundles={f"t/n{i}/0x00000000_0x00000001": stats(rate_in=100)})
+            for i, s in enumerate(scores)
+        }
+    )
 
 
 def test_over_placement_40_40_40_40_69_70_falls_back_to_all_brokers():
@@ -124,10 +154,12 @@ def test_over_placement_10_60_70_80_80_with_zero_threshold_includes_the_60_broke
 
 
 def test_select_broker_skips_brokers_over_max_topics():
-    snap = snapshot({
-        "full:8080": broker_report(bundles={"t/a/0x00000000_0x00000001": stats(topics=60000)}),
-        "free:8080": broker_report(bundles={"t/b/0x00000000_0x00000001": stats(rate_in=1000, topics=10)}),
-    })
+    snap = snapshot(
+        {
+            "full:8080": broker_report(bundles={"t/a/0x00000000_0x00000001": stats(topics=60000)}),
+            "free:8080": broker_report(bundles={"t/b/0x00000000_0x00000001": stats(rate_in=1000, topics=10)}),
+        }
+    )
     ctx = context(snap)
     assert select_broker("t/c/0x00000000_0x00000001", lltmr.select, ctx) == "free:8080"
     assert ctx.preallocated == {"free:8080": ["t/c/0x00000000_0x00000001"]}

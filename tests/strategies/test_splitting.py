@@ -3,15 +3,21 @@
 import pytest
 
 from strategies.bundles import BundleRange
+from strategies.loaddata import build_load_data
 from strategies.splitting import algorithms
 from strategies.splitting.trigger import find_bundles_to_split
-from strategies.loaddata import build_load_data
 from tests.builders import broker_report, cfg, snapshot, stats
 
 MB = 1024 * 1024
 # The concept page's six topics on [0x00000000, 0x80000000): hash → (msg rate, throughput)
-T = {0x10000000: (100, 10 * MB), 0x15000000: (200, 20 * MB), 0x24000000: (300, 30 * MB),
-     0x39000000: (400, 40 * MB), 0x58000000: (500, 50 * MB), 0x76000000: (600, 60 * MB)}
+T = {
+    0x10000000: (100, 10 * MB),
+    0x15000000: (200, 20 * MB),
+    0x24000000: (300, 30 * MB),
+    0x39000000: (400, 40 * MB),
+    0x58000000: (500, 50 * MB),
+    0x76000000: (600, 60 * MB),
+}
 
 
 def between(a: int, b: int) -> int:
@@ -78,6 +84,7 @@ def test_flow_or_qps_below_threshold_does_not_split():
 def test_flow_or_qps_first_position_overloaded():
     names = [f"persistent://test-tenant1/test-namespace1/test-partition-{i}" for i in range(5)]
     from strategies.snapshots import TopicStats
+
     topic_stats = {n: TopicStats(24.5, 25, 1000, 1000) for n in names}
     topic_stats[names[3]] = TopicStats(1000, 1000, 1000, 1000)  # the lowest hash carries the load
     assert algorithms.flow_or_qps_equally_divide(topic_stats, 1010, 100, 10)[0] == 1140613260
@@ -94,12 +101,16 @@ def _trigger(brokers, config=None, **snap_kwargs):
 
 
 def test_split_trigger_skips_single_topic_bundles():
-    splits, _ = _trigger({"b:8080": broker_report(bundles={"ten/ns/0x00000000_0x80000000": _hot(topics=1, rate=30000)})})
+    splits, _ = _trigger(
+        {"b:8080": broker_report(bundles={"ten/ns/0x00000000_0x80000000": _hot(topics=1, rate=30000)})}
+    )
     assert splits == []
 
 
 def test_split_trigger_respects_namespace_maximum_bundles():
-    bundles = {f"ten/ns/{r}": _hot() for r in ("0x00000000_0x20000000", "0x20000000_0x40000000", "0x40000000_0x60000000")}
+    bundles = {
+        f"ten/ns/{r}": _hot() for r in ("0x00000000_0x20000000", "0x20000000_0x40000000", "0x40000000_0x60000000")
+    }
     splits, notes = _trigger({"b:8080": broker_report(bundles=bundles)}, cfg(loadBalancerNamespaceMaximumBundles=3))
     assert splits == [] and any("loadBalancerNamespaceMaximumBundles" in n for n in notes)
     splits, _ = _trigger({"b:8080": broker_report(bundles=bundles)}, cfg(loadBalancerNamespaceMaximumBundles=5))
@@ -107,12 +118,18 @@ def test_split_trigger_respects_namespace_maximum_bundles():
 
 
 def test_split_trigger_reasons_and_range_boundaries():
-    splits, _ = _trigger({"b:8080": broker_report(bundles={
-        "t/ns/0x00000000_0x80000000": _hot(topics=1001, rate=10),
-        "t/ns/0x80000000_0xffffffff": stats(rate_in=10, topics=3, consumers=600, producers=500),
-        "t/ns2/0x00000000_0xffffffff": stats(thr_in=101 * MB, topics=2),
-        "pulsar/b:8080/0x00000000_0xffffffff": _hot(),
-    })})
+    splits, _ = _trigger(
+        {
+            "b:8080": broker_report(
+                bundles={
+                    "t/ns/0x00000000_0x80000000": _hot(topics=1001, rate=10),
+                    "t/ns/0x80000000_0xffffffff": stats(rate_in=10, topics=3, consumers=600, producers=500),
+                    "t/ns2/0x00000000_0xffffffff": stats(thr_in=101 * MB, topics=2),
+                    "pulsar/b:8080/0x00000000_0xffffffff": _hot(),
+                }
+            )
+        }
+    )
     by_bundle = {s.bundle: s for s in splits}
     assert set(by_bundle) == {"t/ns/0x00000000_0x80000000", "t/ns/0x80000000_0xffffffff", "t/ns2/0x00000000_0xffffffff"}
     assert "topics 1001 > 1000" in by_bundle["t/ns/0x00000000_0x80000000"].reason
