@@ -163,3 +163,35 @@ def test_select_broker_skips_brokers_over_max_topics():
     ctx = context(snap)
     assert select_broker("t/c/0x00000000_0x00000001", lltmr.select, ctx) == "free:8080"
     assert ctx.preallocated == {"free:8080": ["t/c/0x00000000_0x00000001"]}
+
+
+def test_least_resource_usage_with_weight_with_preset_history():
+    # testLeastResourceUsageWithWeightWithArithmeticException: {1: 0.1, 2: 0.3, 4: 0.05}, candidates 1..3
+    config = cfg(
+        loadBalancerMemoryResourceWeight=0.1,
+        loadBalancerDirectMemoryResourceWeight=0.1,
+        loadBalancerHistoryResourcePercentage=0.5,
+        loadBalancerAverageResourceUsageDifferenceThresholdPercentage=5,
+    )
+    snap = _weighted_cluster(10, 30, 60)
+    ctx = context(snap, config)
+    ctx.placement_ema.update({"1:8080": 0.1, "2:8080": 0.3, "4:8080": 0.05})
+    assert lruww.select(["1:8080", "2:8080", "3:8080"], "t/y/0x0_0x1", ctx) == "1:8080"
+
+
+def test_max_topic_distribution_to_broker():
+    """testMaxTopicDistributionToBroker: once a broker holds a bundle with more than
+    loadBalancerBrokerMaxTopics topics (preallocated, not yet reported), no further bundle goes there."""
+    snap = snapshot(
+        {f"b{i}:8080": broker_report(bundles={f"t/own{i}/0x00000000_0x00000001": stats(rate_in=10)}) for i in range(3)}
+    )
+    ctx = context(snap)
+    big = "test/test/0x00000000_0x00000001"
+    from strategies.loaddata import BundleData, MessageAverage
+
+    data = dict(ctx.load.bundle_data)
+    data[big] = BundleData(MessageAverage(10, 1, 1000, 0, 0, 0), MessageAverage(1000, 1, 1000, 0, 0, 0), topics=50010)
+    ctx.load = type(ctx.load)(ctx.load.snapshot, data, ctx.load.recently_unloaded)
+    first = select_broker(big, lltmr.select, ctx)
+    others = {select_broker(f"test/test/0x{i:08x}_0x{i + 1:08x}", lltmr.select, ctx) for i in range(1, 50)}
+    assert first not in others

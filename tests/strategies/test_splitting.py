@@ -1,5 +1,7 @@
 """Split algorithms (the concept page's examples, §8.9) and the automatic trigger (§6.1)."""
 
+import itertools
+
 import pytest
 
 from strategies.bundles import BundleRange
@@ -147,3 +149,36 @@ def test_split_trigger_topic_count_uses_snapshot_topics_or_leaves_it_to_the_owne
     assert split.boundaries == (1010591668,)
     [split], _ = _trigger(brokers, config)
     assert split.boundaries == () and "owner broker" in split.reason
+
+
+def test_flow_or_qps_split_bundle_by_flow_or_qps():
+    """testSplitBundleByFlowOrQps: 241 topics; every segment stays under 1010 msg/s and 100 MiB/s."""
+    from strategies.snapshots import TopicStats
+
+    topics = {}
+    for i in range(1, 13):
+        for j in range(20):
+            rate = (24.5, 25) if i <= 5 else (25.5, 25)
+            topics[f"persistent://test-tenant1/test-namespace1/test{i}-partition-{j}"] = TopicStats(*rate, 1000, 1000)
+    topics["persistent://test-tenant1/test-namespace1/test695-partition-0"] = TopicStats(25, 35, 1000, 1000)
+    cuts = algorithms.flow_or_qps_equally_divide(topics, 1010, 100, 10)
+    assert cuts == [
+        316498816,
+        845910623,
+        1072534986,
+        1323020230,
+        1829348649,
+        2151045800,
+        2462724096,
+        2747734995,
+        3171835987,
+        3692515374,
+        3990051434,
+        4290840930,
+    ]
+    from strategies.bundles import topic_hash
+
+    edges = [0, *cuts, 1 << 32]
+    for lo, hi in itertools.pairwise(edges):
+        segment = [s for t, s in topics.items() if lo <= topic_hash(t) < hi]
+        assert sum(s.msgRateIn + s.msgRateOut for s in segment) < 1010

@@ -168,3 +168,40 @@ def test_heterogeneous_10_50_70_is_stuck(shed):
         }
     )
     assert shed("ThresholdShedder", snap).unloads == ()
+
+
+def test_broker_not_reaching_threshold_or_with_a_single_bundle():
+    calm = snapshot(
+        {
+            "broker-1:8080": broker_report(
+                bw_in=(500, 1000),
+                bw_out=(500, 1000),
+                bundles={"t/ns/0x00000000_0x00000001": stats(thr_in=1000, thr_out=1000)},
+            )
+        }
+    )
+    assert run_shedder("ThresholdShedder", calm).unloads == ()
+    single = snapshot(
+        {
+            "broker-1:8080": broker_report(
+                bw_in=(999, 1000), bw_out=(999, 1000), bundles={"t/ns/0x00000000_0x00000001": stats(thr_in=MIB)}
+            )
+        }
+    )
+    assert run_shedder("ThresholdShedder", single).unloads == ()
+
+
+def test_lower_boundary_picks_the_only_broker_with_more_than_one_bundle(shed):
+    brokers = {}
+    for i in range(11):
+        load = 0 if i == 5 else 80
+        thr = 0 if i == 5 else 100 * MIB
+        count = 10 if i == 3 else 1
+        bundles = {f"t/b{i}/0x{j:08x}_0x{j + 1:08x}": stats(thr_in=thr, thr_out=thr) for j in range(count)}
+        brokers[f"broker-{i}:8080"] = broker_report(
+            bw_in=(load, 100), bw_out=(load, 100), bundles=bundles, thr_in=thr, thr_out=thr
+        )
+    snap = snapshot(brokers)
+    assert shed("ThresholdShedder", snap).unloads == ()
+    result = shed("ThresholdShedder", snap, cfg(lowerBoundarySheddingEnabled=True))
+    assert [u.source for u in result.unloads] == ["broker-3:8080"]

@@ -10,19 +10,27 @@ from tests.builders import NOW, broker_report, cfg, run_shedder, snapshot, stats
 NO_HIT_COUNT = {"loadBalancerSheddingConditionHitCountThreshold": 0}
 
 
-def base_cluster(loads=(2, 4, 6, 80, 90), tops=None, ns_prefix="my-tenant/my-namespace"):
-    tops = tops or [
-        (1_000_000, 2_000_000),
-        (1_000_000, 3_000_000),
-        (2_000_000, 4_000_000),
-        (2_000_000, 6_000_000),
-        (2_000_000, 7_000_000),
-    ]
+BASE_TOPS = [
+    (1_000_000, 2_000_000),
+    (1_000_000, 3_000_000),
+    (2_000_000, 4_000_000),
+    (2_000_000, 6_000_000),
+    (2_000_000, 7_000_000),
+]
+
+
+def base_cluster(loads=(2, 4, 6, 80, 90), tops=None, reported=None):
+    """setupContext(): cpu loads and two top bundles per broker; the broker's throughput out is the
+    sum of the ``reported`` tops (default: the tops themselves), its throughput in 1."""
+    tops = tops or BASE_TOPS
+    reported = reported or tops
     brokers = {}
-    for i, (load, (a, b)) in enumerate(zip(loads, tops), 1):
-        ns = f"{ns_prefix}{'ABCDE'[i - 1]}"
+    for i, (load, (a, b), (ra, rb)) in enumerate(zip(loads, tops, reported), 1):
+        ns = f"my-tenant/my-namespace{'ABCDE'[i - 1]}"
         bundles = {f"{ns}/0x00000000_0x0FFFFFFF": stats(thr_out=a), f"{ns}/0x0FFFFFFF_0xFFFFFFFF": stats(thr_out=b)}
-        brokers[f"broker{i}:8080"] = broker_report(cpu=(load, 100), bundles=bundles, thr_in=1, rate_in=3, rate_out=4)
+        brokers[f"broker{i}:8080"] = broker_report(
+            cpu=(load, 100), bundles=bundles, thr_in=1, thr_out=ra + rb, rate_in=3, rate_out=4
+        )
     return snapshot(brokers)
 
 
@@ -174,3 +182,149 @@ def test_top_bundles_sorted_ascending_and_skip_system_and_idle():
 def test_load_above_100_percent(loads, shed):
     result = shed("TransferShedder", base_cluster(loads=(2, 4, 6, *loads)), cfg(**NO_HIT_COUNT))
     assert decisions(result) == BASE
+
+
+def test_bundles_larger_than_the_offload_threshold_are_skipped_for_the_next_broker(shed):
+    # #4: broker4's and broker5's top bundles are huge (1e9) but their loads are unchanged
+    tops = [(1_000_000, 2_000_000), (1_000_000, 3_000_000), (2_000_000, 4_000_000), (1e9, 1e9), (1e9, 1e9)]
+    snap = base_cluster(tops=tops, reported=BASE_TOPS)
+    result = shed("TransferShedder", snap, cfg(**NO_HIT_COUNT))
+    assert decisions(result) == {("broker3:8080", "my-tenant/my-namespaceC/0x00000000_0x0FFFFFFF", "broker1:8080")}
+
+
+def _two(load1, a, load2, b, **config):
+    bundles_a = {
+        f"my-tenant/my-namespaceA/{r}": stats(thr_out=t)
+        for r, t in zip(
+            [
+                "0x00000000_0x0FFFFFFF",
+                "0x0FFFFFFF_0xFFFFFFFF",
+                "0x1FFFFFFF_0x2FFFFFFF",
+                "0x2FFFFFFF_0x3FFFFFFF",
+                "0x3FFFFFFF_0x4FFFFFFF",
+            ],
+            a,
+        )
+    }
+    bundles_b = {
+        f"my-tenant/my-namespaceB/{r}": stats(thr_out=t)
+        for r, t in zip(["0x00000000_0x0FFFFFFF", "0x0FFFFFFF_0xFFFFFFFF"], b)
+    }
+    return snapshot(
+        {
+            "broker1:8080": broker_report(cpu=(load1, 100), bundles=bundles_a, thr_in=1),
+            "broker2:8080": broker_report(cpu=(load2, 100), bundles=bundles_b, thr_in=1),
+        }
+    )
+
+
+def test_skip_bundles_greater_than_target_after_split(shed):
+    # #7: targetStd 0.20; both of broker2's bundles are larger than what should move: no decision
+    result = shed(
+        "TransferShedder",
+        _two(50, [1, 500_000_000], 100, [500_000_000, 500_000_000]),
+        cfg(loadBalancerBrokerLoadTargetStd=0.20, **NO_HIT_COUNT),
+    )
+    assert result.unloads == ()
+
+
+def test_unload_bundle_less_than_target_after_split(shed):
+    # #8: broker2 (load 10.0) with (490M, 510M): the 490M bundle moves to broker1
+    result = shed("TransferShedder", _two(10, [1e6, 2e6, 3e6, 4e6, 5e6], 1000, [490e6, 510e6]), cfg(**NO_HIT_COUNT))
+    assert decisions(result) == {("broker2:8080", "my-tenant/my-namespaceB/0x00000000_0x0FFFFFFF", "broker1:8080")}
+    assert any("std after the plan 0.0500" in n for n in result.notes)
+
+
+def test_swap_a_bundle_back_when_the_one_to_move_is_too_large(shed):
+    # #9: broker1 48 with (2.4M, 2.4M), broker2 100 with (5M, 5M): one bundle each way
+    result = shed("TransferShedder", _two(48, [2.4e6, 2.4e6], 100, [5e6, 5e6]), cfg(**NO_HIT_COUNT))
+    moves = sorted((u.source, u.destination) for u in result.unloads)
+    assert moves == [("broker1:8080", "broker2:8080"), ("broker2:8080", "broker1:8080")]
+    assert "avg 0.740, std 0.260" in result.unloads[0].reason
+
+
+def test_min_broker_with_low_traffic_is_underloaded():
+    # #10: broker2's msgThroughputEMA is forced to 10; broker4 55, broker5 65
+    snap = base_cluster(loads=(2, 4, 6, 55, 65))
+    from strategies.shedding.transfer import update_emas
+
+    config = cfg(**NO_HIT_COUNT)
+    load = __import__("strategies.loaddata", fromlist=["x"]).build_load_data(snap, {}, {}, 0)[0]
+    emas = update_emas(load, config, StrategyState())
+    emas["broker2:8080"] = type(emas["broker2:8080"])(
+        emas["broker2:8080"].weighted_max_ema, 10, emas["broker2:8080"].updated_at
+    )
+    result = run_shedder("TransferShedder", snap, config, StrategyState().evolve(transfer_ema=emas))
+    assert decisions(result) == {
+        ("broker5:8080", "my-tenant/my-namespaceE/0x00000000_0x0FFFFFFF", "broker1:8080"),
+        ("broker4:8080", "my-tenant/my-namespaceD/0x00000000_0x0FFFFFFF", "broker2:8080"),
+    }
+    reasons = {u.source: u.reason for u in result.unloads}
+    assert "Overloaded" in reasons["broker5:8080"] and "Underloaded" in reasons["broker4:8080"]
+
+
+def test_min_broker_with_lower_load_than_average(shed):
+    result = shed("TransferShedder", base_cluster(loads=(2, 3, 6, 55, 65)), cfg(**NO_HIT_COUNT))
+    reasons = {u.source: u.reason for u in result.unloads}
+    assert decisions(result) == {
+        ("broker5:8080", "my-tenant/my-namespaceE/0x00000000_0x0FFFFFFF", "broker1:8080"),
+        ("broker4:8080", "my-tenant/my-namespaceD/0x00000000_0x0FFFFFFF", "broker2:8080"),
+    }
+    assert "Overloaded" in reasons["broker5:8080"] and "Underloaded" in reasons["broker4:8080"]
+    assert "avg 0.262, std 0.278" in reasons["broker5:8080"]
+
+
+def test_target_std_after_transfer(shed):
+    result = shed("TransferShedder", base_cluster(loads=(2, 4, 6, 55, 65)), cfg(**NO_HIT_COUNT))
+    assert ("broker5:8080", "my-tenant/my-namespaceE/0x00000000_0x0FFFFFFF", "broker1:8080") in decisions(result)
+
+
+def test_underload_outlier(shed):
+    # #12: 98 brokers at 98%, one at 99%, one at 1%
+    brokers = {}
+    for i in range(100):
+        load, (a, b) = (98, (30e6, 70e6)) if i < 98 else ((99, (30e6, 70e6)) if i == 98 else (1, (300e3, 700e3)))
+        ns = f"my-tenant/my-namespace{i}"
+        brokers[f"broker{i}:8080"] = broker_report(
+            cpu=(load, 100),
+            thr_in=1,
+            bundles={f"{ns}/0x00000000_0x0FFFFFFF": stats(thr_out=a), f"{ns}/0x0FFFFFFF_0xFFFFFFFF": stats(thr_out=b)},
+        )
+    result = shed("TransferShedder", snapshot(brokers), cfg(**NO_HIT_COUNT))
+    assert decisions(result) == {("broker98:8080", "my-tenant/my-namespace98/0x00000000_0x0FFFFFFF", "broker99:8080")}
+    assert "Underloaded" in result.unloads[0].reason and "avg 0.970, std 0.097" in result.unloads[0].reason
+
+
+def test_overload_outlier(shed):
+    brokers = {}
+    for i in range(100):
+        load, (a, b) = (1, (300e3, 700e3)) if i < 99 else (100, (30e6, 70e6))
+        ns = f"my-tenant/my-namespace{i}"
+        brokers[f"broker{i}:8080"] = broker_report(
+            cpu=(load, 100),
+            thr_in=1,
+            bundles={f"{ns}/0x00000000_0x0FFFFFFF": stats(thr_out=a), f"{ns}/0x0FFFFFFF_0xFFFFFFFF": stats(thr_out=b)},
+        )
+    result = shed("TransferShedder", snapshot(brokers), cfg(**NO_HIT_COUNT))
+    [unload] = result.unloads
+    assert (unload.source, unload.bundle) == ("broker99:8080", "my-tenant/my-namespace99/0x00000000_0x0FFFFFFF")
+    assert unload.destination != "broker99:8080" and "Underloaded" in unload.reason
+
+
+def test_remaining_top_bundles_and_zero_throughput(shed):
+    tops = [
+        (1_000_000, 2_000_000),
+        (1_000_000, 3_000_000),
+        (2_000_000, 4_000_000),
+        (2_000_000, 6_000_000),
+        (2_000_000, 3_000_000),
+    ]
+    assert decisions(shed("TransferShedder", base_cluster(tops=tops), cfg(**NO_HIT_COUNT))) == BASE
+    zero = base_cluster(tops=[(0, 0)] * 5)
+    result = shed("TransferShedder", zero, cfg(**NO_HIT_COUNT))
+    assert result.unloads == () and any("no top bundles" in n for n in result.notes)
+
+
+def test_no_brokers():
+    result = run_shedder("TransferShedder", snapshot({}), cfg(**NO_HIT_COUNT))
+    assert result.unloads == () and "NoBrokers" in result.notes[0]
