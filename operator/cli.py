@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 
 from pulsar_lb_operator import files, render
 
+from simulator.scenario import ScenarioError, shipped_scenarios
 from strategies import (
     PLACEMENT,
     SHEDDING,
@@ -26,7 +27,7 @@ from strategies import (
     plan_cycle,
 )
 
-INPUT_ERRORS = (files.FileError, SnapshotError, ConfigError, UnknownStrategyError, StateError)
+INPUT_ERRORS = (files.FileError, SnapshotError, ConfigError, UnknownStrategyError, StateError, ScenarioError)
 
 
 class UsageError(Exception):
@@ -74,6 +75,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rebalance.add_argument("--output", choices=("table", "json"), default="table")
     rebalance.add_argument("--seed", type=int, default=0, help="seed of the placement RNG (default 0)")
+
+    demo = commands.add_parser(
+        "demo",
+        help="run the operator against a simulated, unbalanced cluster on loopback",
+        description="Serve a simulated Pulsar cluster on 127.0.0.1 and balance it over HTTP, printing broker "
+        "usage each cycle. Exits by itself when the cluster has converged or the scenario ends.",
+    )
+    demo.add_argument("--scenario", default="demo", help="a shipped scenario name or a scenario file (default: demo)")
+    demo.add_argument("--strategy", metavar="NAME", help="shedding strategy (default: the scenario's or AvgShedder)")
+    demo.add_argument("--placement", metavar="NAME", help="placement strategy")
+    demo.add_argument("--minutes", type=float, help="simulated minutes to run (default: until converged)")
+
+    simulate = commands.add_parser(
+        "simulate",
+        help="serve a simulated Pulsar cluster's admin API until stopped",
+        description="Serve a scenario's brokers on 127.0.0.1 for your own experiments.",
+    )
+    simulate.add_argument("scenario", help=f"a scenario file or a shipped one: {', '.join(shipped_scenarios())}")
+    simulate.add_argument("--port", type=int, help="port of the first broker (the others take free ports)")
+    simulate.add_argument("--speed", type=float, default=60.0, help="simulated seconds per real second (default 60)")
+    simulate.add_argument("--token", help="require 'Authorization: Bearer TOKEN' on admin calls")
     return parser
 
 
@@ -108,11 +130,25 @@ def cmd_rebalance(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from pulsar_lb_operator import demo
+
+    return demo.run_demo(args.scenario, args.strategy, args.placement, args.minutes)
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from pulsar_lb_operator import demo
+
+    if args.speed <= 0:
+        raise UsageError("--speed must be positive")
+    return demo.run_simulator(args.scenario, args.port, args.speed, args.token)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-        return {"rebalance": cmd_rebalance}[args.command](args)
+        return {"rebalance": cmd_rebalance, "demo": cmd_demo, "simulate": cmd_simulate}[args.command](args)
     except UsageError as exc:
         print(f"operator: error: {exc} (see 'operator --help')", file=sys.stderr)
         return 2

@@ -1,0 +1,634 @@
+"""The simulated cluster: brokers, bundles, topics, ownership and load physics, in simulated time.
+
+Behaviour follows the modular load manager (shared/reference/pulsar-admin-api.md §3.13, §3.14, §7):
+an unloaded bundle is unowned until its clients reconnect and look it up; the leader then assigns it
+to the destination remembered for it (once) or by the cluster's own placement. Brokers sample host
+usage and bundle stats every ``report_interval_s``, so a report lags a move, as in real life.
+
+Thread-safe: the HTTP servers call in from their threads; every public method takes the lock.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from simulator.scenario import BrokerSpec, Scenario
+from strategies import bundles as bundle_names
+from strategies import planner, registry
+from strategies.config import LoadBalancerConfig
+from strategies.loaddata import BundleData, LoadData, update_bundle_data
+from strategies.placement.common import PlacementContext
+from strategies.planner import plan_cycle
+from strategies.plans import Split, Unload
+from strategies.snapshots import BundleStats, ClusterSnapshot, TopicStats, parse_broker_load
+from strategies.splitting import algorithms
+from strategies.state import StrategyState
+
+EPOCH_MS = 1_750_000_000_000  # simulated time 0
+MIB = 1024 * 1024
+RECONNECT_DELAY_S = 2.0  # clients of an unloaded bundle look it up again after this long
+LEADER_SAMPLE_S = 10.0
+
+
+class SimError(Exception):
+    """An admin call Pulsar would refuse; carries the HTTP status and Pulsar's reason."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+@dataclass
+class Topic:
+    name: str
+    namespace: str
+    hash: int
+    rate: float
+    msg_size: int
+    fanout: float
+    producers: int
+    consumers: int
+    pattern_index: int
+
+    def stats(self, multiplier: float) -> TopicStats:
+        rate_in = self.rate * multiplier
+        return TopicStats(
+            rate_in, rate_in * self.fanout, rate_in * self.msg_size, rate_in * self.fanout * self.msg_size
+        )
+
+
+@dataclass
+class Broker:
+    name: str
+    id: str
+    spec: BrokerSpec
+    started_at_s: float
+    alive: bool = True
+    next_sample_s: float = 0.0
+    last_update_ms: int = 0
+    stats_sample: dict[str, BundleStats] = field(default_factory=dict)
+    topic_sample: dict[str, dict[str, TopicStats]] = field(default_factory=dict)
+    host_sample: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    @property
+    def port(self) -> int:
+        return int(self.id.rsplit(":", 1)[1])
+
+    @property
+    def web_url(self) -> str:
+        return f"http://{self.id}"
+
+
+def virtual_ids() -> Callable[[str], str]:
+    """Broker ids for a cluster that is not served over HTTP (benchmarks, unit tests)."""
+    counter = iter(range(20000, 30000))
+    return lambda _name: f"127.0.0.1:{next(counter)}"
+
+
+class SimulatedCluster:
+    def __init__(self, scenario: Scenario, allocate_id: Callable[[str], str] | None = None) -> None:
+        self.scenario = scenario
+        self.lock = threading.RLock()
+        self.allocate_id = allocate_id or virtual_ids()
+        self.rng = random.Random(scenario.seed)
+        self.noise = random.Random(scenario.seed + 1)
+        self.now_s = 0.0
+        self.config = LoadBalancerConfig().replace(scenario.config)
+        self.brokers: dict[str, Broker] = {}
+        self.namespaces: dict[str, list[int]] = {}
+        self.topics: dict[str, list[Topic]] = {}
+        self.patterns = [ns.pattern for ns in scenario.namespaces]
+        self.traffic_factor: dict[str, float] = {}
+        self.ownership: dict[str, str] = {}
+        self.pending_lookups: dict[str, float] = {}
+        self.affinity: dict[str, str] = {}
+        self.leader_bundle_data: dict[str, BundleData] = {}
+        self.preallocated: dict[str, list[str]] = {}
+        self.dynamic_config: dict[str, str] = {}
+        self.events = list(scenario.events)
+        self.released_from: dict[str, str] = {}  # unowned bundle -> the broker that last owned it
+        self.moves: list[tuple[float, str, str, str]] = []  # (time, bundle, from, to) of completed moves
+        self._view: ClusterSnapshot | None = None
+        self._last_leader_sample_s = -LEADER_SAMPLE_S
+        self.unloads = 0
+        self.topics_disconnected = 0
+        self.listeners: list[Callable[[str, Broker], None]] = []  # ("added" | "removed", broker)
+        # Pulsar's own shedder on the leader, active while loadBalancerSheddingEnabled is true
+        self.builtin_state = StrategyState()
+        self.builtin_actions = 0
+        self.next_shed_s = scenario.shedding_interval_s
+        for spec in scenario.brokers:
+            self._add_broker(spec)
+        self._create_namespaces()
+        self._initial_assignment()
+        for broker in self.brokers.values():
+            self._sample(broker)
+        self._leader_sample()
+
+    # ----------------------------------------------------------------------------- construction
+
+    def _add_broker(self, spec: BrokerSpec) -> Broker:
+        broker = Broker(spec.name, self.allocate_id(spec.name), spec, self.now_s)
+        offset = (len(self.brokers) * self.scenario.report_interval_s / 7) % self.scenario.report_interval_s
+        broker.next_sample_s = self.now_s + offset
+        self.brokers[broker.id] = broker
+        self._view = None
+        for listener in self.listeners:
+            listener("added", broker)
+        return broker
+
+    def _create_namespaces(self) -> None:
+        for index, ns in enumerate(self.scenario.namespaces):
+            self.namespaces[ns.name] = bundle_names.default_boundaries(ns.bundles)
+            topics: list[Topic] = []
+            for t in range(ns.topics):
+                base = ns.rate * (math.exp(self.rng.gauss(0, ns.rate_spread)) if ns.rate_spread else 1.0)
+                names = (
+                    [f"persistent://{ns.name}/topic-{t}-partition-{p}" for p in range(ns.partitions)]
+                    if ns.partitions
+                    else [f"persistent://{ns.name}/topic-{t}"]
+                )
+                for name in names:
+                    topics.append(
+                        Topic(
+                            name,
+                            ns.name,
+                            bundle_names.topic_hash(name),
+                            base / len(names),
+                            ns.msg_size,
+                            ns.fanout,
+                            ns.producers,
+                            ns.consumers,
+                            index,
+                        )
+                    )
+            for name, rate in ns.hot_topics.items():
+                full = name if "://" in name else f"persistent://{ns.name}/{name}"
+                topics.append(
+                    Topic(
+                        full,
+                        ns.name,
+                        bundle_names.topic_hash(full),
+                        rate,
+                        ns.msg_size,
+                        ns.fanout,
+                        ns.producers,
+                        ns.consumers,
+                        index,
+                    )
+                )
+            self.topics[ns.name] = topics
+
+    def _initial_assignment(self) -> None:
+        names = {b.name: b.id for b in self.brokers.values()}
+        weights = self.scenario.initial_owners or {n: 1.0 for n in names}
+        pool = [names[n] for n in sorted(weights) if weights[n] > 0]
+        total = sum(weights[n] for n in sorted(weights) if weights[n] > 0)
+        bundles = [b for ns in sorted(self.namespaces) for b in self._bundles_of(ns)]
+        self.rng.shuffle(bundles)
+        # deal bundles out in proportion to the weights (largest remainder, deterministic)
+        quotas = {
+            bid: weights[n] / total * len(bundles)
+            for n, bid in ((n, names[n]) for n in sorted(weights))
+            if weights[n] > 0
+        }
+        counts = {bid: int(q) for bid, q in quotas.items()}
+        for bid in sorted(quotas, key=lambda b: quotas[b] - counts[b], reverse=True)[
+            : len(bundles) - sum(counts.values())
+        ]:
+            counts[bid] += 1
+        iterator = iter(bundles)
+        for bid in pool:
+            for _ in range(counts[bid]):
+                self.ownership[next(iterator)] = bid
+
+    # ----------------------------------------------------------------------------- traffic & physics
+
+    def _bundles_of(self, namespace: str) -> list[str]:
+        return [bundle_names.bundle_name(namespace, r) for r in bundle_names.ranges_of(self.namespaces[namespace])]
+
+    def all_bundles(self) -> list[str]:
+        return [b for ns in sorted(self.namespaces) for b in self._bundles_of(ns)]
+
+    def _topic_stats(self, topic: Topic) -> TopicStats:
+        multiplier = self.patterns[topic.pattern_index].multiplier(self.now_s, self.noise)
+        multiplier *= self.traffic_factor.get(topic.namespace, 1.0) * self.traffic_factor.get("*", 1.0)
+        return topic.stats(multiplier)
+
+    def topics_in(self, bundle: str) -> list[Topic]:
+        namespace, bundle_range = bundle_names.split_bundle_name(bundle)
+        return [t for t in self.topics.get(namespace, []) if bundle_range.contains(t.hash)]
+
+    def bundle_stats(self, bundle: str) -> tuple[BundleStats, dict[str, TopicStats]]:
+        per_topic = {t.name: self._topic_stats(t) for t in self.topics_in(bundle)}
+        topics = self.topics_in(bundle)
+        return (
+            BundleStats(
+                msgRateIn=sum(s.msgRateIn for s in per_topic.values()),
+                msgRateOut=sum(s.msgRateOut for s in per_topic.values()),
+                msgThroughputIn=sum(s.msgThroughputIn for s in per_topic.values()),
+                msgThroughputOut=sum(s.msgThroughputOut for s in per_topic.values()),
+                consumerCount=sum(t.consumers for t in topics),
+                producerCount=sum(t.producers for t in topics),
+                topics=len(topics),
+                cacheSize=int(sum(s.msgThroughputIn for s in per_topic.values())),
+            ),
+            per_topic,
+        )
+
+    def owned_by(self, broker_id: str) -> list[str]:
+        return sorted(b for b, owner in self.ownership.items() if owner == broker_id)
+
+    def _usage(self, broker: Broker, stats: dict[str, BundleStats], noise: float) -> dict[str, tuple[float, float]]:
+        """Host usage in LocalBrokerData's units: background + Σ(traffic × cost), CPU with noise."""
+        spec = broker.spec
+        cpu_limit = 100 * spec.cores
+        rate = sum(s.msg_rate for s in stats.values())
+        thr_in = sum(s.msgThroughputIn for s in stats.values())
+        thr_out = sum(s.msgThroughputOut for s in stats.values())
+        cpu = cpu_limit * spec.background_cpu + rate * spec.cost_per_msg + (thr_in + thr_out) / MIB * spec.cost_per_mib
+        topics = sum(s.topics for s in stats.values())
+        nic = spec.nic_gbps * 1e6  # kbit/s
+        return {
+            "cpu": (max(cpu * (1 + noise), 0.0), cpu_limit),
+            "memory": (spec.heap_mib * 0.25 + topics * 0.5, spec.heap_mib),
+            "directMemory": (spec.direct_mib * 0.05 + thr_in / MIB * 2, spec.direct_mib),
+            "bandwidthIn": (thr_in * 8 / 1000, nic),
+            "bandwidthOut": (thr_out * 8 / 1000, nic),
+        }
+
+    def true_usage(self, broker_id: str) -> float:
+        """Weighted max usage in % from current traffic, without noise or report lag (for metrics)."""
+        broker = self.brokers[broker_id]
+        stats = {b: self.bundle_stats(b)[0] for b in self.owned_by(broker_id)}
+        usage = self._usage(broker, stats, 0.0)
+        return max(usage[k][0] / usage[k][1] * 100 for k in ("cpu", "bandwidthIn", "bandwidthOut"))
+
+    def _sample(self, broker: Broker) -> None:
+        """A broker's periodic stats and host-usage sample, and its report written to the metadata store."""
+        broker.stats_sample = {}
+        broker.topic_sample = {}
+        for bundle in self.owned_by(broker.id):
+            broker.stats_sample[bundle], broker.topic_sample[bundle] = self.bundle_stats(bundle)
+        broker.host_sample = self._usage(broker, broker.stats_sample, self.noise.gauss(0, broker.spec.jitter))
+        broker.last_update_ms = self.now_ms
+        self.preallocated[broker.id] = [b for b in self.preallocated.get(broker.id, []) if b not in broker.stats_sample]
+        self._view = None
+
+    def _leader_sample(self) -> None:
+        """The leader re-samples every broker's latest bundle stats after report changes.
+
+        Pulsar does this on every report change; we do it at most once per LEADER_SAMPLE_S of
+        simulated time, which keeps a 200-broker cluster fast and changes the averages little.
+        """
+        if self.now_s - self._last_leader_sample_s < LEADER_SAMPLE_S and self.leader_bundle_data:
+            return
+        self._last_leader_sample_s = self.now_s
+        self.leader_bundle_data = update_bundle_data(self.leader_bundle_data, self._leader_view())
+
+    @property
+    def now_ms(self) -> int:
+        return EPOCH_MS + int(self.now_s * 1000)
+
+    # ----------------------------------------------------------------------------- reports
+
+    def load_report(self, broker_id: str) -> dict:
+        """LocalBrokerData JSON of one broker (GET /admin/v2/broker-stats/load-report on that broker)."""
+        with self.lock:
+            broker = self.brokers[broker_id]
+            stats = broker.stats_sample
+            heartbeat = [
+                f"pulsar/{broker.id}/0x00000000_0xffffffff",
+                f"pulsar/{self.scenario.cluster}/{broker.id}/0x00000000_0xffffffff",
+            ]
+            last_stats = {b: vars(s).copy() for b, s in sorted(stats.items())}
+            host = broker.host_sample
+
+            def total(key: str) -> float:
+                return sum(s[key] for s in last_stats.values())
+
+            return {
+                "webServiceUrl": broker.web_url,
+                "pulsarServiceUrl": f"pulsar://127.0.0.1:{broker.port + 1}",
+                "persistentTopicsEnabled": True,
+                "nonPersistentTopicsEnabled": True,
+                **{k: {"usage": round(u, 3), "limit": lim} for k, (u, lim) in host.items()},
+                "msgThroughputIn": total("msgThroughputIn"),
+                "msgThroughputOut": total("msgThroughputOut"),
+                "msgRateIn": total("msgRateIn"),
+                "msgRateOut": total("msgRateOut"),
+                "lastUpdate": broker.last_update_ms,
+                "lastStats": last_stats,
+                "bundleStats": last_stats,
+                "numTopics": int(total("topics")),
+                "numBundles": len(last_stats),
+                "numConsumers": int(total("consumerCount")),
+                "numProducers": int(total("producerCount")),
+                "bundles": sorted(set(self.owned_by(broker.id)) | set(heartbeat)),
+                "lastBundleGains": [],
+                "lastBundleLosses": [],
+                "brokerVersionString": "4.0.4-sim",
+                "protocols": {},
+                "loadManagerClassName": "org.apache.pulsar.broker.loadbalance.impl.ModularLoadManagerImpl",
+                "startTimestamp": EPOCH_MS + int(broker.started_at_s * 1000),
+                "maxResourceUsage": max((u / lim if lim > 0 else 0.0) for u, lim in host.values()),
+                "loadReportType": "LocalBrokerData",
+            }
+
+    def topic_stats_report(self, broker_id: str) -> dict:
+        """GET /admin/v2/broker-stats/topics: namespace → bundle range → persistent → topic → stats."""
+        with self.lock:
+            out: dict[str, dict] = {}
+            for bundle, per_topic in sorted(self.brokers[broker_id].topic_sample.items()):
+                namespace, bundle_range = bundle_names.split_bundle_name(bundle)
+                topics = {
+                    name: {
+                        "msgRateIn": s.msgRateIn,
+                        "msgRateOut": s.msgRateOut,
+                        "msgThroughputIn": s.msgThroughputIn,
+                        "msgThroughputOut": s.msgThroughputOut,
+                        "producerCount": 1,
+                        "publishers": [],
+                        "subscriptions": {},
+                        "replication": {},
+                        "averageMsgSize": s.msgThroughputIn / s.msgRateIn if s.msgRateIn else 0.0,
+                    }
+                    for name, s in sorted(per_topic.items())
+                }
+                out.setdefault(namespace, {})[str(bundle_range)] = {"persistent": topics}
+            return out
+
+    def _leader_view(self) -> ClusterSnapshot:
+        """What the leader reads from the metadata store: every live broker's latest report."""
+        if self._view is None:
+            brokers = {b.id: parse_broker_load(b.id, self.load_report(b.id)) for b in self.alive_brokers()}
+            self._view = ClusterSnapshot(self.scenario.cluster, self.now_ms, brokers)
+        return self._view
+
+    # ----------------------------------------------------------------------------- membership
+
+    def alive_brokers(self) -> list[Broker]:
+        return [b for b in self.brokers.values() if b.alive]
+
+    def active_ids(self) -> list[str]:
+        return sorted(b.id for b in self.alive_brokers())
+
+    @property
+    def leader(self) -> str | None:
+        """The longest-running live broker (ties: the first created), as after a leader election."""
+        alive = self.alive_brokers()
+        return min(alive, key=lambda b: b.started_at_s).id if alive else None
+
+    def by_name(self, name: str) -> Broker:
+        for broker in self.brokers.values():
+            if broker.name == name:
+                return broker
+        raise KeyError(name)
+
+    # ----------------------------------------------------------------------------- admin operations
+
+    def unload(self, bundle: str, destination: str | None = None) -> None:
+        """PUT …/{bundle}/unload[?destinationBroker=]: validated as Pulsar does (409, 404, 412)."""
+        with self.lock:
+            if destination is not None:
+                destination = destination.removeprefix("http://").removeprefix("https://")
+                if destination not in self.active_ids():
+                    raise SimError(409, "Not allowed unload namespace bundle to inactive destination broker")
+            self.check_bundle(bundle)
+            if destination is not None:
+                self.affinity[bundle] = destination  # the leader remembers it for the next assignment
+            owner = self.ownership.get(bundle)
+            if owner is None:
+                return  # unowned: 204, nothing to close
+            self._release(bundle)
+
+    def _release(self, bundle: str) -> None:
+        self.topics_disconnected += len(self.topics_in(bundle))
+        self.unloads += 1
+        self.released_from[bundle] = self.ownership.pop(bundle)
+        self.pending_lookups[bundle] = self.now_s + RECONNECT_DELAY_S
+
+    def check_bundle(self, bundle: str) -> None:
+        namespace, _, range_text = bundle.rpartition("/")
+        if namespace not in self.namespaces:
+            raise SimError(404, "Namespace does not exist")
+        try:
+            bundle_range = bundle_names.BundleRange.parse(range_text)
+        except bundle_names.BundleNameError:
+            raise SimError(412, f"Invalid bundle range {range_text}") from None
+        bounds = self.namespaces[namespace]
+        if (
+            bundle_range.lower not in bounds
+            or bundle_range.upper not in bounds
+            or (bounds.index(bundle_range.upper) != bounds.index(bundle_range.lower) + 1)
+        ):
+            raise SimError(412, f"Bundle {range_text} not found in namespace {namespace}")
+
+    def owner_of(self, bundle: str) -> str | None:
+        with self.lock:
+            return self.ownership.get(bundle)
+
+    def assign(self, bundle: str) -> str:
+        """The leader's assignment of an unowned bundle: the remembered destination once, else placement."""
+        with self.lock:
+            if bundle in self.ownership:
+                return self.ownership[bundle]
+            alive = self.active_ids()
+            if not alive:
+                raise SimError(503, "No broker is available")
+            destination = self.affinity.pop(bundle, None)
+            if destination not in alive:
+                destination = self._place(bundle)
+            self.ownership[bundle] = destination
+            self.pending_lookups.pop(bundle, None)
+            self.preallocated.setdefault(destination, []).append(bundle)
+            source = self.released_from.pop(bundle, None)
+            if source is not None:
+                self.moves.append((self.now_s, bundle, source, destination))
+            return destination
+
+    def _place(self, bundle: str) -> str:
+        alive = self.active_ids()
+        if self.scenario.placement == "random":
+            return self.rng.choice(alive)
+        view = self._leader_view()
+        load = LoadData(view, dict(self.leader_bundle_data), {})
+        ctx = PlacementContext(
+            load,
+            self.config,
+            self.rng,
+            preallocated={b: list(v) for b, v in self.preallocated.items() if b in view.brokers},
+        )
+        chosen = planner.select_broker(bundle, registry.PLACEMENT["LeastLongTermMessageRate"], ctx)
+        return chosen or self.rng.choice(alive)
+
+    def lookup(self, topic: str) -> str:
+        """The bundle of a topic, assigning it if unowned (lookups are not read-only)."""
+        with self.lock:
+            return self.assign(self.bundle_of_topic(topic))
+
+    def bundle_of_topic(self, topic: str) -> str:
+        rest = topic.split("://", 1)[-1]
+        namespace = "/".join(rest.split("/")[:2])
+        if namespace not in self.namespaces:
+            raise SimError(404, f"Namespace {namespace} does not exist")
+        return bundle_names.bundle_of_topic(namespace, self.namespaces[namespace], topic)
+
+    def split(self, bundle: str, algorithm: str | None, positions: list[int] | None, unload: bool) -> None:
+        """PUT …/{bundle}/split: the owner splits the bundle and owns both halves (or unloads them)."""
+        with self.lock:
+            self.check_bundle(bundle)
+            supported = self.config.supportedNamespaceBundleSplitAlgorithms
+            name = algorithm or self.config.defaultNamespaceBundleSplitAlgorithm
+            if algorithm and algorithm not in supported:
+                raise SimError(
+                    412,
+                    f"Unsupported namespace bundle split algorithm, supported algorithms are [{', '.join(supported)}]",
+                )
+            namespace, bundle_range = bundle_names.split_bundle_name(bundle)
+            if not bundle_range.can_split():
+                raise SimError(412, "Split bundle failed due to invalid request: bundle can't be split further")
+            _, per_topic = self.bundle_stats(bundle)
+            try:
+                if name == algorithms.RANGE_EQUALLY_DIVIDE:
+                    cuts = algorithms.range_equally_divide(bundle_range)
+                elif name == algorithms.TOPIC_COUNT_EQUALLY_DIVIDE:
+                    cuts = algorithms.topic_count_equally_divide(sorted(per_topic))
+                elif name == algorithms.SPECIFIED_POSITIONS_DIVIDE:
+                    cuts = algorithms.specified_positions_divide(bundle_range, sorted(per_topic), positions or [])
+                else:
+                    cuts = algorithms.flow_or_qps_equally_divide(
+                        per_topic,
+                        self.config.loadBalancerNamespaceBundleMaxMsgRate,
+                        self.config.loadBalancerNamespaceBundleMaxBandwidthMbytes,
+                        self.config.flowOrQpsDifferenceThresholdPercentage,
+                    )
+            except algorithms.SplitError as exc:
+                raise SimError(412, str(exc)) from None
+            cuts = [c for c in cuts if bundle_range.lower < c < bundle_range.upper]
+            if not cuts:
+                return  # no valid boundary: 204 and nothing changes
+            owner = self.ownership.get(bundle) or self.assign(bundle)  # an unowned bundle is assigned first
+            del self.ownership[bundle]
+            self.namespaces[namespace] = bundle_names.apply_split(self.namespaces[namespace], bundle_range, cuts)
+            edges = [bundle_range.lower, *sorted(cuts), bundle_range.upper]
+            for lower, upper in zip(edges, edges[1:]):
+                child = bundle_names.bundle_name(namespace, bundle_names.BundleRange(lower, upper))
+                self.ownership[child] = owner
+                if unload:
+                    self._release(child)
+
+    # ----------------------------------------------------------------------------- time and events
+
+    def advance(self, seconds: float) -> None:
+        """Run simulated time forward: events, reconnect lookups and periodic samples, in time order."""
+        with self.lock:
+            end = self.now_s + seconds
+            while True:
+                due = [b.next_sample_s for b in self.alive_brokers()]
+                due += list(self.pending_lookups.values())
+                due += [e.at_s for e in self.events[:1]]
+                due.append(self.next_shed_s)
+                next_t = min([t for t in due if t <= end], default=None)
+                if next_t is None:
+                    break
+                self.now_s = max(self.now_s, next_t)
+                while self.events and self.events[0].at_s <= self.now_s:
+                    self._apply_event(self.events.pop(0))
+                for bundle, t in sorted(self.pending_lookups.items()):
+                    if t <= self.now_s:
+                        self.assign(bundle)
+                sampled = False
+                for broker in self.alive_brokers():
+                    if broker.next_sample_s <= self.now_s:
+                        self._sample(broker)
+                        broker.next_sample_s += self.scenario.report_interval_s
+                        sampled = True
+                if sampled:
+                    self._leader_sample()
+                if self.next_shed_s <= self.now_s:
+                    self._builtin_cycle()
+                    self.next_shed_s += self.config.loadBalancerSheddingIntervalMinutes * 60
+            self.now_s = end
+
+    def _builtin_cycle(self) -> None:
+        """The leader's doLoadShedding and checkNamespaceBundleSplit, when Pulsar's own balancer is on."""
+        shedding = self.config.loadBalancerSheddingEnabled
+        splitting = self.config.loadBalancerAutoBundleSplitEnabled
+        if not (shedding or splitting) or self.leader is None:
+            return
+        plan, self.builtin_state = plan_cycle(self._leader_view(), self.config, self.builtin_state, self.rng)
+        for action in plan.actions:
+            if isinstance(action, Unload) and shedding and action.destination in self.active_ids():
+                self.unload(action.bundle, action.destination)
+                self.builtin_actions += 1
+            elif isinstance(action, Split) and splitting and action.bundle in self.ownership:
+                self.split(action.bundle, action.algorithm, list(action.boundaries) or None, action.unload)
+                self.builtin_actions += 1
+
+    def _apply_event(self, event) -> None:
+        if event.type == "add_broker":
+            self._sample(self._add_broker(event.spec))
+        elif event.type in ("crash_broker", "remove_broker"):
+            self._stop(self.by_name(event.broker))
+        elif event.type == "restart_broker":
+            broker = self.by_name(event.broker)
+            self._stop(broker)
+            self.events.append(
+                type(event)(at_s=self.now_s + event.interval_s, type="start_broker", broker=event.broker)
+            )
+            self.events.sort(key=lambda e: e.at_s)
+        elif event.type == "start_broker":
+            self._start(self.by_name(event.broker))
+        elif event.type == "rolling_restart":
+            names = sorted(b.name for b in self.alive_brokers())
+            for i, name in enumerate(names):
+                when = self.now_s + i * event.interval_s
+                self.events.append(
+                    type(event)(
+                        at_s=when, type="restart_broker", broker=name, interval_s=min(event.interval_s / 2, 60.0)
+                    )
+                )
+            self.events.sort(key=lambda e: e.at_s)
+        elif event.type == "traffic":
+            key = event.namespace or "*"
+            self.traffic_factor[key] = self.traffic_factor.get(key, 1.0) * event.factor
+
+    def _stop(self, broker: Broker) -> None:
+        broker.alive = False
+        if self.leader is None or broker.id == self.leader:
+            self.affinity.clear()  # the affinity map lives in the leader's memory
+        for bundle in self.owned_by(broker.id):
+            self._release(bundle)
+        self.preallocated.pop(broker.id, None)
+        self._view = None
+        for listener in self.listeners:
+            listener("removed", broker)
+
+    def _start(self, broker: Broker) -> None:
+        """A restarted broker comes back empty and reports at once; it gets load only from placement."""
+        broker.alive = True
+        broker.started_at_s = self.now_s
+        broker.next_sample_s = self.now_s
+        broker.stats_sample, broker.topic_sample = {}, {}
+        self._sample(broker)
+        broker.next_sample_s = self.now_s + self.scenario.report_interval_s
+        for listener in self.listeners:
+            listener("added", broker)
+
+    # ----------------------------------------------------------------------------- test & operator hooks
+
+    def crash(self, name: str) -> None:
+        with self.lock:
+            self._stop(self.by_name(name))
+
+    def add_broker(self, spec: BrokerSpec) -> str:
+        with self.lock:
+            broker = self._add_broker(spec)
+            self._sample(broker)
+            return broker.id

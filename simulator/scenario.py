@@ -1,0 +1,320 @@
+"""Scenario files (YAML or JSON): brokers, namespaces, topics, traffic patterns, events and duration.
+
+The schema is documented in the README ("Scenario files"); ``load_scenario`` validates a file and
+names the offending key on any error.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from simulator.traffic import Pattern
+
+EVENT_TYPES = ("add_broker", "crash_broker", "remove_broker", "restart_broker", "rolling_restart", "traffic")
+PLACEMENTS = ("LeastLongTermMessageRate", "random")
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be loaded; the message names the key."""
+
+
+@dataclass(frozen=True)
+class BrokerSpec:
+    name: str
+    cores: float = 8
+    nic_gbps: float = 10
+    heap_mib: float = 4096
+    direct_mib: float = 4096
+    cost_per_msg: float = 0.004  # CPU, percent of one core per msg/s (in + out)
+    cost_per_mib: float = 1.5  # CPU, percent of one core per MiB/s (in + out)
+    background_cpu: float = 0.05  # fraction of the broker's CPU used by other processes
+    jitter: float = 0.01  # relative noise on CPU usage per host sample
+
+
+@dataclass(frozen=True)
+class NamespaceSpec:
+    name: str
+    bundles: int = 4
+    topics: int = 16
+    partitions: int = 0  # >0: one partitioned topic per "topic", with this many partitions
+    rate: float = 100.0  # median publish rate per topic, msg/s
+    rate_spread: float = 0.0  # lognormal sigma of per-topic rates (0: all equal)
+    msg_size: int = 1024
+    fanout: float = 1.0  # msgRateOut = msgRateIn × fanout
+    producers: int = 1
+    consumers: int = 1
+    pattern: Pattern = field(default_factory=Pattern)
+    hot_topics: dict[str, float] = field(default_factory=dict)  # topic name → msg/s, added on top
+
+
+@dataclass(frozen=True)
+class EventSpec:
+    at_s: float
+    type: str
+    broker: str | None = None
+    spec: BrokerSpec | None = None
+    namespace: str | None = None
+    factor: float = 1.0
+    interval_s: float = 120.0
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    seed: int
+    cluster: str
+    duration_s: float
+    report_interval_s: float
+    shedding_interval_s: float
+    placement: str
+    brokers: tuple[BrokerSpec, ...]
+    namespaces: tuple[NamespaceSpec, ...]
+    initial_owners: dict[str, float]
+    events: tuple[EventSpec, ...]
+    config: dict[str, Any]
+
+
+def _check_keys(data: dict[str, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise ScenarioError(f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
+
+
+def _number(data: dict[str, Any], key: str, where: str, default: float, minimum: float = 0.0) -> float:
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < minimum:
+        raise ScenarioError(f"{where}.{key}: expected a number >= {minimum:g}, got {value!r}")
+    return float(value)
+
+
+def _pattern(data: Any, where: str) -> Pattern:
+    if data is None:
+        return Pattern()
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{where}: expected a mapping")
+    _check_keys(
+        data, {"type", "amplitude", "period_minutes", "phase", "factor", "start_minute", "duration_minutes"}, where
+    )
+    kind = data.get("type", "constant")
+    if kind not in Pattern.KINDS:
+        raise ScenarioError(f"{where}.type: {kind!r} is not one of {', '.join(Pattern.KINDS)}")
+    return Pattern(
+        kind=kind,
+        amplitude=_number(data, "amplitude", where, 0.0),
+        period_s=_number(data, "period_minutes", where, 1440.0, 0.001) * 60,
+        phase=_number(data, "phase", where, 0.0),
+        factor=_number(data, "factor", where, 1.0),
+        start_s=_number(data, "start_minute", where, 0.0) * 60,
+        duration_s=_number(data, "duration_minutes", where, 0.0) * 60,
+    )
+
+
+_BROKER_KEYS = {
+    "name",
+    "cores",
+    "nic_gbps",
+    "heap_mib",
+    "direct_mib",
+    "cost_per_msg",
+    "cost_per_mib",
+    "background_cpu",
+    "jitter",
+    "count",
+}
+
+
+def _broker(data: Any, where: str, name: str) -> BrokerSpec:
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{where}: expected a mapping")
+    _check_keys(data, _BROKER_KEYS, where)
+    defaults = BrokerSpec(name)
+    values = {k: _number(data, k, where, getattr(defaults, k)) for k in _BROKER_KEYS - {"name", "count"}}
+    for key in ("cores", "nic_gbps", "heap_mib", "direct_mib"):
+        if values[key] <= 0:
+            raise ScenarioError(f"{where}.{key}: must be > 0")
+    if values["background_cpu"] >= 1:
+        raise ScenarioError(f"{where}.background_cpu: must be a fraction below 1")
+    return BrokerSpec(name=name, **values)
+
+
+def _brokers(items: Any) -> list[BrokerSpec]:
+    if not isinstance(items, list) or not items:
+        raise ScenarioError("brokers: expected a non-empty list")
+    out: list[BrokerSpec] = []
+    for i, item in enumerate(items):
+        where = f"brokers[{i}]"
+        if not isinstance(item, dict):
+            raise ScenarioError(f"{where}: expected a mapping")
+        count = int(_number(item, "count", where, 1, 1))
+        for j in range(count):
+            if "name" not in item:
+                name = f"broker-{len(out)}"
+            else:
+                name = str(item["name"]) if count == 1 else f"{item['name']}-{j}"
+            out.append(_broker(item, where, name))
+    names = [b.name for b in out]
+    if len(set(names)) != len(names):
+        raise ScenarioError("brokers: broker names must be unique")
+    return out
+
+
+_NS_KEYS = {
+    "name",
+    "bundles",
+    "topics",
+    "partitions",
+    "rate",
+    "rate_spread",
+    "msg_size",
+    "fanout",
+    "producers",
+    "consumers",
+    "pattern",
+    "hot_topics",
+}
+
+
+def _namespace(data: Any, where: str) -> NamespaceSpec:
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{where}: expected a mapping")
+    _check_keys(data, _NS_KEYS, where)
+    name = data.get("name")
+    if not isinstance(name, str) or name.count("/") != 1 or not all(name.split("/")):
+        raise ScenarioError(f"{where}.name: expected 'tenant/namespace', got {name!r}")
+    hot = data.get("hot_topics", {}) or {}
+    if not isinstance(hot, dict) or not all(isinstance(v, int | float) and v >= 0 for v in hot.values()):
+        raise ScenarioError(f"{where}.hot_topics: expected a mapping of topic name to msg/s")
+    return NamespaceSpec(
+        name=name,
+        bundles=int(_number(data, "bundles", where, 4, 1)),
+        topics=int(_number(data, "topics", where, 16, 0)),
+        partitions=int(_number(data, "partitions", where, 0, 0)),
+        rate=_number(data, "rate", where, 100.0),
+        rate_spread=_number(data, "rate_spread", where, 0.0),
+        msg_size=int(_number(data, "msg_size", where, 1024, 1)),
+        fanout=_number(data, "fanout", where, 1.0),
+        producers=int(_number(data, "producers", where, 1)),
+        consumers=int(_number(data, "consumers", where, 1)),
+        pattern=_pattern(data.get("pattern"), f"{where}.pattern"),
+        hot_topics={str(k): float(v) for k, v in hot.items()},
+    )
+
+
+def _event(data: Any, where: str, broker_names: set[str]) -> EventSpec:
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{where}: expected a mapping")
+    _check_keys(data, {"at_minute", "type", "broker", "namespace", "factor", "interval_minutes", "spec"}, where)
+    kind = data.get("type")
+    if kind not in EVENT_TYPES:
+        raise ScenarioError(f"{where}.type: {kind!r} is not one of {', '.join(EVENT_TYPES)}")
+    broker = data.get("broker")
+    spec = None
+    if kind == "add_broker":
+        if not isinstance(broker, str):
+            raise ScenarioError(f"{where}.broker: add_broker needs the new broker's name")
+        spec = _broker(data.get("spec", {}), f"{where}.spec", broker)
+        broker_names.add(broker)
+    elif kind in ("crash_broker", "remove_broker", "restart_broker") and broker not in broker_names:
+        raise ScenarioError(f"{where}.broker: unknown broker {broker!r}")
+    return EventSpec(
+        at_s=_number(data, "at_minute", where, 0.0) * 60,
+        type=kind,
+        broker=broker,
+        spec=spec,
+        namespace=data.get("namespace"),
+        factor=_number(data, "factor", where, 1.0),
+        interval_s=_number(data, "interval_minutes", where, 2.0) * 60,
+    )
+
+
+_TOP_KEYS = {
+    "name",
+    "description",
+    "seed",
+    "cluster",
+    "duration_minutes",
+    "report_interval_seconds",
+    "shedding_interval_minutes",
+    "placement",
+    "brokers",
+    "namespaces",
+    "initial_owners",
+    "events",
+    "config",
+}
+
+
+def parse_scenario(data: Any, default_name: str = "scenario") -> Scenario:
+    if not isinstance(data, dict):
+        raise ScenarioError("scenario: expected a mapping at the top level")
+    _check_keys(data, _TOP_KEYS, "scenario")
+    brokers = _brokers(data.get("brokers"))
+    names = {b.name for b in brokers}
+    namespaces_raw = data.get("namespaces")
+    if not isinstance(namespaces_raw, list) or not namespaces_raw:
+        raise ScenarioError("namespaces: expected a non-empty list")
+    namespaces = [_namespace(ns, f"namespaces[{i}]") for i, ns in enumerate(namespaces_raw)]
+    owners_raw = data.get("initial_owners", {}) or {}
+    if not isinstance(owners_raw, dict):
+        raise ScenarioError("initial_owners: expected a mapping of broker names (or glob patterns) to weights")
+    owners: dict[str, float] = {}
+    for pattern, weight in owners_raw.items():
+        matched = fnmatch.filter(sorted(names), str(pattern))
+        if not matched:
+            raise ScenarioError(f"initial_owners: {pattern!r} matches no broker")
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or weight < 0:
+            raise ScenarioError(f"initial_owners.{pattern}: expected a weight >= 0, got {weight!r}")
+        owners.update({name: float(weight) for name in matched})
+    events = [_event(e, f"events[{i}]", names) for i, e in enumerate(data.get("events", []) or [])]
+    placement = data.get("placement", "LeastLongTermMessageRate")
+    if placement not in PLACEMENTS:
+        raise ScenarioError(f"placement: {placement!r} is not one of {', '.join(PLACEMENTS)}")
+    config = data.get("config", {}) or {}
+    if not isinstance(config, dict):
+        raise ScenarioError("config: expected a mapping of Pulsar settings")
+    return Scenario(
+        name=str(data.get("name", default_name)),
+        description=str(data.get("description", "")),
+        seed=int(_number(data, "seed", "scenario", 1)),
+        cluster=str(data.get("cluster", "sim")),
+        duration_s=_number(data, "duration_minutes", "scenario", 60, 1) * 60,
+        report_interval_s=_number(data, "report_interval_seconds", "scenario", 60, 1),
+        shedding_interval_s=_number(data, "shedding_interval_minutes", "scenario", 1, 0.1) * 60,
+        placement=placement,
+        brokers=tuple(brokers),
+        namespaces=tuple(namespaces),
+        initial_owners=owners,
+        events=tuple(sorted(events, key=lambda e: e.at_s)),
+        config=dict(config),
+    )
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """A scenario file by path, or a shipped one by name (``rolling-restart``)."""
+    candidate = Path(path)
+    if not candidate.exists() and not candidate.suffix:
+        shipped = resources.files("simulator") / "scenarios" / f"{path}.yaml"
+        if shipped.is_file():
+            return parse_scenario(yaml.safe_load(shipped.read_text()), str(path))
+    try:
+        text = candidate.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(f"cannot read scenario {str(path)!r}: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(text) if candidate.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise ScenarioError(f"scenario {str(path)!r} cannot be parsed: {str(exc).splitlines()[0]}") from None
+    return parse_scenario(data, candidate.stem)
+
+
+def shipped_scenarios() -> list[str]:
+    folder = resources.files("simulator") / "scenarios"
+    return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
