@@ -10,6 +10,7 @@ Thread-safe: the HTTP servers call in from their threads; every public method ta
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import threading
@@ -517,7 +518,7 @@ class SimulatedCluster:
             del self.ownership[bundle]
             self.namespaces[namespace] = bundle_names.apply_split(self.namespaces[namespace], bundle_range, cuts)
             edges = [bundle_range.lower, *sorted(cuts), bundle_range.upper]
-            for lower, upper in zip(edges, edges[1:]):
+            for lower, upper in itertools.pairwise(edges):
                 child = bundle_names.bundle_name(namespace, bundle_names.BundleRange(lower, upper))
                 self.ownership[child] = owner
                 if unload:

@@ -393,7 +393,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if not isinstance(positions, list) or not all(isinstance(p, int) for p in positions):
                     raise ValueError
             except ValueError:
-                raise SimError(412, "Split bundle failed due to invalid request: positions must be a list of longs")
+                raise SimError(412, "Split bundle failed due to invalid request: positions must be longs") from None
         if algorithm == "specified_positions_divide" and not positions:
             raise SimError(412, "splitBoundaries must not be empty")
         owner = self.cluster.owner_of(bundle) or self.cluster.assign(bundle)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
@@ -55,7 +56,7 @@ class RunMetrics:
         times: dict[str, list[float]] = {}
         for t, bundle, _, _ in cluster.moves:
             times.setdefault(bundle, []).append(t)
-        return sum(1 for ts in times.values() if any(b - a <= window_s for a, b in zip(ts, ts[1:])))
+        return sum(1 for ts in times.values() if any(b - a <= window_s for a, b in itertools.pairwise(ts)))
 
     def broker_cycles_overloaded(self) -> int:
         return sum(s.overloaded for s in self.samples)
