@@ -61,9 +61,11 @@ class Request:
 class SimulatedPulsar:
     """Serves a SimulatedCluster: starts a listener per broker, and one for each broker added later."""
 
-    def __init__(self, cluster: SimulatedCluster, token: str | None = None) -> None:
+    def __init__(self, cluster: SimulatedCluster, token: str | None = None, user_token: str | None = None) -> None:
+        """``token``: the super-user's; ``user_token``: a valid token of a role without super-user rights."""
         self.cluster = cluster
         self.token = token
+        self.user_token = user_token
         self.servers: dict[str, ThreadingHTTPServer] = {}
         self._closing: dict[str, threading.Thread] = {}
         self.requests: list[Request] = []
@@ -215,6 +217,8 @@ class _Handler(BaseHTTPRequestHandler):
             return Response(200, "OK")
         if self.pulsar.token is not None:
             auth = self.headers.get("Authorization", "")
+            if self.pulsar.user_token is not None and auth == f"Bearer {self.pulsar.user_token}":
+                return Response(401, {"reason": "This operation requires super-user access"})
             if auth != f"Bearer {self.pulsar.token}":
                 html = "<html><body><h2>HTTP ERROR 401 Authentication required</h2></body></html>"
                 return Response(401, html, content_type="text/html")
@@ -488,7 +492,8 @@ def serve(
     cluster_factory: Callable[[Callable[[str], str]], SimulatedCluster],
     first_port: int | None = None,
     token: str | None = None,
+    user_token: str | None = None,
 ) -> SimulatedPulsar:
     """Build a cluster whose brokers get free loopback ports, and serve it."""
     cluster = cluster_factory(SimulatedPulsar.port_allocator(first_port))
-    return SimulatedPulsar(cluster, token)
+    return SimulatedPulsar(cluster, token, user_token)

@@ -1,0 +1,63 @@
+"""``operator demo`` and ``operator simulate`` as a user runs them."""
+
+import io
+import re
+import socket
+import subprocess
+import sys
+import threading
+
+import requests
+from pulsar_lb_operator import demo
+
+
+def test_demo_converges_over_http():
+    out = io.StringIO()
+    assert demo.run_demo("demo", out=out) == 0
+    text = out.getvalue()
+    first, last = re.search(r"Spread (\d+) → (\d+) points", text).groups()
+    assert int(first) > 60 and int(last) < int(first) / 2
+    assert "(HTTP 204)" in text and "broker-0 → broker-3" in text
+
+
+def test_demo_console_script_exits_by_itself():
+    result = subprocess.run(["operator", "demo", "--minutes", "3"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "cycle" in result.stdout and "Spread" in result.stdout
+
+
+def test_simulate_serves_on_the_requested_port_until_stopped():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    stop = threading.Event()
+    served = {}
+    out = io.StringIO()
+    thread = threading.Thread(
+        target=demo.run_simulator,
+        args=("scale-out", port, 600.0, None, stop, lambda s: served.setdefault("sim", s), out),
+    )
+    thread.start()
+    try:
+        for _ in range(100):
+            if "sim" in served:
+                break
+            threading.Event().wait(0.05)
+        brokers = requests.get(f"http://127.0.0.1:{port}/admin/v2/brokers/sim", timeout=5).json()
+        assert f"127.0.0.1:{port}" in brokers and len(brokers) == 3
+        threading.Event().wait(0.5)  # 600× real time: about five simulated minutes
+        assert served["sim"].cluster.now_s > 60
+    finally:
+        stop.set()
+        thread.join(10)
+    assert f"admin URL http://127.0.0.1:{port}" in out.getvalue()
+
+
+def test_simulate_rejects_an_unknown_scenario():
+    result = subprocess.run(
+        [sys.executable, "-m", "pulsar_lb_operator.cli", "simulate", "no-such-scenario"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2 and "cannot read scenario 'no-such-scenario'" in result.stderr
