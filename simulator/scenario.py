@@ -266,7 +266,8 @@ def parse_scenario(data: Any, default_name: str = "scenario") -> Scenario:
     if not isinstance(owners_raw, dict):
         raise ScenarioError("initial_owners: expected a mapping of broker names (or glob patterns) to weights")
     owners: dict[str, float] = {}
-    for pattern, weight in owners_raw.items():
+    # glob patterns first, so a broker named exactly keeps its own weight
+    for pattern, weight in sorted(owners_raw.items(), key=lambda kv: not any(c in str(kv[0]) for c in "*?[")):
         matched = fnmatch.filter(sorted(names), str(pattern))
         if not matched:
             raise ScenarioError(f"initial_owners: {pattern!r} matches no broker")

@@ -143,3 +143,20 @@ def test_scenario_files_are_validated(tmp_path):
     (tmp_path / "broken.yaml").write_text("brokers: [\n")
     with pytest.raises(ScenarioError, match="cannot be parsed"):
         load_scenario(tmp_path / "broken.yaml")
+
+
+def test_the_readme_scenario_example_parses_as_documented():
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = re.search(r"```yaml\n(name: my-cluster.*?)```", readme, re.S).group(1)
+    scenario = parse_scenario(yaml.safe_load(block))
+    assert [b.name for b in scenario.brokers] == ["broker-0", "broker-1", "broker-2", "broker-3"]
+    assert scenario.initial_owners == {"broker-0": 3.0, "broker-1": 1.0, "broker-2": 1.0, "broker-3": 1.0}
+    assert scenario.namespaces[0].pattern.kind == "daily" and scenario.namespaces[0].hot_topics == {"payments": 5000}
+    sim = SimulatedCluster(scenario)
+    sim.advance(25 * 60)  # through the add, the rolling restart and the traffic change
+    assert "broker-9" in {b.name for b in sim.alive_brokers()}
