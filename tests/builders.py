@@ -183,3 +183,11 @@ def cli_shedder(workdir: Path, name: str, snap: ClusterSnapshot, config: Any = N
     return SimpleNamespace(
         unloads=unloads, notes=tuple(plan["notes"]), state=StrategyState.from_json(json.loads(state_file.read_text()))
     )
+
+
+def operator_script() -> str:
+    """The installed ``operator`` console script of the interpreter running the tests."""
+    import shutil
+    import sys
+
+    return shutil.which("operator", path=str(Path(sys.executable).parent)) or "operator"

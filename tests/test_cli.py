@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pulsar_lb_operator import cli
 
-from tests.builders import broker_report, snapshot_doc, stats
+from tests.builders import broker_report, operator_script, snapshot_doc, stats
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "unbalanced-after-restart.json"
@@ -41,7 +41,7 @@ def test_stdlib_operator_still_works_from_the_repo_root_and_installed():
 def test_console_script_runs_the_example_as_json():
     result = subprocess.run(
         [
-            "operator",
+            operator_script(),
             "rebalance",
             "--snapshot",
             str(EXAMPLE),

@@ -10,6 +10,8 @@ import threading
 import requests
 from pulsar_lb_operator import demo
 
+from tests.builders import operator_script
+
 
 def test_demo_converges_over_http():
     out = io.StringIO()
@@ -21,7 +23,7 @@ def test_demo_converges_over_http():
 
 
 def test_demo_console_script_exits_by_itself():
-    result = subprocess.run(["operator", "demo", "--minutes", "3"], capture_output=True, text=True, timeout=120)
+    result = subprocess.run([operator_script(), "demo", "--minutes", "3"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "cycle" in result.stdout and "Spread" in result.stdout
 
