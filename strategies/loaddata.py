@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from strategies import bundles as bundle_names
-from strategies.snapshots import BundleStats, ClusterSnapshot
+from strategies.snapshots import BundleStats, ClusterSnapshot, MessageTotals
 
 NUM_SHORT_SAMPLES = 10
 NUM_LONG_SAMPLES = 1000
@@ -24,7 +24,7 @@ DEFAULT_MSG_THROUGHPUT = 50_000.0
 
 
 @dataclass(frozen=True)
-class MessageAverage:
+class MessageAverage(MessageTotals):
     """TimeAverageMessageData: exact mean until ``max_samples``, then an EMA with weight 1/max."""
 
     max_samples: int
@@ -48,14 +48,6 @@ class MessageAverage:
             avg(self.msgThroughputIn, stats.msgThroughputIn),
             avg(self.msgThroughputOut, stats.msgThroughputOut),
         )
-
-    @property
-    def msg_rate(self) -> float:
-        return self.msgRateIn + self.msgRateOut
-
-    @property
-    def msg_throughput(self) -> float:
-        return self.msgThroughputIn + self.msgThroughputOut
 
     def to_json(self) -> list[float]:
         return [self.num_samples, self.msgRateIn, self.msgRateOut, self.msgThroughputIn, self.msgThroughputOut]

@@ -42,8 +42,25 @@ class ResourceUsage:
         return _float32(_float32(_float32(self.usage) / _float32(self.limit)) * 100)
 
 
+class MessageTotals:
+    """msg rate and throughput in + out, for anything with Pulsar's four message fields."""
+
+    msgRateIn: float
+    msgRateOut: float
+    msgThroughputIn: float
+    msgThroughputOut: float
+
+    @property
+    def msg_rate(self) -> float:
+        return self.msgRateIn + self.msgRateOut
+
+    @property
+    def msg_throughput(self) -> float:
+        return self.msgThroughputIn + self.msgThroughputOut
+
+
 @dataclass(frozen=True)
-class BundleStats:
+class BundleStats(MessageTotals):
     """NamespaceBundleStats: what the owning broker reports for one bundle."""
 
     msgRateIn: float = 0.0
@@ -54,14 +71,6 @@ class BundleStats:
     producerCount: int = 0
     topics: int = 0
     cacheSize: int = 0
-
-    @property
-    def msg_rate(self) -> float:
-        return self.msgRateIn + self.msgRateOut
-
-    @property
-    def msg_throughput(self) -> float:
-        return self.msgThroughputIn + self.msgThroughputOut
 
 
 @dataclass(frozen=True)
@@ -74,7 +83,7 @@ class ResourceWeights:
 
 
 @dataclass(frozen=True)
-class BrokerLoad:
+class BrokerLoad(MessageTotals):
     """One broker's LocalBrokerData."""
 
     broker: str
@@ -92,14 +101,6 @@ class BrokerLoad:
     bundles: frozenset[str]
     webServiceUrl: str | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
-
-    @property
-    def msg_rate(self) -> float:
-        return self.msgRateIn + self.msgRateOut
-
-    @property
-    def msg_throughput(self) -> float:
-        return self.msgThroughputIn + self.msgThroughputOut
 
     def max_resource_usage(self) -> float:
         """Unweighted max over all five resources, as a fraction (LocalBrokerData.getMaxResourceUsage)."""
@@ -123,7 +124,7 @@ class BrokerLoad:
 
 
 @dataclass(frozen=True)
-class TopicStats:
+class TopicStats(MessageTotals):
     msgRateIn: float = 0.0
     msgRateOut: float = 0.0
     msgThroughputIn: float = 0.0

@@ -58,8 +58,8 @@ def flow_or_qps_equally_divide(
         return []
     points: dict[int, tuple[float, float]] = {}
     for topic, stats in sorted(topic_stats.items()):
-        rate = stats.msgRateIn + stats.msgRateOut
-        thr = stats.msgThroughputIn + stats.msgThroughputOut
+        rate = stats.msg_rate
+        thr = stats.msg_throughput
         if rate > 0 or thr > 0:
             points[bundle_names.topic_hash(topic)] = (rate, thr)  # a hash collision overwrites, as in Pulsar
     return flow_or_qps_positions(points, max_msg_rate, max_bandwidth_mbytes, difference_threshold_percentage)
