@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from pulsar_lb_operator import files, render
-
 from simulator.scenario import ScenarioError, shipped_scenarios
 from strategies import (
     PLACEMENT,

@@ -143,7 +143,6 @@ def cli_shedder(workdir: Path, name: str, snap: ClusterSnapshot, config: Any = N
     from types import SimpleNamespace
 
     from pulsar_lb_operator import cli
-
     from strategies import LoadBalancerConfig, StrategyState, Unload
 
     workdir.mkdir(parents=True, exist_ok=True)

@@ -9,8 +9,8 @@ import zlib
 from pathlib import Path
 
 import pytest
-from pulsar_lb_operator import cli
 
+from pulsar_lb_operator import cli
 from tests.builders import broker_report, operator_script, snapshot_doc, stats
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -8,8 +8,8 @@ import sys
 import threading
 
 import requests
-from pulsar_lb_operator import demo
 
+from pulsar_lb_operator import demo
 from tests.builders import operator_script
 
 

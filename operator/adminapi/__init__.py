@@ -1,0 +1,28 @@
+"""A thin client for Pulsar's admin REST API (shared/reference/pulsar-admin-api.md §1)."""
+
+from pulsar_lb_operator.adminapi.client import AdminClient, Timeouts
+from pulsar_lb_operator.adminapi.errors import (
+    AdminError,
+    BadResponse,
+    Conflict,
+    NotFound,
+    PreconditionFailed,
+    RedirectError,
+    ServerError,
+    TransportError,
+    Unauthorized,
+)
+
+__all__ = [
+    "AdminClient",
+    "AdminError",
+    "BadResponse",
+    "Conflict",
+    "NotFound",
+    "PreconditionFailed",
+    "RedirectError",
+    "ServerError",
+    "Timeouts",
+    "TransportError",
+    "Unauthorized",
+]

@@ -1,0 +1,149 @@
+"""The admin client's edge cases with ``responses``, and its redirect/auth behaviour on the simulator."""
+
+import pytest
+import requests
+import responses
+
+from pulsar_lb_operator.adminapi import (
+    AdminClient,
+    BadResponse,
+    Conflict,
+    NotFound,
+    PreconditionFailed,
+    RedirectError,
+    ServerError,
+    TransportError,
+    Unauthorized,
+)
+
+A = "http://broker-a:8080"
+B = "http://broker-b:8080"
+C = "http://broker-c:8080"
+
+
+def client(**kwargs):
+    return AdminClient(A, token="s3cr3t-value", **{"retries": 3, **kwargs})
+
+
+@responses.activate
+@pytest.mark.parametrize(
+    "status, body, cls, reason",
+    [
+        (401, "<html>HTTP ERROR 401 Authentication required</html>", Unauthorized, "HTTP 401: <html>HTTP ERROR 401"),
+        (403, {"reason": "Need to authenticate to perform the request"}, Unauthorized, "Need to authenticate"),
+        (404, {"reason": "Namespace does not exist"}, NotFound, "Namespace does not exist"),
+        (409, {"reason": "Not allowed unload namespace bundle to inactive destination broker"}, Conflict, "inactive"),
+        (412, {"reason": "Invalid bundle range"}, PreconditionFailed, "Invalid bundle range"),
+        (
+            500,
+            "--- An unexpected error occurred in the server ---\njava.lang.NullPointerException",
+            ServerError,
+            "HTTP 500: --- An unexpected error occurred in the server --- java.lang.NullPointerException",
+        ),
+        (500, {"reason": "Failed to unload"}, ServerError, "Failed to unload"),
+    ],
+)
+def test_status_errors_are_typed_and_carry_the_reason(status, body, cls, reason):
+    kwargs = {"json": body} if isinstance(body, dict) else {"body": body}
+    responses.put(f"{A}/admin/v2/namespaces/t/ns/0x0_0x1/unload", status=status, **kwargs)
+    with pytest.raises(cls) as caught:
+        client().unload("t/ns/0x0_0x1")
+    assert caught.value.status == status and reason in caught.value.reason
+    assert len(responses.calls) == 1  # a PUT is never retried by the transport
+
+
+@responses.activate
+def test_a_307_chain_across_hosts_keeps_method_body_and_token():
+    responses.put(
+        f"{A}/admin/v2/namespaces/t/ns/0x0_0x1/split",
+        status=307,
+        headers={"Location": f"{B}/admin/v2/namespaces/t/ns/0x0_0x1/split?unload=true&x=1"},
+    )
+    responses.put(
+        f"{B}/admin/v2/namespaces/t/ns/0x0_0x1/split",
+        status=307,
+        headers={"Location": f"{C}/admin/v2/namespaces/t/ns/0x0_0x1/split?unload=true&x=2"},
+    )
+    responses.put(f"{C}/admin/v2/namespaces/t/ns/0x0_0x1/split", status=204)
+    client().split("t/ns/0x0_0x1", "specified_positions_divide", [5], unload=True)
+    assert [c.request.method for c in responses.calls] == ["PUT", "PUT", "PUT"]
+    assert all(c.request.headers["Authorization"] == "Bearer s3cr3t-value" for c in responses.calls)
+    assert all(c.request.body == "[5]" for c in responses.calls)
+
+
+@responses.activate
+def test_redirect_loop_and_too_many_hops():
+    responses.get(
+        f"{A}/admin/v2/brokers/leaderBroker", status=307, headers={"Location": f"{B}/admin/v2/brokers/leaderBroker"}
+    )
+    responses.get(
+        f"{B}/admin/v2/brokers/leaderBroker", status=307, headers={"Location": f"{A}/admin/v2/brokers/leaderBroker"}
+    )
+    with pytest.raises(RedirectError, match="loop"):
+        client(retries=1).leader()
+    responses.reset()
+    for i in range(12):
+        responses.get(f"http://h{i}:8080/x", status=307, headers={"Location": f"http://h{i + 1}:8080/x"})
+    with pytest.raises(RedirectError, match="more than 8 redirects"):
+        AdminClient("http://h0:8080", retries=1).get_json("/x")
+
+
+@responses.activate
+def test_get_retries_5xx_then_succeeds_and_gives_up_after_the_limit():
+    url = f"{A}/admin/v2/clusters"
+    responses.get(url, status=503)
+    responses.get(url, status=500, body="boom")
+    responses.get(url, json=["standalone"])
+    assert client().clusters() == ["standalone"] and len(responses.calls) == 3
+    responses.reset()
+    responses.get(url, status=500, json={"reason": "still down"})
+    with pytest.raises(ServerError, match="still down"):
+        client().clusters()
+    assert len(responses.calls) == 3
+
+
+@responses.activate
+def test_timeouts_and_connection_errors_become_transport_errors():
+    responses.get(f"{A}/admin/v2/clusters", body=requests.ConnectTimeout("slow"))
+    with pytest.raises(TransportError, match="timed out"):
+        client(retries=1).clusters()
+    responses.get(f"{B}/admin/v2/broker-stats/load-report", body=requests.ConnectionError("refused"))
+    with pytest.raises(TransportError, match="cannot reach"):
+        client(retries=1).load_report("broker-b:8080")
+
+
+@responses.activate
+def test_garbage_json_and_wrong_shapes_are_bad_responses():
+    responses.get(f"{B}/admin/v2/broker-stats/load-report", body="{not json", content_type="application/json")
+    with pytest.raises(BadResponse, match="not JSON"):
+        client().load_report("broker-b:8080")
+    responses.get(f"{A}/admin/v2/brokers/c1", json={"brokers": []})
+    with pytest.raises(BadResponse, match="list of strings"):
+        client().active_brokers("c1")
+
+
+def test_the_token_never_shows_in_repr():
+    assert "s3cr3t" not in repr(client()) and "***" in repr(client())
+
+
+def test_end_to_end_unload_through_leader_and_owner_with_token():
+    """Real HTTP: unload with a destination from a non-leader broker; every hop must carry the token."""
+    from simulator.cluster import SimulatedCluster
+    from simulator.http import serve
+    from simulator.scenario import parse_scenario
+    from tests.simulator.conftest import SMALL
+
+    with serve(lambda alloc: SimulatedCluster(parse_scenario(SMALL), alloc), token="s3cret") as sim:
+        entry = sim.url_of("broker-2")  # not the leader, not the owner
+        admin = AdminClient(entry, token="s3cret")
+        bundle = sim.cluster.owned_by(sim.cluster.by_name("broker-1").id)[0]
+        dest = sim.cluster.by_name("broker-2").id
+        admin.unload(bundle, dest)
+        hops = [(r.broker, r.status) for r in sim.requests if r.method == "PUT"]
+        assert [s for _, s in hops] == [307, 307, 204]
+        sim.cluster.advance(5)
+        assert sim.cluster.owner_of(bundle) == dest
+        with pytest.raises(Unauthorized):
+            AdminClient(entry, token="wrong", retries=1).clusters()
+        with pytest.raises(Conflict, match="inactive destination"):
+            admin.unload(bundle, "127.0.0.1:1")
