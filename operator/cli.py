@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from pulsar_lb_operator import files, render
+from pulsar_lb_operator import files, logs, render
 from simulator.scenario import ScenarioError, shipped_scenarios
 from strategies import (
     PLACEMENT,
@@ -145,6 +146,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    logs.configure(os.environ.get("PULSAR_LB_LOG_LEVEL", "warning"), os.environ.get("PULSAR_LB_LOG_JSON") == "1")
     try:
         args = parser.parse_args(argv)
         return {"rebalance": cmd_rebalance, "demo": cmd_demo, "simulate": cmd_simulate}[args.command](args)

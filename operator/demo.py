@@ -1,8 +1,8 @@
 """``operator demo`` and ``operator simulate``: a simulated Pulsar cluster on loopback.
 
-The demo serves an unbalanced cluster, and each shedding interval reads every broker's load report
-over HTTP, plans a cycle and sends the unloads (with their destination) and splits to the admin API,
-printing broker usage as it converges. Simulated time runs in steps, so a run of many minutes takes
+The demo serves an unbalanced cluster and runs the operator's own cycle against it over HTTP (admin
+client → collector → planner → executor with its safety rails), printing broker usage as it converges
+and what became of every action. Simulated time runs in steps, so a run of many minutes takes
 seconds and is the same on every machine.
 """
 
@@ -14,47 +14,18 @@ import threading
 import time
 from collections.abc import Callable
 from typing import TextIO
-from urllib.parse import quote
 
-import requests
-
+from pulsar_lb_operator.adminapi import AdminClient
+from pulsar_lb_operator.cycle import OperatorState, run_cycle
+from pulsar_lb_operator.executor import Executor, Outcome, Safety
 from simulator.cluster import SimulatedCluster
 from simulator.http import SimulatedPulsar, serve
 from simulator.metrics import RunMetrics
 from simulator.scenario import load_scenario
-from strategies import LoadBalancerConfig, Split, StrategyState, Unload, parse_snapshot, plan_cycle
-from strategies.plans import Plan
-from strategies.snapshots import SNAPSHOT_FORMAT
+from strategies import LoadBalancerConfig, Split
 
-TIMEOUT = (5, 70)  # connect, read: an unload may take up to namespaceBundleUnloadingTimeoutMs (60 s)
 CONVERGED_SPREAD = 10.0  # points of usage between the busiest and the idlest broker
 CONVERGED_CYCLES = 3
-
-
-def collect(admin_url: str, cluster: str, session: requests.Session) -> dict:
-    """A pulsar-lb-snapshot/1 document read from the admin API, one load report per broker."""
-    brokers = session.get(f"{admin_url}/admin/v2/brokers/{cluster}", timeout=TIMEOUT).json()
-    reports = {b: session.get(f"http://{b}/admin/v2/broker-stats/load-report", timeout=TIMEOUT).json() for b in brokers}
-    taken_at = max((r["lastUpdate"] for r in reports.values()), default=0)
-    return {"format": SNAPSHOT_FORMAT, "cluster": cluster, "takenAt": taken_at, "brokers": reports}
-
-
-def apply(admin_url: str, plan: Plan, session: requests.Session) -> list[str]:
-    """Send each action to the admin API; returns one line per action with its HTTP status."""
-    lines = []
-    for action in plan.actions:
-        namespace, _, bundle_range = action.bundle.rpartition("/")
-        base = f"{admin_url}/admin/v2/namespaces/{namespace}/{bundle_range}"
-        if isinstance(action, Unload):
-            url = f"{base}/unload" + (f"?destinationBroker={quote(action.destination)}" if action.destination else "")
-            status = session.put(url, timeout=TIMEOUT).status_code
-        elif isinstance(action, Split):
-            query = f"?unload={str(action.unload).lower()}&splitAlgorithmName={action.algorithm}"
-            status = session.put(
-                f"{base}/split{query}", json=list(action.boundaries) or None, timeout=TIMEOUT
-            ).status_code
-        lines.append((action, status))
-    return lines
 
 
 def _row(values: list[str], widths: list[int]) -> str:
@@ -74,14 +45,21 @@ def run_demo(
     sim = serve(lambda allocate: SimulatedCluster(scenario, allocate))
     cluster = sim.cluster
     metrics = RunMetrics()
-    state = StrategyState()
+    state = OperatorState()
     rng = random.Random(seed)
-    session = requests.Session()
+    client = AdminClient(sim.admin_url)
+    sim_clock = lambda: cluster.now_ms / 1000  # noqa: E731 - the executor runs on simulated time
+    safety = Safety(dry_run=False, cooldown_minutes=config.loadBalancerSheddingGracePeriodMinutes)
+    executor = Executor(client, scenario.cluster, safety, clock=sim_clock, sleep=lambda _s: None)
     names = {b.id: b.name for b in cluster.brokers.values()}
     interval_s = config.loadBalancerSheddingIntervalMinutes * 60
     total_s = (minutes or scenario.duration_s / 60) * 60
     shown = sorted(names.values())
     widths = [6, 6] + [max(len(n), 6) for n in shown] + [6, 7]
+
+    def name(broker_id: str | None) -> str:
+        return names.get(broker_id or "", str(broker_id))
+
     try:
         print(
             f"Simulated Pulsar cluster {scenario.cluster!r} on {sim.admin_url} ({len(names)} brokers): "
@@ -90,35 +68,37 @@ def run_demo(
         )
         print(
             f"Operator: shedding {strategy or config.loadBalancerLoadSheddingStrategy}, one cycle every "
-            f"{interval_s / 60:g} simulated minute(s); usage = weighted max resource usage, true value.\n",
+            f"{interval_s / 60:g} simulated minute(s), at most {safety.max_unloads_per_cycle} unloads per cycle "
+            f"and {safety.max_unloads_per_broker} per broker; usage = weighted max resource usage, true value.\n",
             file=out,
         )
-        print(_row(["cycle", "time", *shown, "spread", "actions"], widths), file=out)
+        print(_row(["cycle", "time", *shown, "spread", "moves"], widths), file=out)
         calm = 0
         cycle = 0
         while cluster.now_s < total_s:
             cycle += 1
-            snapshot = parse_snapshot(collect(sim.admin_url, scenario.cluster, session))
-            plan, state = plan_cycle(snapshot, config, state, rng, shedding=strategy, placement=placement)
-            results = apply(sim.admin_url, plan, session)
+            result = run_cycle(
+                client, scenario.cluster, config, executor, state, rng, strategy, placement, now_ms=cluster.now_ms
+            )
+            state = result.state
             cluster.advance(interval_s)
             sample = metrics.record(cluster)
-            for name in sample.usage:
-                if name not in shown:
-                    shown.append(name)
-                    widths.insert(-2, max(len(name), 6))
+            for broker_name in sample.usage:
+                if broker_name not in shown:
+                    shown.append(broker_name)
+                    widths.insert(-2, max(len(broker_name), 6))
             usage = [f"{sample.usage[n]:.0f}%" if n in sample.usage else "down" for n in shown]
             clock = f"{int(cluster.now_s // 60):02d}:{int(cluster.now_s % 60):02d}"
-            print(_row([str(cycle), clock, *usage, f"{sample.spread:.0f}", str(len(results))], widths), file=out)
-            for action, status in results:
-                if isinstance(action, Unload):
-                    print(
-                        f"        unload {action.bundle}  {names.get(action.source, action.source)} → "
-                        f"{names.get(action.destination, action.destination)}  (HTTP {status})",
-                        file=out,
-                    )
-                else:
-                    print(f"        split  {action.bundle} by {action.algorithm}  (HTTP {status})", file=out)
+            moved = sum(1 for r in result.records if r.outcome is Outcome.EXECUTED)
+            print(_row([str(cycle), clock, *usage, f"{sample.spread:.0f}", str(moved)], widths), file=out)
+            for record in (*result.verifications, *result.records):
+                action = record.action
+                what = (
+                    f"split  {action.bundle} by {action.algorithm}"
+                    if isinstance(action, Split)
+                    else (f"unload {action.bundle}  {name(action.source)} → {name(action.destination)}")
+                )
+                print(f"        {what}: {record.outcome.value} ({record.detail})", file=out)
             calm = calm + 1 if sample.spread < CONVERGED_SPREAD else 0
             if calm >= CONVERGED_CYCLES and minutes is None:
                 break
@@ -132,7 +112,7 @@ def run_demo(
         )
         return 0
     finally:
-        session.close()
+        client.close()
         sim.stop()
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
+from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 from simulator.cluster import Broker, SimError, SimulatedCluster
 from strategies.bundles import format_boundary, split_bundle_name
@@ -239,7 +239,7 @@ class _Handler(BaseHTTPRequestHandler):
         return self.pulsar.cluster
 
     def _redirect(self, broker_id: str, path: str, query: dict[str, list[str]]) -> Response:
-        location = f"{self.cluster.brokers[broker_id].web_url}{quote(path)}"
+        location = f"{self.cluster.brokers[broker_id].web_url}{path}"  # the path as received, still encoded
         if query:
             location += "?" + urlencode(query, doseq=True)
         return Response(307, None, headers={"Location": location})

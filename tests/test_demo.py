@@ -18,8 +18,10 @@ def test_demo_converges_over_http():
     assert demo.run_demo("demo", out=out) == 0
     text = out.getvalue()
     first, last = re.search(r"Spread (\d+) → (\d+) points", text).groups()
-    assert int(first) > 60 and int(last) < int(first) / 2
-    assert "(HTTP 204)" in text and "broker-0 → broker-3" in text
+    assert int(first) > 60 and int(last) < 10  # converged: the demo stops after 3 calm cycles
+    assert "broker-0 → broker-3: executed (accepted)" in text
+    assert "moved_as_planned" in text and "not_moved" not in text and "failed" not in text
+    assert "skipped (max unloads per broker (5) reached" in text  # the safety rail held some back
 
 
 def test_demo_console_script_exits_by_itself():

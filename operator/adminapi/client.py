@@ -148,7 +148,7 @@ class AdminClient:
         return self.get_json("/admin/v2/broker-stats/topics", base=self.broker_url(broker_id))
 
     def owned_bundles(self, cluster: str, broker_id: str) -> dict[str, Any]:
-        return self.get_json(f"/admin/v2/brokers/{quote(cluster)}/{quote(broker_id)}/ownedNamespaces")
+        return self.get_json(f"/admin/v2/brokers/{quote(cluster)}/{quote(broker_id, safe=':')}/ownedNamespaces")
 
     def bundles(self, namespace: str) -> list[str]:
         doc = self.get_json(f"/admin/v2/namespaces/{namespace}/bundles")

@@ -1,0 +1,94 @@
+"""One balancing cycle: verify earlier moves → collect → plan → execute → record.
+
+The same function serves ``operator rebalance`` against a cluster, the daemon and the demo, so a dry
+run and a real run take the same path up to the executor.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from dataclasses import dataclass, field
+
+import structlog
+
+from pulsar_lb_operator.adminapi import AdminClient
+from pulsar_lb_operator.collector import collect
+from pulsar_lb_operator.executor import Executor, ExecutorState, Outcome, Record
+from strategies import LoadBalancerConfig, Plan, StrategyState, Unload, plan_cycle
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class OperatorState:
+    """Everything that must survive a restart: the strategy's state and the executor's."""
+
+    strategy: StrategyState = field(default_factory=StrategyState)
+    executor: ExecutorState = field(default_factory=ExecutorState)
+
+    def to_json(self) -> dict:
+        return {
+            "format": "pulsar-lb-operator-state/1",
+            "strategy": self.strategy.to_json(),
+            "executor": self.executor.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict) -> OperatorState:
+        return cls(StrategyState.from_json(doc.get("strategy")), ExecutorState.from_json(doc.get("executor")))
+
+
+@dataclass(frozen=True)
+class CycleResult:
+    cycle_id: str
+    plan: Plan | None
+    records: tuple[Record, ...]
+    verifications: tuple[Record, ...]
+    skipped_brokers: dict[str, str]
+    state: OperatorState
+
+    @property
+    def failed(self) -> int:
+        return sum(1 for r in self.records if r.outcome is Outcome.FAILED)
+
+
+def run_cycle(
+    client: AdminClient,
+    cluster: str,
+    config: LoadBalancerConfig,
+    executor: Executor,
+    state: OperatorState,
+    rng: random.Random,
+    shedding: str | None = None,
+    placement: str | None = None,
+    now_ms: int | None = None,
+) -> CycleResult:
+    cycle_id = uuid.UUID(int=rng.getrandbits(128)).hex[:12]
+    bound = log.bind(cycle_id=cycle_id)
+    verifications, executor_state = executor.verify(state.executor)
+    collection = collect(client, cluster, stale_after_s=config.loadBalancerBrokerLoadDataTTLInSeconds, now_ms=now_ms)
+    plan, strategy_state = plan_cycle(collection.snapshot, config, state.strategy, rng, shedding, placement)
+    bound.info(
+        "plan",
+        strategy=plan.shedding,
+        placement=plan.placement,
+        actions=len(plan.actions),
+        brokers=len(collection.snapshot.brokers),
+        skipped=len(collection.skipped),
+    )
+    records, executor_state = executor.apply(plan, executor_state)
+    # A planned unload that was not carried out (skipped, failed, dry run) must not sit in the
+    # strategy's grace period: nothing moved.
+    not_done = {r.action.bundle for r in records if isinstance(r.action, Unload) and r.outcome is not Outcome.EXECUTED}
+    if not_done:
+        recent = {b: t for b, t in strategy_state.recently_unloaded.items() if b not in not_done}
+        strategy_state = strategy_state.evolve(recently_unloaded=recent)
+    return CycleResult(
+        cycle_id,
+        plan,
+        tuple(records),
+        tuple(verifications),
+        collection.skipped,
+        OperatorState(strategy_state, executor_state),
+    )
