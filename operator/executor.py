@@ -184,8 +184,8 @@ class Executor:
                 self.client.unload(action.bundle, action.destination)
             elif isinstance(action, Split):
                 namespace, bundle_range = bundle_names.split_bundle_name(action.bundle)
-                bounds = {bundle_names.parse_boundary(b) for b in self.client.bundles(namespace)}
-                if bundle_range.lower not in bounds or bundle_range.upper not in bounds:
+                bounds = sorted(bundle_names.parse_boundary(b) for b in self.client.bundles(namespace))
+                if bundle_range not in bundle_names.ranges_of(bounds):  # re-read before every split
                     return self._record(action, Outcome.SKIPPED, "bundle no longer exists (split already?)")
                 self.client.split(action.bundle, action.algorithm, list(action.boundaries) or None, action.unload)
         except TransportError as exc:
