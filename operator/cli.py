@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from pulsar_lb_operator import files, logs, render
+from pulsar_lb_operator.adminapi import AdminError
 from simulator.scenario import ScenarioError, shipped_scenarios
 from strategies import (
     PLACEMENT,
@@ -55,7 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="plan one shedding cycle and print it",
         description="Plan one cycle. With --snapshot it plans offline from a captured snapshot (always a dry run).",
     )
-    rebalance.add_argument("--snapshot", required=True, metavar="FILE", help="a pulsar-lb-snapshot/1 file")
+    rebalance.add_argument("--snapshot", metavar="FILE", help="plan offline from a pulsar-lb-snapshot/1 file")
+    _live_options(rebalance)
+    rebalance.add_argument("--dry-run", action="store_true", help="live: print the plan, call no mutating endpoint")
     rebalance.add_argument("--strategy", metavar="NAME", help=f"shedding strategy: {', '.join(SHEDDING)}")
     rebalance.add_argument("--placement", metavar="NAME", help=f"placement strategy: {', '.join(PLACEMENT)}")
     rebalance.add_argument("--config", metavar="FILE", help="YAML/TOML/JSON file of settings (Pulsar key names)")
@@ -75,6 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rebalance.add_argument("--output", choices=("table", "json"), default="table")
     rebalance.add_argument("--seed", type=int, default=0, help="seed of the placement RNG (default 0)")
+
+    snapshot = commands.add_parser("snapshot", help="write a pulsar-lb-snapshot/1 file from a live cluster")
+    snapshot.add_argument("--out", required=True, metavar="FILE")
+    snapshot.add_argument("--with-topics", action="store_true", help="include per-topic stats (broker-stats/topics)")
+    _live_options(snapshot)
+    _config_options(snapshot)
 
     demo = commands.add_parser(
         "demo",
@@ -99,6 +108,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _config_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--config", metavar="FILE", help="YAML/TOML/JSON file of settings (Pulsar key names)")
+    command.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        type=_key_value,
+        metavar="KEY=VALUE",
+        help="override one setting (Pulsar key name); repeatable",
+    )
+
+
+def _live_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--admin-url", metavar="URL", help="any broker's or the proxy's web URL (env PULSAR_ADMIN_URL)"
+    )
+    command.add_argument("--cluster", help="cluster name (default: the only one the admin API lists)")
+    command.add_argument("--token-file", metavar="FILE", help="file holding the admin token (or env PULSAR_LB_TOKEN)")
+
+
 def load_config(config_file: str | None, overrides: Sequence[tuple[str, str]]) -> tuple[LoadBalancerConfig, set[str]]:
     """Defaults, then the file, then ``--set``; returns the config and the keys set explicitly."""
     settings: dict[str, Any] = files.read_config_file(config_file) if config_file else {}
@@ -107,6 +137,10 @@ def load_config(config_file: str | None, overrides: Sequence[tuple[str, str]]) -
 
 
 def cmd_rebalance(args: argparse.Namespace) -> int:
+    if not args.snapshot:
+        from pulsar_lb_operator import live
+
+        return live.rebalance(args)
     config, explicit = load_config(args.config, args.overrides)
     snapshot = files.read_snapshot(args.snapshot)
     state = files.read_state(args.state) if args.state else StrategyState()
@@ -130,6 +164,12 @@ def cmd_rebalance(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    from pulsar_lb_operator import live
+
+    return live.snapshot(args)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from pulsar_lb_operator import demo
 
@@ -149,13 +189,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.configure(os.environ.get("PULSAR_LB_LOG_LEVEL", "warning"), os.environ.get("PULSAR_LB_LOG_JSON") == "1")
     try:
         args = parser.parse_args(argv)
-        return {"rebalance": cmd_rebalance, "demo": cmd_demo, "simulate": cmd_simulate}[args.command](args)
+        commands = {"rebalance": cmd_rebalance, "snapshot": cmd_snapshot, "demo": cmd_demo, "simulate": cmd_simulate}
+        return commands[args.command](args)
     except UsageError as exc:
         print(f"operator: error: {exc} (see 'operator --help')", file=sys.stderr)
         return 2
     except INPUT_ERRORS as exc:
         print(f"operator: error: {exc}", file=sys.stderr)
         return 2
+    except AdminError as exc:
+        print(f"operator: error: the cluster's admin API: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

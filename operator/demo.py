@@ -127,7 +127,8 @@ def run_simulator(
 ) -> int:
     """Serve a scenario until stopped, advancing simulated time ``speed`` × real time."""
     scenario = load_scenario(scenario_name)
-    sim = serve(lambda allocate: SimulatedCluster(scenario, allocate), first_port=port, token=token)
+    epoch_ms = int(time.time() * 1000)  # report timestamps start at the wall clock, for a live operator
+    sim = serve(lambda allocate: SimulatedCluster(scenario, allocate, epoch_ms), first_port=port, token=token)
     stop = stop or threading.Event()
     try:
         print(f"Simulated Pulsar cluster {scenario.cluster!r} ({scenario.name}): admin URL {sim.admin_url}", file=out)

@@ -92,8 +92,12 @@ def virtual_ids() -> Callable[[str], str]:
 
 
 class SimulatedCluster:
-    def __init__(self, scenario: Scenario, allocate_id: Callable[[str], str] | None = None) -> None:
+    def __init__(
+        self, scenario: Scenario, allocate_id: Callable[[str], str] | None = None, epoch_ms: int = EPOCH_MS
+    ) -> None:
+        """``epoch_ms``: the wall-clock time of simulated time 0 (fixed by default, so runs repeat exactly)."""
         self.scenario = scenario
+        self.epoch_ms = epoch_ms
         self.lock = threading.RLock()
         self.allocate_id = allocate_id or virtual_ids()
         self.rng = random.Random(scenario.seed)
@@ -294,7 +298,7 @@ class SimulatedCluster:
 
     @property
     def now_ms(self) -> int:
-        return EPOCH_MS + int(self.now_s * 1000)
+        return self.epoch_ms + int(self.now_s * 1000)
 
     # ----------------------------------------------------------------------------- reports
 
@@ -336,7 +340,7 @@ class SimulatedCluster:
                 "brokerVersionString": "4.0.4-sim",
                 "protocols": {},
                 "loadManagerClassName": "org.apache.pulsar.broker.loadbalance.impl.ModularLoadManagerImpl",
-                "startTimestamp": EPOCH_MS + int(broker.started_at_s * 1000),
+                "startTimestamp": self.epoch_ms + int(broker.started_at_s * 1000),
                 "maxResourceUsage": max((u / lim if lim > 0 else 0.0) for u, lim in host.values()),
                 "loadReportType": "LocalBrokerData",
             }

@@ -120,7 +120,7 @@ class LoadBalancerConfig:
             key = ALIASES.get(raw_key, raw_key)
             if key not in known:
                 raise ConfigError(f"unknown configuration key {raw_key!r}")
-            changes[key] = _convert(key, known[key].type, value)
+            changes[key] = convert_value(key, known[key].type, value)
         return dataclasses.replace(self, **changes)
 
     def to_json(self) -> dict[str, Any]:
@@ -131,7 +131,7 @@ def config_keys() -> list[str]:
     return [f.name for f in dataclasses.fields(LoadBalancerConfig)]
 
 
-def _convert(key: str, annotation: Any, value: Any) -> Any:
+def convert_value(key: str, annotation: Any, value: Any) -> Any:
     kind = str(annotation)
     try:
         if kind == "bool":

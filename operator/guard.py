@@ -1,0 +1,36 @@
+"""Conflict guard: two balancers must not fight. Pulsar's own shedder is on by default."""
+
+from __future__ import annotations
+
+import structlog
+
+from pulsar_lb_operator.adminapi import AdminClient, AdminError
+
+log = structlog.get_logger(__name__)
+
+
+def check_builtin_shedding(client: AdminClient, disable: bool) -> str:
+    """'off', 'on' (warned) or 'disabled' (we turned it off). Reads the effective runtime value."""
+    try:
+        runtime = client.get_json("/admin/v2/brokers/configuration/runtime")
+        enabled = str(runtime.get("loadBalancerSheddingEnabled", "true")).strip().lower() == "true"
+    except (AdminError, AttributeError) as exc:
+        log.warning(
+            "cannot read loadBalancerSheddingEnabled; assuming Pulsar's own shedder is on",
+            reason=getattr(exc, "reason", str(exc)),
+        )
+        enabled = True
+    if not enabled:
+        return "off"
+    if disable:
+        client.set_dynamic_config("loadBalancerSheddingEnabled", "false")
+        log.warning(
+            "turned Pulsar's own shedder off: loadBalancerSheddingEnabled=false (dynamic config); "
+            "set it back to true to hand balancing back to the brokers"
+        )
+        return "disabled"
+    log.warning(
+        "PULSAR'S OWN SHEDDER IS ON (loadBalancerSheddingEnabled=true): it will fight this operator. "
+        "Turn it off, or run with disableBuiltinShedding: true"
+    )
+    return "on"

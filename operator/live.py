@@ -1,0 +1,93 @@
+"""Commands against a live cluster: ``operator rebalance`` (one cycle) and ``operator snapshot``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+
+from pulsar_lb_operator import files, guard, render
+from pulsar_lb_operator.adminapi import AdminClient
+from pulsar_lb_operator.collector import collect, with_namespaces_and_topics
+from pulsar_lb_operator.cycle import OperatorState, run_cycle
+from pulsar_lb_operator.executor import Executor, Outcome
+from pulsar_lb_operator.settings import OperatorSettings, resolve
+from strategies import LoadBalancerConfig, Split
+from strategies.config import ConfigError
+
+
+def settings_from(args: argparse.Namespace, **flags: object) -> tuple[OperatorSettings, LoadBalancerConfig, set[str]]:
+    file_settings = files.read_config_file(args.config) if args.config else {}
+    file_settings.update(dict(args.overrides))
+    flags = {"adminUrl": args.admin_url, "cluster": args.cluster, "tokenFile": args.token_file, **flags}
+    settings, config, explicit = resolve(file_settings, os.environ, flags)
+    if not settings.adminUrl:
+        raise ConfigError("no cluster to talk to: give --admin-url or set PULSAR_ADMIN_URL (or --snapshot FILE)")
+    return settings, config, explicit
+
+
+def connect(settings: OperatorSettings) -> tuple[AdminClient, str]:
+    client = AdminClient(
+        settings.adminUrl or "", token=settings.token(), ca_bundle=settings.caBundle, verify=settings.tlsVerify
+    )
+    if settings.cluster:
+        return client, settings.cluster
+    clusters = [c for c in client.clusters() if c != "global"]
+    if len(clusters) != 1:
+        raise ConfigError(f"the admin API lists clusters {clusters}: choose one with --cluster")
+    return client, clusters[0]
+
+
+def rebalance(args: argparse.Namespace) -> int:
+    settings, config, explicit = settings_from(args)
+    client, cluster = connect(settings)
+    try:
+        guard.check_builtin_shedding(client, settings.disableBuiltinShedding)
+        state = OperatorState()
+        if args.state and os.path.exists(args.state):
+            state = OperatorState.from_json(files.read_json(args.state, "state file"))
+        placement = args.placement
+        if placement is None and "loadBalancerLoadPlacementStrategy" in explicit:
+            placement = config.loadBalancerLoadPlacementStrategy
+        executor = Executor(client, cluster, settings.safety(config, dry_run=args.dry_run))
+        result = run_cycle(client, cluster, config, executor, state, random.Random(args.seed), args.strategy, placement)
+        if args.state:
+            files.write_json_atomically(args.state, result.state.to_json())
+        if args.output == "json":
+            doc = result.plan.to_json() if result.plan else {"actions": []}
+            doc["outcomes"] = [r.to_json() for r in result.records]
+            doc["skippedBrokers"] = result.skipped_brokers
+            print(json.dumps(doc, indent=2))
+        else:
+            print(render.plan_table(result.plan, dry_run=args.dry_run))
+            for broker, why in sorted(result.skipped_brokers.items()):
+                print(f"left out of this cycle: {broker}: {why}")
+            if result.records:
+                print("\nOutcomes:")
+                for record in result.records:
+                    kind = "split" if isinstance(record.action, Split) else "unload"
+                    print(f"  {kind} {record.action.bundle}: {record.outcome.value} ({record.detail})")
+        return 1 if any(r.outcome is Outcome.FAILED for r in result.records) else 0
+    finally:
+        client.close()
+
+
+def snapshot(args: argparse.Namespace) -> int:
+    settings, _, _ = settings_from(args)
+    client, cluster = connect(settings)
+    try:
+        collection = collect(client, cluster)
+        snap = with_namespaces_and_topics(client, collection.snapshot, topics=args.with_topics)
+        files.write_json_atomically(args.out, snap.to_json())
+        print(
+            f"wrote {args.out}: {len(snap.brokers)} brokers, {len(snap.namespaces)} namespaces"
+            + (f", topics of {len(snap.topics)} bundles" if args.with_topics else ""),
+            file=sys.stderr,
+        )
+        for broker, why in sorted(collection.skipped.items()):
+            print(f"left out: {broker}: {why}", file=sys.stderr)
+        return 0
+    finally:
+        client.close()

@@ -1,0 +1,113 @@
+"""The operator's own settings, and where they come from: file < environment < command line.
+
+Pulsar's load-balancer keys (``loadBalancer…``, ``maxUnloadPercentage``, …) may sit in the same file;
+they go to the strategies' LoadBalancerConfig. Everything is validated at start, and an error names
+the key. The admin token is read from a file or an environment variable and is never logged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pulsar_lb_operator.executor import Safety
+from strategies.config import ConfigError, LoadBalancerConfig, config_keys, convert_value
+
+ENV_PREFIX = "PULSAR_LB_"
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    adminUrl: str | None = None  # any broker's or the proxy's web URL (env PULSAR_ADMIN_URL)
+    cluster: str | None = None  # default: the only cluster the admin API lists
+    tokenFile: str | None = None
+    tokenEnv: str = "PULSAR_LB_TOKEN"  # name of the environment variable holding the token
+    caBundle: str | None = None  # PEM file to verify the brokers' TLS certificates
+    tlsVerify: bool = True
+    dryRun: bool = True  # log what would be done; call no mutating endpoint
+    maxUnloadsPerCycle: int = 10
+    maxUnloadsPerBroker: int = 5
+    excludedNamespaces: tuple[str, ...] = ()  # regular expressions over tenant/namespace
+    excludedBrokers: tuple[str, ...] = ()
+    killSwitchFile: str | None = None  # while this file exists, no action is taken
+    pauseSeconds: float = 5.0  # between two actions of a cycle
+    verifyAfterSeconds: float = 120.0
+    stateFile: str = "state/operator-state.json"
+    metricsPort: int = 8090  # /healthz, /readyz, /metrics; 0 disables
+    disableBuiltinShedding: bool = False  # set loadBalancerSheddingEnabled=false on the cluster at start
+    logLevel: str = "info"
+    logJson: bool = False
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for key in ("maxUnloadsPerCycle", "maxUnloadsPerBroker"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"{key}: must be >= 1")
+        for key in ("pauseSeconds", "verifyAfterSeconds"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"{key}: must be >= 0")
+        if not 0 <= self.metricsPort <= 65535:
+            raise ConfigError("metricsPort: must be a port number (0 disables)")
+        if self.logLevel.lower() not in ("debug", "info", "warning", "error"):
+            raise ConfigError(f"logLevel: {self.logLevel!r} is not debug, info, warning or error")
+        if self.adminUrl is not None and not re.match(r"^https?://[^/\s]+/?$", self.adminUrl):
+            raise ConfigError(f"adminUrl: {self.adminUrl!r} is not an http(s)://host:port URL")
+        for pattern in self.excludedNamespaces:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ConfigError(f"excludedNamespaces: {pattern!r} is not a regular expression ({exc})") from None
+
+    def safety(self, config: LoadBalancerConfig, dry_run: bool | None = None) -> Safety:
+        return Safety(
+            dry_run=self.dryRun if dry_run is None else dry_run,
+            max_unloads_per_cycle=self.maxUnloadsPerCycle,
+            max_unloads_per_broker=self.maxUnloadsPerBroker,
+            cooldown_minutes=config.loadBalancerSheddingGracePeriodMinutes,
+            excluded_namespaces=self.excludedNamespaces,
+            excluded_brokers=self.excludedBrokers,
+            kill_switch_file=self.killSwitchFile,
+            pause_seconds=self.pauseSeconds,
+            verify_after_seconds=self.verifyAfterSeconds,
+        )
+
+    def token(self) -> str | None:
+        if self.tokenFile:
+            try:
+                return Path(self.tokenFile).read_text(encoding="utf-8").strip() or None
+            except OSError as exc:
+                raise ConfigError(f"tokenFile: cannot read {self.tokenFile!r}: {exc.strerror or exc}") from None
+        return os.environ.get(self.tokenEnv) or None
+
+
+def _env_name(key: str) -> str:
+    return ENV_PREFIX + re.sub(r"(?<!^)(?=[A-Z])", "_", key).upper()
+
+
+def resolve(
+    file_settings: Mapping[str, Any], environ: Mapping[str, str], flags: Mapping[str, Any]
+) -> tuple[OperatorSettings, LoadBalancerConfig, set[str]]:
+    """Merge file < environment < flags. Returns the settings, Pulsar's config and the Pulsar keys set."""
+    fields = {f.name: f for f in dataclasses.fields(OperatorSettings)}
+    ours: dict[str, Any] = {}
+    pulsar: dict[str, Any] = {}
+    for key, value in file_settings.items():
+        if key in fields:
+            ours[key] = value
+        elif key in config_keys() or key.startswith("loadBalancerBandwith"):
+            pulsar[key] = value
+        else:
+            raise ConfigError(f"unknown setting {key!r}")
+    if environ.get("PULSAR_ADMIN_URL"):
+        ours["adminUrl"] = environ["PULSAR_ADMIN_URL"]
+    for key in fields:
+        if _env_name(key) in environ and key != "tokenEnv":
+            ours[key] = environ[_env_name(key)]
+    ours.update({k: v for k, v in flags.items() if v is not None})
+    converted = {k: convert_value(k, fields[k].type.replace(" | None", ""), v) for k, v in ours.items()}
+    return OperatorSettings(**converted), LoadBalancerConfig().replace(pulsar), set(pulsar)

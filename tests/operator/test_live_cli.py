@@ -1,0 +1,79 @@
+"""``operator rebalance`` and ``operator snapshot`` against a live (simulated) cluster."""
+
+import json
+import time
+
+import pytest
+
+from pulsar_lb_operator import cli
+from simulator.cluster import SimulatedCluster
+from simulator.http import Fault, serve
+from simulator.scenario import load_scenario
+
+ACT_NOW = ["--set", "loadBalancerAvgShedderHitCountHighThreshold=1"]
+
+
+@pytest.fixture
+def sim(monkeypatch):
+    scenario = load_scenario("demo")
+    with serve(lambda allocate: SimulatedCluster(scenario, allocate, int(time.time() * 1000))) as served:
+        monkeypatch.setenv("PULSAR_ADMIN_URL", served.admin_url)
+        yield served
+
+
+def run(capsys, *args):
+    code = cli.main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_dry_run_prints_the_plan_and_mutates_nothing(sim, capsys):
+    code, out, _ = run(capsys, "rebalance", "--dry-run", *ACT_NOW)
+    assert code == 0 and "Plan (dry run)" in out and "dry_run (dry run: no call made)" in out
+    assert sim.mutating_requests() == []
+
+
+def test_rebalance_executes_and_reports_outcomes(sim, capsys):
+    code, out, _ = run(capsys, "rebalance", "--output", "json", *ACT_NOW, "--set", "pauseSeconds=0")
+    doc = json.loads(out)
+    executed = [o for o in doc["outcomes"] if o["outcome"] == "executed"]
+    assert code == 0 and len(executed) == 5  # the per-broker cap of 5 holds back the rest
+    sim.cluster.advance(5)
+    assert all(sim.cluster.owner_of(o["bundle"]) == o["destination"] for o in executed)
+
+
+def test_failed_actions_exit_1(sim, capsys):
+    sim.inject("broker-0", Fault("/unload", status=500, body="--- An unexpected error occurred in the server ---"))
+    code, out, _ = run(capsys, "rebalance", *ACT_NOW, "--set", "pauseSeconds=0")
+    assert code == 1 and "failed (HTTP 500" in out
+
+
+def test_conflict_guard_warns_or_turns_the_builtin_shedder_off(sim, capsys):
+    sim.cluster.dynamic_config["loadBalancerSheddingEnabled"] = "true"
+    sim.cluster.config = sim.cluster.config.replace({"loadBalancerSheddingEnabled": True})
+    code, _, err = run(capsys, "rebalance", "--dry-run")
+    assert code == 0 and "PULSAR'S OWN SHEDDER IS ON" in err
+    code, _, err = run(capsys, "rebalance", "--dry-run", "--set", "disableBuiltinShedding=true")
+    assert code == 0 and "turned Pulsar's own shedder off" in err
+    assert sim.cluster.dynamic_config["loadBalancerSheddingEnabled"] == "false"
+
+
+def test_snapshot_then_plan_offline(sim, capsys, tmp_path):
+    out_file = tmp_path / "snap.json"
+    code, _, err = run(capsys, "snapshot", "--out", str(out_file), "--with-topics")
+    assert code == 0 and "4 brokers, 2 namespaces" in err
+    doc = json.loads(out_file.read_text())
+    assert doc["format"] == "pulsar-lb-snapshot/1" and doc["namespaces"]["acme/orders"]["boundaries"][0] == "0x00000000"
+    assert doc["topics"]
+    code, out, _ = run(capsys, "rebalance", "--snapshot", str(out_file), "--output", "json", *ACT_NOW)
+    assert code == 0 and json.loads(out)["actions"]
+
+
+def test_missing_or_unreachable_cluster(capsys, monkeypatch):
+    monkeypatch.delenv("PULSAR_ADMIN_URL", raising=False)
+    code, _, err = run(capsys, "rebalance")
+    assert code == 2 and "give --admin-url or set PULSAR_ADMIN_URL" in err and err.count("\n") == 1
+    code, _, err = run(capsys, "rebalance", "--admin-url", "http://127.0.0.1:1")
+    assert code == 1 and "the cluster's admin API" in err and "cannot reach" in err
+    code, _, err = run(capsys, "rebalance", "--admin-url", "ftp://nowhere")
+    assert code == 2 and "adminUrl" in err
