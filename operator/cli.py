@@ -85,6 +85,23 @@ def build_parser() -> argparse.ArgumentParser:
     _live_options(snapshot)
     _config_options(snapshot)
 
+    run = commands.add_parser(
+        "run",
+        help="the daemon: balance the cluster every loadBalancerSheddingIntervalMinutes",
+        description="Run collect → plan → execute on a schedule until SIGTERM. Dry run unless dryRun is false "
+        "(--no-dry-run). Serves /healthz, /readyz and /metrics on metricsPort.",
+    )
+    _live_options(run)
+    _config_options(run)
+    run.add_argument("--strategy", metavar="NAME", help="shedding strategy (default loadBalancerLoadSheddingStrategy)")
+    run.add_argument("--placement", metavar="NAME", help="placement strategy")
+    run.add_argument(
+        "--dry-run",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="log intended actions only (the default unless dryRun: false)",
+    )
+
     demo = commands.add_parser(
         "demo",
         help="run the operator against a simulated, unbalanced cluster on loopback",
@@ -170,6 +187,12 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     return live.snapshot(args)
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from pulsar_lb_operator import live
+
+    return live.run_daemon(args)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from pulsar_lb_operator import demo
 
@@ -186,10 +209,19 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    logs.configure(os.environ.get("PULSAR_LB_LOG_LEVEL", "warning"), os.environ.get("PULSAR_LB_LOG_JSON") == "1")
+    logs.configure(
+        os.environ.get("PULSAR_LB_LOG_LEVEL", "warning"),
+        os.environ.get("PULSAR_LB_LOG_JSON", "").lower() in ("1", "true", "yes"),
+    )
     try:
         args = parser.parse_args(argv)
-        commands = {"rebalance": cmd_rebalance, "snapshot": cmd_snapshot, "demo": cmd_demo, "simulate": cmd_simulate}
+        commands = {
+            "rebalance": cmd_rebalance,
+            "snapshot": cmd_snapshot,
+            "run": cmd_run,
+            "demo": cmd_demo,
+            "simulate": cmd_simulate,
+        }
         return commands[args.command](args)
     except UsageError as exc:
         print(f"operator: error: {exc} (see 'operator --help')", file=sys.stderr)

@@ -63,13 +63,44 @@ def run_cycle(
     shedding: str | None = None,
     placement: str | None = None,
     now_ms: int | None = None,
+    broker_timeout_s: float = 20.0,
 ) -> CycleResult:
     cycle_id = uuid.UUID(int=rng.getrandbits(128)).hex[:12]
-    bound = log.bind(cycle_id=cycle_id)
+    structlog.contextvars.bind_contextvars(
+        cycle_id=cycle_id, strategy=shedding or config.loadBalancerLoadSheddingStrategy
+    )
+    try:
+        return _run_cycle(
+            client, cluster, config, executor, state, rng, shedding, placement, now_ms, broker_timeout_s, cycle_id
+        )
+    finally:
+        structlog.contextvars.unbind_contextvars("cycle_id", "strategy")
+
+
+def _run_cycle(
+    client: AdminClient,
+    cluster: str,
+    config: LoadBalancerConfig,
+    executor: Executor,
+    state: OperatorState,
+    rng: random.Random,
+    shedding: str | None,
+    placement: str | None,
+    now_ms: int | None,
+    broker_timeout_s: float,
+    cycle_id: str,
+) -> CycleResult:
+
     verifications, executor_state = executor.verify(state.executor)
-    collection = collect(client, cluster, stale_after_s=config.loadBalancerBrokerLoadDataTTLInSeconds, now_ms=now_ms)
+    collection = collect(
+        client,
+        cluster,
+        stale_after_s=config.loadBalancerBrokerLoadDataTTLInSeconds,
+        now_ms=now_ms,
+        broker_timeout_s=broker_timeout_s,
+    )
     plan, strategy_state = plan_cycle(collection.snapshot, config, state.strategy, rng, shedding, placement)
-    bound.info(
+    log.info(
         "plan",
         strategy=plan.shedding,
         placement=plan.placement,

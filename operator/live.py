@@ -52,7 +52,17 @@ def rebalance(args: argparse.Namespace) -> int:
         if placement is None and "loadBalancerLoadPlacementStrategy" in explicit:
             placement = config.loadBalancerLoadPlacementStrategy
         executor = Executor(client, cluster, settings.safety(config, dry_run=args.dry_run))
-        result = run_cycle(client, cluster, config, executor, state, random.Random(args.seed), args.strategy, placement)
+        result = run_cycle(
+            client,
+            cluster,
+            config,
+            executor,
+            state,
+            random.Random(args.seed),
+            args.strategy,
+            placement,
+            broker_timeout_s=settings.brokerTimeoutSeconds,
+        )
         if args.state:
             files.write_json_atomically(args.state, result.state.to_json())
         if args.output == "json":
@@ -89,5 +99,20 @@ def snapshot(args: argparse.Namespace) -> int:
         for broker, why in sorted(collection.skipped.items()):
             print(f"left out: {broker}: {why}", file=sys.stderr)
         return 0
+    finally:
+        client.close()
+
+
+def run_daemon(args: argparse.Namespace) -> int:
+    from pulsar_lb_operator import daemon, logs
+
+    settings, config, explicit = settings_from(args, dryRun=args.dry_run)
+    logs.configure(settings.logLevel, settings.logJson)
+    client, cluster = connect(settings)
+    placement = args.placement
+    if placement is None and "loadBalancerLoadPlacementStrategy" in explicit:
+        placement = config.loadBalancerLoadPlacementStrategy
+    try:
+        return daemon.Daemon(settings, config, client, cluster, args.strategy, placement).serve()
     finally:
         client.close()

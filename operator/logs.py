@@ -10,6 +10,7 @@ import structlog
 
 def configure(level: str = "info", json: bool = False) -> None:
     processors: list = [
+        structlog.contextvars.merge_contextvars,  # cycle_id and strategy of the cycle under way
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]

@@ -36,9 +36,12 @@ class OperatorSettings:
     excludedBrokers: tuple[str, ...] = ()
     killSwitchFile: str | None = None  # while this file exists, no action is taken
     pauseSeconds: float = 5.0  # between two actions of a cycle
+    brokerTimeoutSeconds: float = 20.0  # a broker whose load report takes longer is left out of the cycle
     verifyAfterSeconds: float = 120.0
     stateFile: str = "state/operator-state.json"
     metricsPort: int = 8090  # /healthz, /readyz, /metrics; 0 disables
+    metricsHost: str = "0.0.0.0"
+    cycleIntervalSeconds: float = 0.0  # 0: loadBalancerSheddingIntervalMinutes
     disableBuiltinShedding: bool = False  # set loadBalancerSheddingEnabled=false on the cluster at start
     logLevel: str = "info"
     logJson: bool = False

@@ -137,8 +137,9 @@ def convert_value(key: str, annotation: Any, value: Any) -> Any:
         if kind == "bool":
             if isinstance(value, bool):
                 return value
-            if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-                return value.strip().lower() == "true"
+            words = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
+            if isinstance(value, str) and value.strip().lower() in words:
+                return words[value.strip().lower()]
             raise ValueError
         if kind == "int":
             if isinstance(value, bool):

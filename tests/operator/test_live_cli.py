@@ -77,3 +77,16 @@ def test_missing_or_unreachable_cluster(capsys, monkeypatch):
     assert code == 1 and "the cluster's admin API" in err and "cannot reach" in err
     code, _, err = run(capsys, "rebalance", "--admin-url", "ftp://nowhere")
     assert code == 2 and "adminUrl" in err
+
+
+def test_action_logs_are_json_with_the_cycle_and_the_decision(sim, capsys, monkeypatch):
+    monkeypatch.setenv("PULSAR_LB_LOG_LEVEL", "info")
+    monkeypatch.setenv("PULSAR_LB_LOG_JSON", "1")
+    code, _, err = run(capsys, "rebalance", "--dry-run", *ACT_NOW)
+    lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    actions = [entry for entry in lines if entry["event"] == "action"]
+    assert code == 0 and actions
+    keys = {"cycle_id", "strategy", "bundle", "source", "destination", "dry_run", "reason", "result"}
+    assert all(keys <= set(entry) for entry in actions)
+    assert {entry["dry_run"] for entry in actions} == {True} and actions[0]["strategy"] == "AvgShedder"
+    assert len({entry["cycle_id"] for entry in actions}) == 1

@@ -1,0 +1,213 @@
+"""``operator run``: the daemon. APScheduler runs one cycle every loadBalancerSheddingIntervalMinutes.
+
+One cycle at a time (no overlap, missed runs coalesced). The state (strategy counters and history,
+cooldowns, unloads awaiting verification) is written after every cycle, so a restart forgets
+nothing. SIGTERM lets the current action finish, then the daemon exits. ``/healthz``, ``/readyz``
+and Prometheus ``/metrics`` are served on ``metricsPort``.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import structlog
+from apscheduler.schedulers.background import BackgroundScheduler
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from pulsar_lb_operator import files, guard
+from pulsar_lb_operator.adminapi import AdminClient, AdminError
+from pulsar_lb_operator.cycle import CycleResult, OperatorState, run_cycle
+from pulsar_lb_operator.executor import Executor
+from pulsar_lb_operator.settings import OperatorSettings
+from strategies import LoadBalancerConfig, Split
+from strategies.snapshots import SnapshotError
+
+log = structlog.get_logger(__name__)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.cycles = Counter("pulsar_lb_cycles", "Balancing cycles run, by result", ["result"], registry=self.registry)
+        self.duration = Histogram("pulsar_lb_cycle_duration_seconds", "Duration of a cycle", registry=self.registry)
+        self.brokers_seen = Gauge("pulsar_lb_brokers_seen", "Brokers whose report was used", registry=self.registry)
+        self.brokers_skipped = Gauge(
+            "pulsar_lb_brokers_skipped", "Brokers left out of the last cycle", registry=self.registry
+        )
+        self.planned = Counter(
+            "pulsar_lb_actions_planned", "Actions planned", ["type", "strategy"], registry=self.registry
+        )
+        self.outcomes = Counter(
+            "pulsar_lb_actions", "Actions by outcome", ["type", "strategy", "outcome"], registry=self.registry
+        )
+        self.score = Gauge(
+            "pulsar_lb_broker_usage_percent",
+            "Weighted max resource usage per broker, last cycle",
+            ["broker"],
+            registry=self.registry,
+        )
+
+    def observe(self, result: CycleResult, seconds: float) -> None:
+        self.cycles.labels("ok").inc()
+        self.duration.observe(seconds)
+        plan = result.plan
+        self.brokers_skipped.set(len(result.skipped_brokers))
+        if plan is None:
+            return
+        self.brokers_seen.set(len(plan.brokers))
+        for action in plan.actions:
+            self.planned.labels("split" if isinstance(action, Split) else "unload", plan.shedding).inc()
+        for record in (*result.records, *result.verifications):
+            kind = "split" if isinstance(record.action, Split) else "unload"
+            self.outcomes.labels(kind, plan.shedding, record.outcome.value).inc()
+        self.score.clear()
+        for broker in plan.brokers:
+            self.score.labels(broker.broker).set(broker.usage_before)
+
+
+@dataclass
+class Daemon:
+    settings: OperatorSettings
+    config: LoadBalancerConfig
+    client: AdminClient
+    cluster: str
+    shedding: str | None = None
+    placement: str | None = None
+    interval_s: float | None = None
+    clock_ms: object = None  # a callable returning epoch ms; None: the wall clock
+    stop: threading.Event = field(default_factory=threading.Event)
+    metrics: Metrics = field(default_factory=Metrics)
+    state: OperatorState = field(default_factory=OperatorState)
+    last_ok: float | None = None
+    cycles: int = 0
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.settings.seed)
+        clock = (lambda: self.clock_ms() / 1000) if callable(self.clock_ms) else time.time
+        self.executor = Executor(
+            self.client, self.cluster, self.settings.safety(self.config), clock=clock, stop_requested=self.stop.is_set
+        )
+        path = Path(self.settings.stateFile)
+        if path.exists():
+            try:
+                self.state = OperatorState.from_json(files.read_json(path, "state file"))
+                log.info("state restored", path=str(path), pending=len(self.state.executor.pending))
+            except (files.FileError, ValueError) as exc:
+                log.error("state file unreadable; starting fresh", path=str(path), reason=str(exc))
+        self._lock = threading.Lock()
+
+    @property
+    def period_s(self) -> float:
+        return (
+            self.interval_s
+            or self.settings.cycleIntervalSeconds
+            or self.config.loadBalancerSheddingIntervalMinutes * 60
+        )
+
+    def run_once(self) -> CycleResult | None:
+        """One cycle; any failure is logged and counted, never raised (the daemon must keep running)."""
+        if not self._lock.acquire(blocking=False):
+            log.warning("previous cycle still running; skipped")
+            return None
+        started = time.monotonic()
+        try:
+            now_ms = self.clock_ms() if callable(self.clock_ms) else None
+            result = run_cycle(
+                self.client,
+                self.cluster,
+                self.config,
+                self.executor,
+                self.state,
+                self.rng,
+                self.shedding,
+                self.placement,
+                now_ms=now_ms,
+                broker_timeout_s=self.settings.brokerTimeoutSeconds,
+            )
+            self.state = result.state
+            files.write_json_atomically(self.settings.stateFile, self.state.to_json())
+            self.metrics.observe(result, time.monotonic() - started)
+            self.last_ok = time.monotonic()
+            self.cycles += 1
+            return result
+        except (AdminError, SnapshotError, OSError) as exc:
+            self.metrics.cycles.labels("error").inc()
+            log.error("cycle failed", reason=str(exc))
+            return None
+        except Exception:  # a bug must not kill the daemon; the next cycle tries again
+            self.metrics.cycles.labels("error").inc()
+            log.exception("cycle crashed")
+            return None
+        finally:
+            self._lock.release()
+
+    def healthy(self) -> bool:
+        return self.last_ok is None or time.monotonic() - self.last_ok < 3 * self.period_s + 60
+
+    def serve(self) -> int:
+        """Run until SIGTERM/SIGINT or ``stop``; returns the exit code."""
+        status = guard.check_builtin_shedding(self.client, self.settings.disableBuiltinShedding)
+        log.info(
+            "daemon started",
+            cluster=self.cluster,
+            dry_run=self.settings.dryRun,
+            builtin_shedder=status,
+            interval_s=self.period_s,
+            strategy=self.shedding or self.config.loadBalancerLoadSheddingStrategy,
+        )
+        server = self._start_probe_server()
+        scheduler = BackgroundScheduler()
+        scheduler.add_job(self.run_once, "interval", seconds=self.period_s, max_instances=1, coalesce=True)
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: self.stop.set())
+        scheduler.start()
+        try:
+            self.run_once()
+            self.stop.wait()
+        finally:
+            log.info("stopping: finishing the current action")
+            scheduler.shutdown(wait=True)
+            if server is not None:
+                server.shutdown()
+                server.server_close()
+            log.info("daemon stopped", cycles=self.cycles)
+        return 0
+
+    def _start_probe_server(self) -> ThreadingHTTPServer | None:
+        if not self.settings.metricsPort:
+            return None
+        daemon = self
+
+        class Probes(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                if self.path == "/healthz":
+                    ok = daemon.healthy()
+                    self._send(200 if ok else 503, b"ok" if ok else b"stuck", "text/plain")
+                elif self.path == "/readyz":
+                    ready = daemon.cycles > 0
+                    self._send(200 if ready else 503, b"ready" if ready else b"no cycle yet", "text/plain")
+                elif self.path == "/metrics":
+                    self._send(200, generate_latest(daemon.metrics.registry), CONTENT_TYPE_LATEST)
+                else:
+                    self._send(404, b"not found", "text/plain")
+
+            def _send(self, status: int, body: bytes, ctype: str) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        server = ThreadingHTTPServer((self.settings.metricsHost, self.settings.metricsPort), Probes)
+        threading.Thread(target=server.serve_forever, args=(0.1,), daemon=True).start()
+        return server
