@@ -59,18 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     rebalance.add_argument("--snapshot", metavar="FILE", help="plan offline from a pulsar-lb-snapshot/1 file")
     _live_options(rebalance)
     rebalance.add_argument("--dry-run", action="store_true", help="live: print the plan, call no mutating endpoint")
-    rebalance.add_argument("--strategy", metavar="NAME", help=f"shedding strategy: {', '.join(SHEDDING)}")
-    rebalance.add_argument("--placement", metavar="NAME", help=f"placement strategy: {', '.join(PLACEMENT)}")
-    rebalance.add_argument("--config", metavar="FILE", help="YAML/TOML/JSON file of settings (Pulsar key names)")
-    rebalance.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        type=_key_value,
-        metavar="KEY=VALUE",
-        help="override one setting (Pulsar key name); repeatable",
-    )
+    _strategy_options(rebalance)
+    _config_options(rebalance)
     rebalance.add_argument(
         "--state",
         metavar="FILE",
@@ -109,8 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
         "usage each cycle. Exits by itself when the cluster has converged or the scenario ends.",
     )
     demo.add_argument("--scenario", default="demo", help="a shipped scenario name or a scenario file (default: demo)")
-    demo.add_argument("--strategy", metavar="NAME", help="shedding strategy (default: the scenario's or AvgShedder)")
-    demo.add_argument("--placement", metavar="NAME", help="placement strategy")
+    _strategy_options(demo)
     demo.add_argument("--minutes", type=float, help="simulated minutes to run (default: until converged)")
 
     simulate = commands.add_parser(
@@ -123,6 +112,11 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--speed", type=float, default=60.0, help="simulated seconds per real second (default 60)")
     simulate.add_argument("--token", help="require 'Authorization: Bearer TOKEN' on admin calls")
     return parser
+
+
+def _strategy_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--strategy", metavar="NAME", help=f"shedding strategy: {', '.join(SHEDDING)}")
+    command.add_argument("--placement", metavar="NAME", help=f"placement strategy: {', '.join(PLACEMENT)}")
 
 
 def _config_options(command: argparse.ArgumentParser) -> None:

@@ -66,60 +66,40 @@ def run_cycle(
     broker_timeout_s: float = 20.0,
 ) -> CycleResult:
     cycle_id = uuid.UUID(int=rng.getrandbits(128)).hex[:12]
-    structlog.contextvars.bind_contextvars(
+    with structlog.contextvars.bound_contextvars(
         cycle_id=cycle_id, strategy=shedding or config.loadBalancerLoadSheddingStrategy
-    )
-    try:
-        return _run_cycle(
-            client, cluster, config, executor, state, rng, shedding, placement, now_ms, broker_timeout_s, cycle_id
+    ):
+        verifications, executor_state = executor.verify(state.executor)
+        collection = collect(
+            client,
+            cluster,
+            stale_after_s=config.loadBalancerBrokerLoadDataTTLInSeconds,
+            now_ms=now_ms,
+            broker_timeout_s=broker_timeout_s,
         )
-    finally:
-        structlog.contextvars.unbind_contextvars("cycle_id", "strategy")
-
-
-def _run_cycle(
-    client: AdminClient,
-    cluster: str,
-    config: LoadBalancerConfig,
-    executor: Executor,
-    state: OperatorState,
-    rng: random.Random,
-    shedding: str | None,
-    placement: str | None,
-    now_ms: int | None,
-    broker_timeout_s: float,
-    cycle_id: str,
-) -> CycleResult:
-
-    verifications, executor_state = executor.verify(state.executor)
-    collection = collect(
-        client,
-        cluster,
-        stale_after_s=config.loadBalancerBrokerLoadDataTTLInSeconds,
-        now_ms=now_ms,
-        broker_timeout_s=broker_timeout_s,
-    )
-    plan, strategy_state = plan_cycle(collection.snapshot, config, state.strategy, rng, shedding, placement)
-    log.info(
-        "plan",
-        strategy=plan.shedding,
-        placement=plan.placement,
-        actions=len(plan.actions),
-        brokers=len(collection.snapshot.brokers),
-        skipped=len(collection.skipped),
-    )
-    records, executor_state = executor.apply(plan, executor_state)
-    # A planned unload that was not carried out (skipped, failed, dry run) must not sit in the
-    # strategy's grace period: nothing moved.
-    not_done = {r.action.bundle for r in records if isinstance(r.action, Unload) and r.outcome is not Outcome.EXECUTED}
-    if not_done:
-        recent = {b: t for b, t in strategy_state.recently_unloaded.items() if b not in not_done}
-        strategy_state = strategy_state.evolve(recently_unloaded=recent)
-    return CycleResult(
-        cycle_id,
-        plan,
-        tuple(records),
-        tuple(verifications),
-        collection.skipped,
-        OperatorState(strategy_state, executor_state),
-    )
+        plan, strategy_state = plan_cycle(collection.snapshot, config, state.strategy, rng, shedding, placement)
+        log.info(
+            "plan",
+            strategy=plan.shedding,
+            placement=plan.placement,
+            actions=len(plan.actions),
+            brokers=len(collection.snapshot.brokers),
+            skipped=len(collection.skipped),
+        )
+        records, executor_state = executor.apply(plan, executor_state)
+        # A planned unload that was not carried out (skipped, failed, dry run) must not sit in the
+        # strategy's grace period: nothing moved.
+        not_done = {
+            r.action.bundle for r in records if isinstance(r.action, Unload) and r.outcome is not Outcome.EXECUTED
+        }
+        if not_done:
+            recent = {b: t for b, t in strategy_state.recently_unloaded.items() if b not in not_done}
+            strategy_state = strategy_state.evolve(recently_unloaded=recent)
+        return CycleResult(
+            cycle_id,
+            plan,
+            tuple(records),
+            tuple(verifications),
+            collection.skipped,
+            OperatorState(strategy_state, executor_state),
+        )
