@@ -83,8 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _live_options(run)
     _config_options(run)
-    run.add_argument("--strategy", metavar="NAME", help="shedding strategy (default loadBalancerLoadSheddingStrategy)")
-    run.add_argument("--placement", metavar="NAME", help="placement strategy")
+    _strategy_options(run)
     run.add_argument(
         "--dry-run",
         action=argparse.BooleanOptionalAction,
