@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from simulator.scenario import BrokerSpec, Scenario
+from simulator.scenario import BrokerSpec, EventSpec, Scenario
 from strategies import bundles as bundle_names
 from strategies import planner, registry
 from strategies.config import LoadBalancerConfig
@@ -576,7 +576,7 @@ class SimulatedCluster:
                 self.split(action.bundle, action.algorithm, list(action.boundaries) or None, action.unload)
                 self.builtin_actions += 1
 
-    def _apply_event(self, event) -> None:
+    def _apply_event(self, event: EventSpec) -> None:
         if event.type == "add_broker":
             self._sample(self._add_broker(event.spec))
         elif event.type in ("crash_broker", "remove_broker"):
@@ -585,7 +585,7 @@ class SimulatedCluster:
             broker = self.by_name(event.broker)
             self._stop(broker)
             self.events.append(
-                type(event)(at_s=self.now_s + event.interval_s, type="start_broker", broker=event.broker)
+                EventSpec(at_s=self.now_s + event.interval_s, type="start_broker", broker=event.broker)
             )
             self.events.sort(key=lambda e: e.at_s)
         elif event.type == "start_broker":
@@ -595,7 +595,7 @@ class SimulatedCluster:
             for i, name in enumerate(names):
                 when = self.now_s + i * event.interval_s
                 self.events.append(
-                    type(event)(
+                    EventSpec(
                         at_s=when, type="restart_broker", broker=name, interval_s=min(event.interval_s / 2, 60.0)
                     )
                 )
