@@ -15,7 +15,7 @@ import structlog
 from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.collector import collect
 from pulsar_lb_operator.executor import Executor, ExecutorState, Outcome, Record
-from strategies import LoadBalancerConfig, Plan, StrategyState, Unload, plan_cycle
+from strategies import ClusterSnapshot, LoadBalancerConfig, Plan, StrategyState, Unload, plan_cycle
 
 log = structlog.get_logger(__name__)
 
@@ -47,6 +47,7 @@ class CycleResult:
     verifications: tuple[Record, ...]
     skipped_brokers: dict[str, str]
     state: OperatorState
+    snapshot: ClusterSnapshot | None = None
 
     @property
     def failed(self) -> int:
@@ -102,4 +103,5 @@ def run_cycle(
             tuple(verifications),
             collection.skipped,
             OperatorState(strategy_state, executor_state),
+            collection.snapshot,
         )

@@ -24,6 +24,7 @@ from pulsar_lb_operator import files, guard
 from pulsar_lb_operator.adminapi import AdminClient, AdminError
 from pulsar_lb_operator.cycle import CycleResult, OperatorState, run_cycle
 from pulsar_lb_operator.executor import Executor
+from pulsar_lb_operator.history import HistoryStore
 from pulsar_lb_operator.settings import OperatorSettings
 from strategies import LoadBalancerConfig, Split
 from strategies.snapshots import SnapshotError
@@ -101,6 +102,11 @@ class Daemon:
             except (files.FileError, ValueError) as exc:
                 log.error("state file unreadable; starting fresh", path=str(path), reason=str(exc))
         self._lock = threading.Lock()
+        self.history = (
+            HistoryStore(self.settings.historyUri, self.settings.historyRetentionDays)
+            if self.settings.historyUri
+            else None
+        )
 
     @property
     def period_s(self) -> float:
@@ -132,6 +138,7 @@ class Daemon:
             )
             self.state = result.state
             files.write_json_atomically(self.settings.stateFile, self.state.to_json())
+            self._record_history(result)
             self.metrics.observe(result, time.monotonic() - started)
             self.last_ok = time.monotonic()
             self.cycles += 1
@@ -146,6 +153,15 @@ class Daemon:
             return None
         finally:
             self._lock.release()
+
+    def _record_history(self, result: CycleResult) -> None:
+        if self.history is None or result.snapshot is None or not result.snapshot.brokers:
+            return
+        try:
+            self.history.append(result.snapshot)
+            self.history.expire(result.snapshot.taken_at)
+        except OSError as exc:  # the history is for later analysis; it never stops a cycle
+            log.error("history not written", uri=self.settings.historyUri, reason=str(exc))
 
     def healthy(self) -> bool:
         return self.last_ok is None or time.monotonic() - self.last_ok < 3 * self.period_s + 60

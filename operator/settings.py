@@ -39,6 +39,8 @@ class OperatorSettings:
     brokerTimeoutSeconds: float = 20.0  # a broker whose load report takes longer is left out of the cycle
     verifyAfterSeconds: float = 120.0
     stateFile: str = "state/operator-state.json"
+    historyUri: str = "history"  # where every cycle's samples go (Parquet); a directory or s3a://, hdfs://…; "" off
+    historyRetentionDays: float = 14.0
     metricsPort: int = 8090  # /healthz, /readyz, /metrics; 0 disables
     metricsHost: str = "0.0.0.0"
     cycleIntervalSeconds: float = 0.0  # 0: loadBalancerSheddingIntervalMinutes

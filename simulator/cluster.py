@@ -584,9 +584,7 @@ class SimulatedCluster:
         elif event.type == "restart_broker":
             broker = self.by_name(event.broker)
             self._stop(broker)
-            self.events.append(
-                EventSpec(at_s=self.now_s + event.interval_s, type="start_broker", broker=event.broker)
-            )
+            self.events.append(EventSpec(at_s=self.now_s + event.interval_s, type="start_broker", broker=event.broker))
             self.events.sort(key=lambda e: e.at_s)
         elif event.type == "start_broker":
             self._start(self.by_name(event.broker))
@@ -595,9 +593,7 @@ class SimulatedCluster:
             for i, name in enumerate(names):
                 when = self.now_s + i * event.interval_s
                 self.events.append(
-                    EventSpec(
-                        at_s=when, type="restart_broker", broker=name, interval_s=min(event.interval_s / 2, 60.0)
-                    )
+                    EventSpec(at_s=when, type="restart_broker", broker=name, interval_s=min(event.interval_s / 2, 60.0))
                 )
             self.events.sort(key=lambda e: e.at_s)
         elif event.type == "traffic":

@@ -42,6 +42,7 @@ def make_daemon(sim, tmp_path, **settings):
         "metricsPort": 0,
         "stateFile": str(tmp_path / "state.json"),
         "verifyAfterSeconds": 60,
+        "historyUri": str(tmp_path / "history"),
     }
     config = LoadBalancerConfig().replace(sim.cluster.scenario.config)
     client = AdminClient(sim.admin_url, retries=1)
@@ -152,6 +153,7 @@ def test_the_scheduled_daemon_serves_probes_and_stops_cleanly(tmp_path):
             metricsHost="127.0.0.1",
             stateFile=str(tmp_path / "s.json"),
             cycleIntervalSeconds=0.2,
+            historyUri=str(tmp_path / "history"),
         )
         daemon = Daemon(settings, LoadBalancerConfig().replace(scenario.config), AdminClient(sim.admin_url), "sim")
         thread = threading.Thread(target=daemon.serve)
@@ -183,6 +185,7 @@ def test_operator_run_exits_cleanly_on_sigterm(tmp_path):
             "PULSAR_LB_METRICS_PORT": "0",
             "PULSAR_LB_STATE_FILE": str(tmp_path / "state.json"),
             "PULSAR_LB_LOG_JSON": "true",
+            "PULSAR_LB_HISTORY_URI": str(tmp_path / "history"),
         }
         proc = subprocess.Popen(
             [operator_script(), "run"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -199,3 +202,11 @@ def test_operator_run_exits_cleanly_on_sigterm(tmp_path):
         assert proc.returncode == 0, err
         assert '"event": "daemon stopped"' in err and '"dry_run": true' in err
         assert (tmp_path / "state.json").exists()
+
+
+def test_every_cycle_appends_to_the_history(served, tmp_path):
+    daemon = make_daemon(served, tmp_path)
+    drive(served, daemon, 3)
+    rows = daemon.history.read("broker_samples").to_pylist()
+    assert len(rows) == 3 * 4 and len({r["time"] for r in rows}) == 3
+    assert daemon.history.read("bundle_samples").num_rows == 3 * 48
