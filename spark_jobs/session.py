@@ -1,0 +1,18 @@
+"""One SparkSession factory, shared by the jobs and their tests."""
+
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+
+
+def build_session(master: str = "local[2]", app_name: str = "pulsar-lb-aggregate") -> SparkSession:
+    builder = SparkSession.builder.master(master).appName(app_name)
+    if master.startswith("local"):
+        builder = (
+            builder.config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "4")
+            .config("spark.driver.memory", "2g")
+        )
+    session = builder.config("spark.sql.files.ignoreCorruptFiles", "true").getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session

@@ -1,0 +1,160 @@
+"""The load-profile job on real local Spark: hand-checked aggregates, cost-model recovery, hot bundles."""
+
+import pytest
+from pyspark.sql import Row
+
+from pulsar_lb_operator.history import HistoryStore
+from simulator.cluster import SimulatedCluster
+from simulator.scenario import parse_scenario
+from spark_jobs import load_profile
+from spark_jobs.load_profile import ProfileError, ProfileOptions
+from strategies.loaddata import MessageAverage
+from strategies.snapshots import BundleStats, ClusterSnapshot, parse_broker_load
+
+
+def bundle_rows(bundle, rates, start=0, step_ms=60_000, **extra):
+    return [
+        Row(
+            time=start + i * step_ms,
+            bundle=bundle,
+            owner="b:8080",
+            msg_rate_in=float(r),
+            msg_rate_out=0.0,
+            msg_throughput_in=float(r) * 1000,
+            msg_throughput_out=0.0,
+            topics=extra.get("topics", 5),
+            producers=1,
+            consumers=1,
+        )
+        for i, r in enumerate(rates)
+    ]
+
+
+def test_short_and_long_averages_follow_pulsars_time_average_message_data(spark):
+    rates = [((i * 37) % 101) + 3.5 for i in range(1, 26)]  # 25 samples: past the 10-sample window
+    frame = spark.createDataFrame(bundle_rows("t/ns/0x0_0x1", rates))
+    [row] = load_profile.bundle_averages(frame).collect()
+    short, long = MessageAverage(10), MessageAverage(1000)
+    for rate in rates:  # the reference: the strategies' own sequential update
+        short = short.update(BundleStats(msgRateIn=rate, msgThroughputIn=rate * 1000))
+        long = long.update(BundleStats(msgRateIn=rate, msgThroughputIn=rate * 1000))
+    assert row.samples == 25
+    assert row.short_msg_rate_in == pytest.approx(short.msgRateIn, rel=1e-9)
+    assert row.long_msg_rate_in == pytest.approx(sum(rates) / 25, rel=1e-9) == pytest.approx(long.msgRateIn)
+    assert row.short_msg_throughput_in == pytest.approx(short.msgThroughputIn, rel=1e-9)
+
+
+def test_window_percentiles_and_max(spark):
+    frame = spark.createDataFrame(bundle_rows("t/ns/0x0_0x1", range(1, 101)))
+    rows = {r.window_minutes: r for r in load_profile.bundle_windows(frame, (60, 1440)).collect()}
+    day, hour = rows[1440], rows[60]
+    assert (day.samples, day.msg_rate_p50, day.msg_rate_p95, day.msg_rate_max) == (100, 50, 95, 100)
+    assert hour.samples == 60 and hour.msg_rate_p50 == 70 and hour.msg_rate_max == 100  # samples 41..100
+
+
+def test_hot_bundles_flags_sustained_hotness_not_a_single_spike(spark):
+    options = ProfileOptions(max_msg_rate=30000, hot_share=0.8, hot_window_minutes=30)
+    sustained = bundle_rows("t/ns/0x00000000_0x80000000", [35000] * 28 + [20000] * 2)
+    spike = bundle_rows("t/ns/0x80000000_0xffffffff", [10000] * 29 + [90000])
+    single_topic = bundle_rows("t/ns2/0x00000000_0xffffffff", [50000] * 30, topics=1)
+    frame = spark.createDataFrame(sustained + spike + single_topic)
+    [hot] = load_profile.hot_bundles(frame, options).collect()
+    assert hot.bundle == "t/ns/0x00000000_0x80000000" and hot.hot_share == pytest.approx(28 / 30, abs=0.04)
+    assert hot.algorithm == "range_equally_divide" and hot.boundary == 0x40000000
+
+
+COST_SCENARIO = {
+    "seed": 5,
+    "brokers": [
+        {"name": "small", "cores": 4, "cost_per_msg": 0.010, "cost_per_mib": 2.0, "background_cpu": 0.05, "jitter": 0},
+        {"name": "big", "cores": 16, "cost_per_msg": 0.006, "cost_per_mib": 1.0, "background_cpu": 0.05, "jitter": 0},
+        {"name": "shared", "cores": 8, "cost_per_msg": 0.008, "cost_per_mib": 1.5, "background_cpu": 0.40, "jitter": 0},
+    ],
+    "namespaces": [
+        {
+            "name": "t/small-msgs",
+            "bundles": 6,
+            "topics": 60,
+            "rate": 120,
+            "msg_size": 200,
+            "fanout": 3,
+            "pattern": {"type": "daily", "amplitude": 0.6, "period_minutes": 97},
+        },
+        {
+            "name": "t/big-msgs",
+            "bundles": 6,
+            "topics": 60,
+            "rate": 40,
+            "msg_size": 8000,
+            "fanout": 1,
+            "pattern": {"type": "daily", "amplitude": 0.6, "period_minutes": 61, "phase": 0.3},
+        },
+        {
+            "name": "t/fan-in",
+            "bundles": 6,
+            "topics": 60,
+            "rate": 60,
+            "msg_size": 2000,
+            "fanout": 0.2,
+            "pattern": {"type": "jitter", "amplitude": 0.5},
+        },
+    ],
+    "config": {"loadBalancerSheddingEnabled": False, "loadBalancerAutoBundleSplitEnabled": False},
+}
+
+
+@pytest.fixture(scope="module")
+def cost_history(tmp_path_factory):
+    """Six simulated hours of a heterogeneous cluster, one sample per minute."""
+    root = tmp_path_factory.mktemp("history")
+    store = HistoryStore(str(root))
+    sim = SimulatedCluster(parse_scenario(COST_SCENARIO))
+    for _ in range(360):
+        sim.advance(60)
+        brokers = {b: parse_broker_load(b, sim.load_report(b)) for b in sim.active_ids()}
+        store.append(ClusterSnapshot("sim", sim.now_ms, brokers))
+    return str(root), sim
+
+
+def test_cost_models_recover_the_simulators_true_costs_and_find_the_background(spark, cost_history, tmp_path):
+    history, sim = cost_history
+    out = str(tmp_path / "profile")
+    summary = load_profile.build_profile(spark, history, out, ProfileOptions())
+    assert summary["broker_samples"] == 360 * 3
+    models = {(r.broker, r.resource): r for r in spark.read.parquet(f"{out}/cost_model").collect()}
+    for spec in COST_SCENARIO["brokers"]:
+        broker = sim.by_name(spec["name"]).id
+        cpu = models[(broker, "cpu")]
+        # usage% = background·100 + (rate·cost_per_msg + MiB/s·cost_per_mib) / cores
+        assert cpu.per_msg_rate == pytest.approx(spec["cost_per_msg"] / spec["cores"], rel=0.10)
+        per_byte = spec["cost_per_mib"] / (1024 * 1024) / spec["cores"]
+        assert cpu.per_byte_in == pytest.approx(per_byte, rel=0.10)
+        assert cpu.per_byte_out == pytest.approx(per_byte, rel=0.10)
+        assert cpu.intercept == pytest.approx(spec["background_cpu"] * 100, abs=2.0)
+        assert cpu.r2 > 0.99 and cpu.samples == 360
+    intercepts = {
+        spec["name"]: models[(sim.by_name(spec["name"]).id, "cpu")].intercept for spec in COST_SCENARIO["brokers"]
+    }
+    assert max(intercepts, key=intercepts.get) == "shared"  # the broker with another process on its machine
+    profile = spark.read.parquet(f"{out}/broker_profile").collect()
+    assert {r.broker for r in profile} == set(sim.active_ids()) and all(r.usage_p95 >= r.usage_mean for r in profile)
+
+
+def test_empty_history_corrupt_files_and_missing_columns(spark, tmp_path):
+    with pytest.raises(ProfileError, match="no history at"):
+        load_profile.build_profile(spark, str(tmp_path / "nothing"), str(tmp_path / "out"), ProfileOptions())
+    store = HistoryStore(str(tmp_path / "h"))
+    sim = SimulatedCluster(parse_scenario(COST_SCENARIO))
+    store.append(
+        ClusterSnapshot("sim", sim.now_ms, {b: parse_broker_load(b, sim.load_report(b)) for b in sim.active_ids()})
+    )
+    folder = tmp_path / "h" / "bundle_samples"
+    next(folder.rglob("*.parquet")).parent.joinpath("part-broken.parquet").write_bytes(b"PAR1 garbage")
+    summary = load_profile.build_profile(spark, str(tmp_path / "h"), str(tmp_path / "out"), ProfileOptions())
+    assert summary["bundle_samples"] == 18  # the broken file is skipped
+    bad = tmp_path / "bad" / "broker_samples"
+    bad.mkdir(parents=True)
+    spark.createDataFrame([Row(time=1, broker="b")]).write.parquet(str(bad / "date=2025-01-01"))
+    (tmp_path / "bad" / "bundle_samples").mkdir()
+    with pytest.raises(ProfileError, match="missing column"):
+        load_profile.build_profile(spark, str(tmp_path / "bad"), str(tmp_path / "out2"), ProfileOptions())
