@@ -91,6 +91,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="log intended actions only (the default unless dryRun: false)",
     )
 
+    aggregate = commands.add_parser(
+        "aggregate",
+        help="run the Spark load-profile job once over a history store",
+        description="Aggregate the history (Parquet) into the load profile the daemon reads.",
+    )
+    aggregate.add_argument("--history", required=True, metavar="URI", help="the history store (historyUri)")
+    aggregate.add_argument("--out", required=True, metavar="URI", help="where to write the profile (profileUri)")
+    aggregate.add_argument("--master", default="local[2]", help="Spark master: local[N], spark://, k8s://, yarn")
+
     demo = commands.add_parser(
         "demo",
         help="run the operator against a simulated, unbalanced cluster on loopback",
@@ -186,6 +195,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     return live.run_daemon(args)
 
 
+def cmd_aggregate(args: argparse.Namespace) -> int:
+    import time
+
+    from spark_jobs.load_profile import ProfileError, ProfileOptions, build_profile
+    from spark_jobs.session import build_session
+
+    started = time.monotonic()
+
+    def progress(step: str) -> None:
+        print(f"[{time.monotonic() - started:6.1f}s] {step}", file=sys.stderr, flush=True)
+
+    progress(f"starting Spark ({args.master})")
+    spark = build_session(args.master)
+    try:
+        summary = build_profile(spark, args.history, args.out, ProfileOptions(), progress)
+    except ProfileError as exc:
+        print(f"operator: error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        spark.stop()
+    print(json.dumps(summary))
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from pulsar_lb_operator import demo
 
@@ -212,6 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "rebalance": cmd_rebalance,
             "snapshot": cmd_snapshot,
             "run": cmd_run,
+            "aggregate": cmd_aggregate,
             "demo": cmd_demo,
             "simulate": cmd_simulate,
         }

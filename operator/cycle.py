@@ -16,6 +16,7 @@ from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.collector import collect
 from pulsar_lb_operator.executor import Executor, ExecutorState, Outcome, Record
 from strategies import ClusterSnapshot, LoadBalancerConfig, Plan, StrategyState, Unload, plan_cycle
+from strategies.profile import LoadProfile
 
 log = structlog.get_logger(__name__)
 
@@ -65,6 +66,7 @@ def run_cycle(
     placement: str | None = None,
     now_ms: int | None = None,
     broker_timeout_s: float = 20.0,
+    profile: LoadProfile | None = None,
 ) -> CycleResult:
     cycle_id = uuid.UUID(int=rng.getrandbits(128)).hex[:12]
     with structlog.contextvars.bound_contextvars(
@@ -78,7 +80,9 @@ def run_cycle(
             now_ms=now_ms,
             broker_timeout_s=broker_timeout_s,
         )
-        plan, strategy_state = plan_cycle(collection.snapshot, config, state.strategy, rng, shedding, placement)
+        plan, strategy_state = plan_cycle(
+            collection.snapshot, config, state.strategy, rng, shedding, placement, profile=profile
+        )
         log.info(
             "plan",
             strategy=plan.shedding,

@@ -25,6 +25,7 @@ from pulsar_lb_operator.adminapi import AdminClient, AdminError
 from pulsar_lb_operator.cycle import CycleResult, OperatorState, run_cycle
 from pulsar_lb_operator.executor import Executor
 from pulsar_lb_operator.history import HistoryStore
+from pulsar_lb_operator.profile import read_profile
 from pulsar_lb_operator.settings import OperatorSettings
 from strategies import LoadBalancerConfig, Split
 from strategies.snapshots import SnapshotError
@@ -124,6 +125,7 @@ class Daemon:
         started = time.monotonic()
         try:
             now_ms = self.clock_ms() if callable(self.clock_ms) else None
+            profile = read_profile(self.settings.profileUri) if self.settings.profileUri else None
             result = run_cycle(
                 self.client,
                 self.cluster,
@@ -135,6 +137,7 @@ class Daemon:
                 self.placement,
                 now_ms=now_ms,
                 broker_timeout_s=self.settings.brokerTimeoutSeconds,
+                profile=profile,
             )
             self.state = result.state
             files.write_json_atomically(self.settings.stateFile, self.state.to_json())
@@ -153,6 +156,27 @@ class Daemon:
             return None
         finally:
             self._lock.release()
+
+    def aggregate(self) -> None:
+        """Run the Spark load-profile job in-process; failures are logged, the daemon goes on."""
+        from spark_jobs.load_profile import ProfileError, ProfileOptions, build_profile
+        from spark_jobs.session import build_session
+
+        started = time.monotonic()
+        try:
+            spark = build_session(self.settings.sparkMaster)
+            summary = build_profile(spark, self.settings.historyUri, self.settings.profileUri, ProfileOptions())
+            log.info(
+                "load profile written",
+                uri=self.settings.profileUri,
+                seconds=round(time.monotonic() - started, 1),
+                broker_samples=summary["broker_samples"],
+                bundle_samples=summary["bundle_samples"],
+            )
+        except ProfileError as exc:
+            log.warning("load profile not built", reason=str(exc))
+        except Exception:
+            log.exception("load profile job failed")
 
     def _record_history(self, result: CycleResult) -> None:
         if self.history is None or result.snapshot is None or not result.snapshot.brokers:
@@ -180,6 +204,11 @@ class Daemon:
         server = self._start_probe_server()
         scheduler = BackgroundScheduler()
         scheduler.add_job(self.run_once, "interval", seconds=self.period_s, max_instances=1, coalesce=True)
+        if self.settings.aggregateEveryMinutes and self.settings.historyUri and self.settings.profileUri:
+            # its own job thread: a long aggregation never delays a decision cycle
+            scheduler.add_job(
+                self.aggregate, "interval", minutes=self.settings.aggregateEveryMinutes, max_instances=1, coalesce=True
+            )
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: self.stop.set())

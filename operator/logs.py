@@ -18,6 +18,6 @@ def configure(level: str = "info", json: bool = False) -> None:
     structlog.configure(
         processors=[*processors, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()]),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=lambda *_: structlog.PrintLogger(sys.stderr),  # the stderr of the moment, not of configure()
         cache_logger_on_first_use=False,
     )

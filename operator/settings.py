@@ -41,6 +41,9 @@ class OperatorSettings:
     stateFile: str = "state/operator-state.json"
     historyUri: str = "history"  # where every cycle's samples go (Parquet); a directory or s3a://, hdfs://…; "" off
     historyRetentionDays: float = 14.0
+    profileUri: str = "profile"  # the load profile the Spark job writes and every cycle reads; "" off
+    aggregateEveryMinutes: float = 15.0  # run the Spark job in-process this often; 0: an external job writes it
+    sparkMaster: str = "local[2]"
     metricsPort: int = 8090  # /healthz, /readyz, /metrics; 0 disables
     metricsHost: str = "0.0.0.0"
     cycleIntervalSeconds: float = 0.0  # 0: loadBalancerSheddingIntervalMinutes

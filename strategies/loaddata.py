@@ -9,7 +9,7 @@ bundles still inside the grace period after an unload.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -119,6 +119,11 @@ class LoadData:
 
     def bundle_or_default(self, bundle: str) -> BundleData:
         return self.bundle_data.get(bundle) or BundleData.new()
+
+    def with_long_term(self, long_term: Mapping[str, MessageAverage]) -> LoadData:
+        """The same data with long-term averages taken from the aggregated history where it has them."""
+        merged = {b: replace(d, long=long_term[b]) if b in long_term else d for b, d in self.bundle_data.items()}
+        return replace(self, bundle_data=MappingProxyType(merged))
 
     def long_term_msg_rate(self, broker: str) -> float:
         """TimeAverageBrokerData long-term msg rate in+out: the sum over the broker's reported bundles."""

@@ -17,6 +17,7 @@ from strategies.config import LoadBalancerConfig
 from strategies.loaddata import LoadData, build_load_data
 from strategies.placement.common import PlacementContext
 from strategies.plans import Action, BrokerScore, Plan, Unload
+from strategies.profile import LoadProfile
 from strategies.snapshots import ClusterSnapshot
 from strategies.splitting.trigger import find_bundles_to_split
 from strategies.state import StrategyState
@@ -93,6 +94,7 @@ def plan_cycle(
     rng: random.Random,
     shedding: str | None = None,
     placement: str | None = None,
+    profile: LoadProfile | None = None,
 ) -> tuple[Plan, StrategyState]:
     """Plan one shedding cycle. Raises UnknownStrategyError for a name not in the registry."""
     shedding_name = registry.shedding_name(shedding or config.loadBalancerLoadSheddingStrategy)
@@ -100,6 +102,8 @@ def plan_cycle(
     load, bundle_data, recent = build_load_data(
         snapshot, state.bundle_data, state.recently_unloaded, config.grace_period_ms
     )
+    if profile is not None and profile.long_term:
+        load = load.with_long_term(profile.long_term)
     notes: list[str] = []
     result = registry.SHEDDING[shedding_name](load, config, state) if len(snapshot.brokers) > 1 else None
     if result is None:
@@ -134,7 +138,9 @@ def plan_cycle(
             continue
         actions.append(Unload(unload.bundle, unload.source, destination, f"{unload.reason}; {how}"))
         recent[unload.bundle] = snapshot.taken_at
-    splits, split_notes = find_bundles_to_split(load, config, skip=frozenset(seen))
+    splits, split_notes = find_bundles_to_split(
+        load, config, skip=frozenset(seen), sustained=None if profile is None else profile.hot
+    )
     actions.extend(splits)
     notes.extend(split_notes)
     plan = Plan(

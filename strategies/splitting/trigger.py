@@ -7,10 +7,13 @@ namespace stays within loadBalancerNamespaceMaximumBundles.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from strategies import bundles as bundle_names
 from strategies.config import LoadBalancerConfig
 from strategies.loaddata import LoadData
 from strategies.plans import Split
+from strategies.profile import HotBundle
 from strategies.shedding.common import fmt_bytes
 from strategies.splitting import algorithms
 
@@ -52,8 +55,13 @@ def boundaries_for(load: LoadData, bundle: str, algorithm: str, config: LoadBala
 
 
 def find_bundles_to_split(
-    load: LoadData, config: LoadBalancerConfig, skip: frozenset[str] = frozenset()
+    load: LoadData,
+    config: LoadBalancerConfig,
+    skip: frozenset[str] = frozenset(),
+    sustained: Mapping[str, HotBundle] | None = None,
 ) -> tuple[list[Split], list[str]]:
+    """Bundles to split now. With ``sustained`` (from the aggregated profile) a bundle must also have
+    been over a threshold in most recent samples, so a single spike does not split it."""
     if not config.loadBalancerAutoBundleSplitEnabled:
         return [], []
     algorithm = config.defaultNamespaceBundleSplitAlgorithm
@@ -68,6 +76,11 @@ def find_bundles_to_split(
             reasons = split_reasons(load, bundle, config, stats.topics, stats.consumerCount + stats.producerCount)
             if not reasons:
                 continue
+            if sustained is not None:
+                if bundle not in sustained:
+                    notes.append(f"split: {bundle} is hot now but not in most recent samples (profile)")
+                    continue
+                reasons.append(f"hot in {sustained[bundle].share:.0%} of recent samples")
             if not bundle_range.can_split():
                 notes.append(f"split: {bundle} is hot ({'; '.join(reasons)}) but can't be split further")
                 continue

@@ -158,3 +158,51 @@ def test_empty_history_corrupt_files_and_missing_columns(spark, tmp_path):
     (tmp_path / "bad" / "bundle_samples").mkdir()
     with pytest.raises(ProfileError, match="missing column"):
         load_profile.build_profile(spark, str(tmp_path / "bad"), str(tmp_path / "out2"), ProfileOptions())
+
+
+def test_the_operator_reads_the_profile_and_aggregate_runs_from_the_cli(spark, cost_history, tmp_path, capsys):
+    from pulsar_lb_operator import cli
+    from pulsar_lb_operator.profile import read_profile
+
+    history, sim = cost_history
+    out = tmp_path / "profile"
+    assert read_profile(str(out)) is None  # none yet: plan on the snapshot alone
+    code = cli.main(["aggregate", "--history", history, "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 0 and '"broker_samples": 1080' in captured.out
+    assert "computing bundle_averages" in captured.err and "fitting cost models" in captured.err
+    profile = read_profile(str(out))
+    assert len(profile.long_term) == 18 and profile.long_term[next(iter(profile.long_term))].num_samples == 360
+    big = sim.by_name("big").id
+    assert profile.cost_models[(big, "cpu")].per_msg_rate > 0
+    assert cli.main(["aggregate", "--history", str(tmp_path / "none"), "--out", str(out)]) == 2
+    assert "no history at" in capsys.readouterr().err
+
+
+def test_the_daemon_aggregates_in_process_and_plans_with_the_profile(spark, tmp_path):
+    from pulsar_lb_operator.adminapi import AdminClient
+    from pulsar_lb_operator.daemon import Daemon
+    from pulsar_lb_operator.settings import OperatorSettings
+    from simulator.http import serve
+    from simulator.scenario import load_scenario
+    from strategies import LoadBalancerConfig
+
+    scenario = load_scenario("hot-bundle-split")
+    with serve(lambda allocate: SimulatedCluster(scenario, allocate)) as sim:
+        settings = OperatorSettings(
+            dryRun=True,
+            metricsPort=0,
+            stateFile=str(tmp_path / "s.json"),
+            historyUri=str(tmp_path / "history"),
+            profileUri=str(tmp_path / "profile"),
+        )
+        daemon = Daemon(
+            settings, LoadBalancerConfig(), AdminClient(sim.admin_url), "sim", clock_ms=lambda: sim.cluster.now_ms
+        )
+        for _ in range(12):  # twelve minutes of history in which the hot bundle stays hot
+            daemon.run_once()
+            sim.cluster.advance(60)
+        daemon.aggregate()
+        result = daemon.run_once()
+    [split] = [r.action for r in result.records if r.action.bundle.startswith("acme/hot/")]
+    assert "hot in 100% of recent samples" in split.reason
