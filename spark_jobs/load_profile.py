@@ -121,29 +121,40 @@ def bundle_averages(bundles: DataFrame) -> DataFrame:
 
 
 def bundle_windows(bundles: DataFrame, windows_minutes: tuple[int, ...]) -> DataFrame:
+    """One pass over the samples: every window's aggregates are conditional aggregates of one groupBy."""
     latest = bundles.agg(F.max("time")).first()[0]
-    frames = []
-    traffic = bundles.withColumn("msg_rate", F.col("msg_rate_in") + F.col("msg_rate_out")).withColumn(
-        "msg_throughput", F.col("msg_throughput_in") + F.col("msg_throughput_out")
-    )
+    rate = F.col("msg_rate_in") + F.col("msg_rate_out")
+    thr = F.col("msg_throughput_in") + F.col("msg_throughput_out")
+    aggregates = []
     for minutes in windows_minutes:
-        recent = traffic.where(F.col("time") > F.lit(latest - minutes * 60_000))
-        frames.append(
-            recent.groupBy("bundle").agg(
-                F.lit(minutes).alias("window_minutes"),
-                F.count("*").alias("samples"),
-                F.percentile_approx("msg_rate", 0.5, 10000).alias("msg_rate_p50"),
-                F.percentile_approx("msg_rate", 0.95, 10000).alias("msg_rate_p95"),
-                F.max("msg_rate").alias("msg_rate_max"),
-                F.percentile_approx("msg_throughput", 0.5, 10000).alias("msg_throughput_p50"),
-                F.percentile_approx("msg_throughput", 0.95, 10000).alias("msg_throughput_p95"),
-                F.max("msg_throughput").alias("msg_throughput_max"),
-            )
+        inside = F.col("time") > F.lit(latest - minutes * 60_000)
+        r, t = F.when(inside, rate), F.when(inside, thr)  # null outside the window: ignored by the aggregates
+        aggregates += [
+            F.sum(inside.cast("long")).alias(f"samples_{minutes}"),
+            F.percentile_approx(r, 0.5, 10000).alias(f"msg_rate_p50_{minutes}"),
+            F.percentile_approx(r, 0.95, 10000).alias(f"msg_rate_p95_{minutes}"),
+            F.max(r).alias(f"msg_rate_max_{minutes}"),
+            F.percentile_approx(t, 0.5, 10000).alias(f"msg_throughput_p50_{minutes}"),
+            F.percentile_approx(t, 0.95, 10000).alias(f"msg_throughput_p95_{minutes}"),
+            F.max(t).alias(f"msg_throughput_max_{minutes}"),
+        ]
+    wide = bundles.groupBy("bundle").agg(*aggregates)
+    names = (
+        "samples",
+        "msg_rate_p50",
+        "msg_rate_p95",
+        "msg_rate_max",
+        "msg_throughput_p50",
+        "msg_throughput_p95",
+        "msg_throughput_max",
+    )
+    per_window = F.array(
+        *(
+            F.struct(F.lit(m).alias("window_minutes"), *(F.col(f"{n}_{m}").alias(n) for n in names))
+            for m in windows_minutes
         )
-    out = frames[0]
-    for frame in frames[1:]:
-        out = out.unionByName(frame)
-    return out
+    )
+    return wide.select("bundle", F.explode(per_window).alias("w")).select("bundle", "w.*").where(F.col("samples") > 0)
 
 
 def _usage_percent(resource: str) -> F.Column:
