@@ -38,40 +38,28 @@ WINDOWS = (60, 1440)
 def base_samples() -> pa.Table:
     from simulator.cluster import SimulatedCluster
     from simulator.scenario import load_scenario
+    from spark_jobs.load_profile import BUNDLE_COLUMNS
 
     sim = SimulatedCluster(load_scenario("demo"))
-    rows: dict[str, list] = {
-        k: []
-        for k in (
-            "time",
-            "bundle",
-            "owner",
-            "msg_rate_in",
-            "msg_rate_out",
-            "msg_throughput_in",
-            "msg_throughput_out",
-            "topics",
-            "producers",
-            "consumers",
-        )
-    }
+    rows: dict[str, list] = {column: [] for column in BUNDLE_COLUMNS}
     for _ in range(BASE_CYCLES):
         sim.advance(60)
         for bundle, owner in sorted(sim.ownership.items()):
             stats, _ = sim.bundle_stats(bundle)
-            for key, value in (
-                ("time", sim.now_ms),
-                ("bundle", bundle),
-                ("owner", owner),
-                ("msg_rate_in", stats.msgRateIn),
-                ("msg_rate_out", stats.msgRateOut),
-                ("msg_throughput_in", stats.msgThroughputIn),
-                ("msg_throughput_out", stats.msgThroughputOut),
-                ("topics", stats.topics),
-                ("producers", stats.producerCount),
-                ("consumers", stats.consumerCount),
-            ):
-                rows[key].append(value)
+            sample = {
+                "time": sim.now_ms,
+                "bundle": bundle,
+                "owner": owner,
+                "msg_rate_in": stats.msgRateIn,
+                "msg_rate_out": stats.msgRateOut,
+                "msg_throughput_in": stats.msgThroughputIn,
+                "msg_throughput_out": stats.msgThroughputOut,
+                "topics": stats.topics,
+                "producers": stats.producerCount,
+                "consumers": stats.consumerCount,
+            }
+            for column in BUNDLE_COLUMNS:
+                rows[column].append(sample[column])
     return pa.table(rows)
 
 
