@@ -26,10 +26,6 @@ class Collection:
     snapshot: ClusterSnapshot
     skipped: dict[str, str] = field(default_factory=dict)  # broker id → why it was left out
 
-    @property
-    def active(self) -> list[str]:
-        return sorted([*self.snapshot.brokers, *self.skipped])
-
 
 def _read_one(client: AdminClient, broker_id: str) -> BrokerLoad:
     return parse_broker_load(broker_id, client.load_report(broker_id), f"load-report of {broker_id}")

@@ -13,7 +13,7 @@ import enum
 import os
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -258,10 +258,3 @@ class Executor:
             reason=action.reason,
         )
         return record
-
-
-def summarize(records: Sequence[Record]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for r in records:
-        counts[r.outcome.value] = counts.get(r.outcome.value, 0) + 1
-    return counts

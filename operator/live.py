@@ -12,7 +12,7 @@ from pulsar_lb_operator import files, guard, render
 from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.collector import collect, with_namespaces_and_topics
 from pulsar_lb_operator.cycle import OperatorState, run_cycle
-from pulsar_lb_operator.executor import Executor, Outcome
+from pulsar_lb_operator.executor import Executor
 from pulsar_lb_operator.settings import OperatorSettings, resolve
 from strategies import LoadBalancerConfig, Split
 from strategies.config import ConfigError
@@ -79,7 +79,7 @@ def rebalance(args: argparse.Namespace) -> int:
                 for record in result.records:
                     kind = "split" if isinstance(record.action, Split) else "unload"
                     print(f"  {kind} {record.action.bundle}: {record.outcome.value} ({record.detail})")
-        return 1 if any(r.outcome is Outcome.FAILED for r in result.records) else 0
+        return 1 if result.failed else 0
     finally:
         client.close()
 

@@ -472,11 +472,6 @@ class SimulatedCluster:
         chosen = planner.select_broker(bundle, registry.PLACEMENT["LeastLongTermMessageRate"], ctx)
         return chosen or self.rng.choice(alive)
 
-    def lookup(self, topic: str) -> str:
-        """The bundle of a topic, assigning it if unowned (lookups are not read-only)."""
-        with self.lock:
-            return self.assign(self.bundle_of_topic(topic))
-
     def bundle_of_topic(self, topic: str) -> str:
         rest = topic.split("://", 1)[-1]
         namespace = "/".join(rest.split("/")[:2])
@@ -627,9 +622,3 @@ class SimulatedCluster:
     def crash(self, name: str) -> None:
         with self.lock:
             self._stop(self.by_name(name))
-
-    def add_broker(self, spec: BrokerSpec) -> str:
-        with self.lock:
-            broker = self._add_broker(spec)
-            self._sample(broker)
-            return broker.id

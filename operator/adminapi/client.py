@@ -177,10 +177,6 @@ class AdminClient:
             body=list(boundaries) if boundaries else None,
         )
 
-    def lookup(self, topic: str) -> dict[str, Any]:
-        domain, _, rest = topic.partition("://")
-        return self.get_json(f"/lookup/v2/topic/{domain}/{rest}")
-
 
 def _reason(response: requests.Response) -> str:
     """Pulsar's ``reason`` when the body is ``{"reason": ...}``, else the first line of the body."""
