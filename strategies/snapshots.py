@@ -106,18 +106,21 @@ class BrokerLoad(MessageTotals):
         """Unweighted max over all five resources, as a fraction (LocalBrokerData.getMaxResourceUsage)."""
         return max(getattr(self, name).percent_usage() for name in RESOURCE_FIELDS) / 100
 
-    def max_resource_usage_with_weight(self, weights: ResourceWeights) -> float:
-        """LocalBrokerData.getMaxResourceUsageWithWeight, as a fraction (may exceed 1.0)."""
-        return (
-            max(
-                self.cpu.percent_usage() * weights.cpu,
-                self.memory.percent_usage() * weights.memory,
-                self.directMemory.percent_usage() * weights.direct_memory,
-                self.bandwidthIn.percent_usage() * weights.bandwidth_in,
-                self.bandwidthOut.percent_usage() * weights.bandwidth_out,
-            )
-            / 100
-        )
+    def max_resource_usage_with_weight(self, weights: ResourceWeights, memory: bool = True) -> float:
+        """LocalBrokerData.getMaxResourceUsageWithWeight, as a fraction (may exceed 1.0).
+
+        ``memory=False`` is the newer four-resource form (PIP-358) that AvgShedder and
+        LeastResourceUsageWithWeight call: the JVM heap is left out whatever its weight.
+        """
+        terms = [
+            self.cpu.percent_usage() * weights.cpu,
+            self.directMemory.percent_usage() * weights.direct_memory,
+            self.bandwidthIn.percent_usage() * weights.bandwidth_in,
+            self.bandwidthOut.percent_usage() * weights.bandwidth_out,
+        ]
+        if memory:
+            terms.append(self.memory.percent_usage() * weights.memory)
+        return max(terms) / 100
 
     def owned_bundles(self) -> frozenset[str]:
         return self.bundles | frozenset(self.lastStats)

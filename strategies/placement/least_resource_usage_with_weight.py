@@ -18,16 +18,7 @@ def _usage(broker: str, ctx: PlacementContext) -> float:
     load = ctx.load.snapshot.brokers[broker]
     if not load.bundles or (load.msgRateIn == 0 and load.msgRateOut == 0):
         ctx.placement_ema.pop(broker, None)
-    w = ctx.config.weights
-    weighted = (
-        max(
-            load.cpu.percent_usage() * w.cpu,
-            load.directMemory.percent_usage() * w.direct_memory,
-            load.bandwidthIn.percent_usage() * w.bandwidth_in,
-            load.bandwidthOut.percent_usage() * w.bandwidth_out,
-        )
-        / 100
-    )
+    weighted = load.max_resource_usage_with_weight(ctx.config.weights, memory=False)
     history = ctx.config.loadBalancerHistoryResourcePercentage
     previous = ctx.placement_ema.get(broker)
     ctx.placement_ema[broker] = weighted if previous is None else previous * history + (1 - history) * weighted

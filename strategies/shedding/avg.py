@@ -23,14 +23,7 @@ NAME = "AvgShedder"
 
 def score(load: LoadData, broker: str, config: LoadBalancerConfig) -> float:
     """100 × instantaneous weighted max usage over cpu, direct memory and bandwidth (no memory, no history)."""
-    w = config.weights
-    b = load.snapshot.brokers[broker]
-    return max(
-        b.cpu.percent_usage() * w.cpu,
-        b.directMemory.percent_usage() * w.direct_memory,
-        b.bandwidthIn.percent_usage() * w.bandwidth_in,
-        b.bandwidthOut.percent_usage() * w.bandwidth_out,
-    )
+    return 100 * load.snapshot.brokers[broker].max_resource_usage_with_weight(config.weights, memory=False)
 
 
 def find_broker_pairs(
