@@ -36,6 +36,7 @@ WINDOWS = (60, 1440)
 
 
 def base_samples() -> pa.Table:
+    from pulsar_lb_operator.history import bundle_row
     from simulator.cluster import SimulatedCluster
     from simulator.scenario import load_scenario
     from spark_jobs.load_profile import BUNDLE_COLUMNS
@@ -46,18 +47,7 @@ def base_samples() -> pa.Table:
         sim.advance(60)
         for bundle, owner in sorted(sim.ownership.items()):
             stats, _ = sim.bundle_stats(bundle)
-            sample = {
-                "time": sim.now_ms,
-                "bundle": bundle,
-                "owner": owner,
-                "msg_rate_in": stats.msgRateIn,
-                "msg_rate_out": stats.msgRateOut,
-                "msg_throughput_in": stats.msgThroughputIn,
-                "msg_throughput_out": stats.msgThroughputOut,
-                "topics": stats.topics,
-                "producers": stats.producerCount,
-                "consumers": stats.consumerCount,
-            }
+            sample = bundle_row(sim.now_ms, bundle, owner, stats)
             for column in BUNDLE_COLUMNS:
                 rows[column].append(sample[column])
     return pa.table(rows)

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import structlog
 
 from strategies import bundles as bundle_names
-from strategies.snapshots import RESOURCE_FIELDS, ClusterSnapshot
+from strategies.snapshots import RESOURCE_FIELDS, BundleStats, ClusterSnapshot
 
 log = structlog.get_logger(__name__)
 
@@ -126,6 +126,23 @@ class HistoryStore:
         return removed
 
 
+def bundle_row(time_ms: int, bundle: str, owner: str, stats: BundleStats) -> dict:
+    """One row of ``bundle_samples``."""
+    return {
+        "time": time_ms,
+        "bundle": bundle,
+        "namespace": bundle_names.namespace_of(bundle),
+        "owner": owner,
+        "msg_rate_in": stats.msgRateIn,
+        "msg_rate_out": stats.msgRateOut,
+        "msg_throughput_in": stats.msgThroughputIn,
+        "msg_throughput_out": stats.msgThroughputOut,
+        "topics": stats.topics,
+        "producers": stats.producerCount,
+        "consumers": stats.consumerCount,
+    }
+
+
 def _rows(snapshot: ClusterSnapshot) -> tuple[list[dict], list[dict]]:
     brokers, bundles = [], []
     for broker_id, load in sorted(snapshot.brokers.items()):
@@ -142,19 +159,5 @@ def _rows(snapshot: ClusterSnapshot) -> tuple[list[dict], list[dict]]:
         )
         brokers.append(row)
         for bundle, stats in sorted(load.lastStats.items()):
-            bundles.append(
-                {
-                    "time": snapshot.taken_at,
-                    "bundle": bundle,
-                    "namespace": bundle_names.namespace_of(bundle),
-                    "owner": broker_id,
-                    "msg_rate_in": stats.msgRateIn,
-                    "msg_rate_out": stats.msgRateOut,
-                    "msg_throughput_in": stats.msgThroughputIn,
-                    "msg_throughput_out": stats.msgThroughputOut,
-                    "topics": stats.topics,
-                    "producers": stats.producerCount,
-                    "consumers": stats.consumerCount,
-                }
-            )
+            bundles.append(bundle_row(snapshot.taken_at, bundle, broker_id, stats))
     return brokers, bundles
