@@ -230,8 +230,8 @@ class SimulatedCluster:
         return [t for t in self.topics.get(namespace, []) if bundle_range.contains(t.hash)]
 
     def bundle_stats(self, bundle: str) -> tuple[BundleStats, dict[str, TopicStats]]:
-        per_topic = {t.name: self._topic_stats(t) for t in self.topics_in(bundle)}
         topics = self.topics_in(bundle)
+        per_topic = {t.name: self._topic_stats(t) for t in topics}
         return (
             BundleStats(
                 msgRateIn=sum(s.msgRateIn for s in per_topic.values()),
