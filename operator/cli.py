@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 
 from pulsar_lb_operator import files, logs, render
 from pulsar_lb_operator.adminapi import AdminError
+from pulsar_lb_operator.settings import resolve
 from simulator.scenario import ScenarioError, shipped_scenarios
 from strategies import (
     PLACEMENT,
@@ -149,10 +150,12 @@ def _live_options(command: argparse.ArgumentParser) -> None:
 
 
 def load_config(config_file: str | None, overrides: Sequence[tuple[str, str]]) -> tuple[LoadBalancerConfig, set[str]]:
-    """Defaults, then the file, then ``--set``; returns the config and the keys set explicitly."""
+    """Pulsar's keys from the same settings file the live commands read (operator keys are validated and
+    not needed offline), then ``--set``; returns the config and the Pulsar keys set explicitly."""
     settings: dict[str, Any] = files.read_config_file(config_file) if config_file else {}
     settings.update(dict(overrides))
-    return LoadBalancerConfig().replace(settings), set(settings)
+    _, config, explicit = resolve(settings, {}, {})
+    return config, explicit
 
 
 def cmd_rebalance(args: argparse.Namespace) -> int:

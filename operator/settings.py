@@ -110,7 +110,7 @@ def resolve(
         elif key in config_keys() or key.startswith("loadBalancerBandwith"):
             pulsar[key] = value
         else:
-            raise ConfigError(f"unknown setting {key!r}")
+            raise ConfigError(f"unknown configuration key {key!r}")
     if environ.get("PULSAR_ADMIN_URL"):
         ours["adminUrl"] = environ["PULSAR_ADMIN_URL"]
     for key in fields:

@@ -17,3 +17,14 @@ def test_the_settings_example_loads():
     assert (
         config.loadBalancerLoadSheddingStrategy == "AvgShedder" and "loadBalancerSheddingGracePeriodMinutes" in explicit
     )
+
+
+def test_the_settings_example_also_drives_offline_planning(tmp_path, capsys):
+    from pulsar_lb_operator import cli
+
+    block = re.search(r"```yaml\n(adminUrl:.*?)```", README, re.S).group(1)
+    config = tmp_path / "operator.yaml"
+    config.write_text(block)
+    example = Path(__file__).resolve().parent.parent / "examples" / "unbalanced-after-restart.json"
+    assert cli.main(["rebalance", "--snapshot", str(example), "--config", str(config)]) == 0
+    assert "shedding AvgShedder" in capsys.readouterr().out
