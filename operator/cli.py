@@ -120,6 +120,23 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--port", type=int, help="port of the first broker (the others take free ports)")
     simulate.add_argument("--speed", type=float, default=60.0, help="simulated seconds per real second (default 60)")
     simulate.add_argument("--token", help="require 'Authorization: Bearer TOKEN' on admin calls")
+
+    bench = commands.add_parser(
+        "benchmark",
+        help="compare every strategy on every scenario (PIP-364's table, measured)",
+        description="Run every strategy combination over the shipped scenarios (or a recorded history) in "
+        "simulated time, print PIP-364's table with verdicts and write a report with plots.",
+    )
+    bench.add_argument("--scenario", action="append", default=[], help="a scenario name or file; repeatable")
+    bench.add_argument(
+        "--strategy", action="append", default=[], help="a combination's label or shedding name; repeatable"
+    )
+    bench.add_argument("--history", metavar="URI", help="backtest: replay this history store's traffic instead")
+    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--target", type=float, default=10.0, help="spread (points) that counts as balanced")
+    bench.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
+    bench.add_argument("--out", default="benchmark-report", help="report directory (default benchmark-report)")
+    bench.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     return parser
 
 
@@ -236,6 +253,30 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return demo.run_simulator(args.scenario, args.port, args.speed, args.token)
 
 
+def cmd_benchmark(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from simulator import replay, suite
+
+    if args.jobs < 1 or args.target <= 0:
+        raise UsageError("--jobs and --target must be positive")
+    command = "operator " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["benchmark"] else "operator benchmark"
+    try:
+        return suite.benchmark_command(
+            args.scenario,
+            args.strategy,
+            args.seed,
+            args.target,
+            args.jobs,
+            Path(args.out),
+            not args.no_plots,
+            args.history,
+            command,
+        )
+    except (suite.UnknownCombinationError, replay.ReplayError) as exc:
+        raise UsageError(str(exc)) from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     logs.configure(
@@ -251,6 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "aggregate": cmd_aggregate,
             "demo": cmd_demo,
             "simulate": cmd_simulate,
+            "benchmark": cmd_benchmark,
         }
         return commands[args.command](args)
     except UsageError as exc:

@@ -10,6 +10,7 @@ Thread-safe: the HTTP servers call in from their threads; every public method ta
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import random
@@ -188,6 +189,12 @@ class SimulatedCluster:
                     )
                 )
             self.topics[ns.name] = topics
+        self._index_topics()
+
+    def _index_topics(self) -> None:
+        """Topics sorted by hash per namespace, so a bundle's topics are a bisect away."""
+        self.topics = {ns: sorted(ts, key=lambda t: (t.hash, t.name)) for ns, ts in self.topics.items()}
+        self._hashes = {ns: [t.hash for t in ts] for ns, ts in self.topics.items()}
 
     def _initial_assignment(self) -> None:
         names = {b.name: b.id for b in self.brokers.values()}
@@ -227,7 +234,10 @@ class SimulatedCluster:
 
     def topics_in(self, bundle: str) -> list[Topic]:
         namespace, bundle_range = bundle_names.split_bundle_name(bundle)
-        return [t for t in self.topics.get(namespace, []) if bundle_range.contains(t.hash)]
+        hashes = self._hashes.get(namespace, [])
+        upper = bundle_range.upper + 1 if bundle_range.upper == bundle_names.LAST_BOUNDARY else bundle_range.upper
+        first, end = bisect.bisect_left(hashes, bundle_range.lower), bisect.bisect_left(hashes, upper)
+        return self.topics[namespace][first:end]
 
     def bundle_stats(self, bundle: str) -> tuple[BundleStats, dict[str, TopicStats]]:
         topics = self.topics_in(bundle)
@@ -269,8 +279,12 @@ class SimulatedCluster:
 
     def true_usage(self, broker_id: str) -> float:
         """Weighted max usage in % from current traffic, without noise or report lag (for metrics)."""
-        broker = self.brokers[broker_id]
-        stats = {b: self.bundle_stats(b)[0] for b in self.owned_by(broker_id)}
+        return self.weighted_usage(
+            self.brokers[broker_id], {b: self.bundle_stats(b)[0] for b in self.owned_by(broker_id)}
+        )
+
+    def weighted_usage(self, broker: Broker, stats: dict[str, BundleStats]) -> float:
+        """What ``broker`` would use, in %, carrying exactly the bundles in ``stats`` (no noise)."""
         usage = self._usage(broker, stats, 0.0)
         return max(usage[k][0] / usage[k][1] * 100 for k in ("cpu", "bandwidthIn", "bandwidthOut"))
 
@@ -294,7 +308,7 @@ class SimulatedCluster:
         if self.now_s - self._last_leader_sample_s < LEADER_SAMPLE_S and self.leader_bundle_data:
             return
         self._last_leader_sample_s = self.now_s
-        self.leader_bundle_data = update_bundle_data(self.leader_bundle_data, self._leader_view())
+        self.leader_bundle_data = update_bundle_data(self.leader_bundle_data, self.leader_view())
 
     @property
     def now_ms(self) -> int:
@@ -368,7 +382,7 @@ class SimulatedCluster:
                 out.setdefault(namespace, {})[str(bundle_range)] = {"persistent": topics}
             return out
 
-    def _leader_view(self) -> ClusterSnapshot:
+    def leader_view(self) -> ClusterSnapshot:
         """What the leader reads from the metadata store: every live broker's latest report."""
         if self._view is None:
             brokers = {b.id: parse_broker_load(b.id, self.load_report(b.id)) for b in self.alive_brokers()}
@@ -461,7 +475,7 @@ class SimulatedCluster:
         alive = self.active_ids()
         if self.scenario.placement == "random":
             return self.rng.choice(alive)
-        view = self._leader_view()
+        view = self.leader_view()
         load = LoadData(view, dict(self.leader_bundle_data), {})
         ctx = PlacementContext(
             load,
@@ -562,7 +576,7 @@ class SimulatedCluster:
         splitting = self.config.loadBalancerAutoBundleSplitEnabled
         if not (shedding or splitting) or self.leader is None:
             return
-        plan, self.builtin_state = plan_cycle(self._leader_view(), self.config, self.builtin_state, self.rng)
+        plan, self.builtin_state = plan_cycle(self.leader_view(), self.config, self.builtin_state, self.rng)
         for action in plan.actions:
             if isinstance(action, Unload) and shedding and action.destination in self.active_ids():
                 self.unload(action.bundle, action.destination)
@@ -618,6 +632,24 @@ class SimulatedCluster:
             listener("added", broker)
 
     # ----------------------------------------------------------------------------- test & operator hooks
+
+    def replace_traffic(
+        self,
+        namespaces: dict[str, list[int]],
+        topics: dict[str, list[Topic]],
+        ownership: dict[str, str],
+        patterns: list,
+    ) -> None:
+        """Swap in recorded bundles, topics, owners and traffic (a backtest), and re-sample every broker."""
+        with self.lock:
+            self.namespaces, self.topics, self.patterns = dict(namespaces), dict(topics), list(patterns)
+            self._index_topics()
+            self.ownership = dict(ownership)
+            self.leader_bundle_data = {}
+            for broker in self.alive_brokers():
+                self._sample(broker)
+            self._last_leader_sample_s = -LEADER_SAMPLE_S
+            self._leader_sample()
 
     def crash(self, name: str) -> None:
         with self.lock:

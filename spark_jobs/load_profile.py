@@ -2,7 +2,8 @@
 
 Run once, locally:
     operator aggregate --history history/ --out profile/ [--master local[2]]
-or on a cluster (the job needs only pyspark and numpy on the driver; no code is shipped to executors):
+or on a cluster (the driver needs pyspark, numpy and the project's ``strategies`` package for the final solve; no
+Python code runs on the executors):
     spark-submit --master spark://host:7077 spark_jobs/load_profile.py \\
         --history s3a://bucket/pulsar-lb/history --out s3a://bucket/pulsar-lb/profile
 
@@ -22,13 +23,13 @@ import json
 import sys
 from dataclasses import asdict, dataclass, field
 
-import numpy as np
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from strategies.costs import RESOURCES, solve
+
 SHORT_SAMPLES = 10
 LONG_SAMPLES = 1000
-RESOURCES = ("cpu", "bandwidthIn", "bandwidthOut")
 FEATURES = ("msg_rate", "msg_throughput_in", "msg_throughput_out")
 BROKER_COLUMNS = (
     "time",
@@ -216,29 +217,8 @@ def cost_model_sums(brokers: DataFrame) -> DataFrame:
 
 
 def solve_cost_model(row: dict) -> dict:
-    """Least squares from the normal equations (tiny: done on the driver), with R² and sample count."""
-    xx = np.zeros((4, 4))
-    for i in range(4):
-        for j in range(i, 4):
-            xx[i, j] = xx[j, i] = row[f"xx_{i}_{j}"]
-    xy = np.array([row[f"xy_{i}"] for i in range(4)])
-    scale = np.sqrt(np.maximum(np.diag(xx), 1e-12))  # column scaling keeps the system well conditioned
-    beta_scaled, *_ = np.linalg.lstsq(xx / np.outer(scale, scale), xy / scale, rcond=1e-10)
-    beta = beta_scaled / scale
-    n = row["samples"]
-    sse = row["yy"] - 2 * beta @ xy + beta @ xx @ beta
-    sst = row["yy"] - row["y_sum"] ** 2 / n if n else 0.0
-    r2 = 1 - sse / sst if sst > 1e-9 else (1.0 if sse <= 1e-9 else 0.0)
-    return {
-        "broker": row["broker"],
-        "resource": row["resource"],
-        "samples": int(n),
-        "intercept": float(beta[0]),
-        "per_msg_rate": float(beta[1]),
-        "per_byte_in": float(beta[2]),
-        "per_byte_out": float(beta[3]),
-        "r2": float(max(min(r2, 1.0), -1.0)),
-    }
+    """The tiny solve is done on the driver, with the same code the online learner uses."""
+    return {"broker": row["broker"], "resource": row["resource"], **asdict(solve(row))}
 
 
 def hot_bundles(bundles: DataFrame, options: ProfileOptions) -> DataFrame:

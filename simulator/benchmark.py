@@ -1,0 +1,284 @@
+"""One strategy on one scenario, in simulated time, with every metric of the comparison table.
+
+Each cycle the leader's view (every broker's latest load report) goes to ``plan_cycle`` with the
+chosen shedding and placement strategy, exactly as Pulsar's leader would run it, and the plan's
+unloads and splits are applied to the simulated cluster behind the operator's default rails (at most
+10 unloads per cycle and 5 per source broker, only onto active brokers). What happened is measured
+from the simulator's true state, not from the reports the strategy saw.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import random
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from simulator.cluster import SimError, SimulatedCluster
+from simulator.metrics import FLAP_WINDOW_S, OVERLOAD_PERCENT, RunMetrics
+from simulator.scenario import Scenario
+from strategies import LoadBalancerConfig, Split, StrategyState, Unload, plan_cycle
+from strategies.profile import LoadProfile
+
+TARGET_SPREAD = 10.0  # points of usage: "balanced" means max − min below this
+COTENANT_BACKGROUND = 0.25  # a broker whose machine gives a quarter of its CPU to other processes
+MAX_UNLOADS_PER_CYCLE = 10  # the executor's default rails (operator/executor.py Safety)
+MAX_UNLOADS_PER_BROKER = 5
+
+
+@dataclass(frozen=True)
+class Combination:
+    """A shedding strategy with its placement strategy, as PIP-364's table names them."""
+
+    label: str
+    shedding: str | None  # None: no balancing at all (the baseline)
+    placement: str | None = None
+
+
+BUILTIN_COMBINATIONS = (
+    Combination("OverloadShedder + LeastLongTermMessageRate", "OverloadShedder", "LeastLongTermMessageRate"),
+    Combination("ThresholdShedder + LeastResourceUsageWithWeight", "ThresholdShedder", "LeastResourceUsageWithWeight"),
+    Combination("ThresholdShedder + LeastLongTermMessageRate", "ThresholdShedder", "LeastLongTermMessageRate"),
+    Combination("UniformLoadShedder + LeastLongTermMessageRate", "UniformLoadShedder", "LeastLongTermMessageRate"),
+    Combination("AvgShedder", "AvgShedder", "AvgShedder"),
+    Combination("TransferShedder", "TransferShedder", None),
+)
+OWN_COMBINATIONS: tuple[Combination, ...] = ()
+BASELINE = Combination("No balancing", None)
+
+
+@dataclass(frozen=True)
+class Move:
+    """One unload the cluster carried out, with both brokers' true usage when it was planned."""
+
+    cycle: int
+    bundle: str
+    source: str
+    destination: str
+    source_usage: float
+    destination_usage: float
+    destination_cotenant: bool
+    msg_rate: float
+    topics: int
+
+    @property
+    def wrong_direction(self) -> bool:
+        return self.destination_usage >= self.source_usage
+
+
+@dataclass
+class RunResult:
+    scenario: str
+    combination: str
+    seed: int
+    interval_s: float
+    brokers: dict[str, bool]  # name → co-tenanted
+    times: list[float] = field(default_factory=list)
+    usage: list[dict[str, float]] = field(default_factory=list)  # per sample: broker name → true usage %
+    moves: list[Move] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "moves": [asdict(m) for m in self.moves]}
+
+
+def balanceable(usage: dict[str, float], background: dict[str, float]) -> list[str]:
+    """The brokers that can take load: one whose background alone is at or above the cluster's mean
+    usage (PIP-364's 70% co-tenant) can only give load away, so balance is judged without it."""
+    if not usage:
+        return []
+    mean = sum(usage.values()) / len(usage)
+    return [name for name in usage if background.get(name, 0.0) < mean] or list(usage)
+
+
+def balanceable_spread(usage: dict[str, float], background: dict[str, float]) -> float:
+    values = [usage[name] for name in balanceable(usage, background)]
+    return max(values) - min(values) if values else 0.0
+
+
+def bundle_contributions(cluster: SimulatedCluster) -> dict[str, dict[str, float]]:
+    """Per live broker: each owned bundle's share of its true usage (usage with − usage without)."""
+    out: dict[str, dict[str, float]] = {}
+    for broker in cluster.alive_brokers():
+        owned = cluster.owned_by(broker.id)
+        stats = {b: cluster.bundle_stats(b)[0] for b in owned}
+        full = cluster.weighted_usage(broker, stats)
+        out[broker.name] = {
+            b: full - cluster.weighted_usage(broker, {k: v for k, v in stats.items() if k != b}) for b in owned
+        }
+    return out
+
+
+def moves_lower_bound(cluster: SimulatedCluster, target: float = TARGET_SPREAD) -> int:
+    """At least this many unloads bring every broker within ±target/2 of the mean.
+
+    The mean is over the brokers that can take load. Each broker above the band must give away its
+    largest bundles until under it; each broker below it must receive at least (gap / largest
+    bundle) of them. One move serves one of each, so the bound is the larger of the two sums.
+    """
+    usage = {b.name: cluster.true_usage(b.id) for b in cluster.alive_brokers()}
+    if len(usage) < 2:
+        return 0
+    background = {b.name: b.spec.background_cpu * 100 for b in cluster.alive_brokers()}
+    takers = balanceable(usage, background)
+    mean = sum(usage[n] for n in takers) / len(takers)
+    contributions = bundle_contributions(cluster)
+    largest = max((c for per in contributions.values() for c in per.values()), default=0.0)
+    give = take = 0
+    for name, value in usage.items():
+        if value > mean + target / 2:
+            excess = value - (mean + target / 2)
+            for size in sorted(contributions[name].values(), reverse=True):
+                if excess <= 0:
+                    break
+                excess -= size
+                give += 1
+        elif value < mean - target / 2 and name in takers and largest > 0:
+            take += math.ceil((mean - target / 2 - value) / largest)
+    return max(give, take)
+
+
+def run(
+    scenario: Scenario,
+    combination: Combination,
+    seed: int = 0,
+    target: float = TARGET_SPREAD,
+    cluster_factory: Callable[[Scenario], SimulatedCluster] = SimulatedCluster,
+    profile: LoadProfile | None = None,
+) -> RunResult:
+    cluster = cluster_factory(scenario)
+    config = LoadBalancerConfig().replace(scenario.config)
+    interval_s = config.loadBalancerSheddingIntervalMinutes * 60
+    rng = random.Random(seed)
+    state = StrategyState()
+    metrics = RunMetrics()
+    result = RunResult(
+        scenario.name,
+        combination.label,
+        seed,
+        interval_s,
+        {s.name: s.background_cpu >= COTENANT_BACKGROUND for s in _all_specs(scenario)},
+    )
+    background = {s.name: s.background_cpu * 100 for s in _all_specs(scenario)}
+    names = {b.id: b.name for b in cluster.brokers.values()}
+    initial_bound = moves_lower_bound(cluster, target)
+    metrics.record(cluster)
+    cycle = 0
+    while cluster.now_s < scenario.duration_s - 1e-9:
+        cycle += 1
+        before = metrics.samples[-1].usage
+        if combination.shedding is not None:
+            view = cluster.leader_view()
+            plan, state = plan_cycle(
+                view, config, state, rng, combination.shedding, combination.placement, profile=profile
+            )
+            names.update({b.id: b.name for b in cluster.brokers.values()})
+            result.moves += _apply(cluster, plan.actions, cycle, before, result.brokers, names)
+        cluster.advance(interval_s)
+        names.update({b.id: b.name for b in cluster.brokers.values()})
+        metrics.record(cluster)
+    result.times = [s.time_s for s in metrics.samples]
+    result.usage = [dict(s.usage) for s in metrics.samples]
+    result.metrics = _metrics(result, metrics, cluster, background, target, initial_bound)
+    return result
+
+
+def _all_specs(scenario: Scenario) -> list[Any]:
+    return [*scenario.brokers, *(e.spec for e in scenario.events if e.spec is not None)]
+
+
+def _apply(
+    cluster: SimulatedCluster,
+    actions: tuple,
+    cycle: int,
+    usage: dict[str, float],
+    cotenant: dict[str, bool],
+    names: dict[str, str],
+) -> list[Move]:
+    moves: list[Move] = []
+    per_broker: dict[str, int] = {}
+    for action in actions:
+        if isinstance(action, Split):
+            with contextlib.suppress(SimError):  # the bundle changed since the report: the executor skips it too
+                cluster.split(action.bundle, action.algorithm, list(action.boundaries) or None, action.unload)
+            continue
+        if not isinstance(action, Unload) or action.destination is None or action.destination == action.source:
+            continue
+        if len(moves) >= MAX_UNLOADS_PER_CYCLE or per_broker.get(action.source, 0) >= MAX_UNLOADS_PER_BROKER:
+            continue
+        if action.destination not in cluster.active_ids() or cluster.owner_of(action.bundle) != action.source:
+            continue
+        stats = cluster.bundle_stats(action.bundle)[0]
+        try:
+            cluster.unload(action.bundle, action.destination)
+        except SimError:
+            continue
+        per_broker[action.source] = per_broker.get(action.source, 0) + 1
+        source, destination = names[action.source], names[action.destination]
+        moves.append(
+            Move(
+                cycle,
+                action.bundle,
+                source,
+                destination,
+                usage.get(source, 0.0),
+                usage.get(destination, 0.0),
+                cotenant.get(destination, False),
+                round(stats.msg_rate, 3),
+                stats.topics,
+            )
+        )
+    return moves
+
+
+def flapping(moves: list[Move], interval_s: float, window_s: float = FLAP_WINDOW_S) -> int:
+    """Bundles the strategy moved more than once within ``window_s`` (restarts' moves do not count)."""
+    cycles: dict[str, list[int]] = {}
+    for move in moves:
+        cycles.setdefault(move.bundle, []).append(move.cycle)
+    return sum(1 for cs in cycles.values() if any((b - a) * interval_s <= window_s for a, b in itertools.pairwise(cs)))
+
+
+def _metrics(
+    result: RunResult,
+    metrics: RunMetrics,
+    cluster: SimulatedCluster,
+    background: dict[str, float],
+    target: float,
+    initial_bound: int,
+) -> dict[str, Any]:
+    spreads = [balanceable_spread(u, background) for u in result.usage]
+    converged = next((k for k in range(len(spreads)) if all(s < target for s in spreads[k:])), None)
+    destinations: dict[int, set[str]] = {}
+    for move in result.moves:
+        destinations.setdefault(move.cycle, set()).add(move.destination)
+    overplaced = 0
+    for cycle, names in destinations.items():
+        after = result.usage[cycle]
+        mean = sum(after.values()) / len(after)
+        overplaced += sum(1 for n in names if after.get(n, 0.0) > mean + target)
+    last = metrics.samples[-1]
+    hours = max(result.times[-1] / 3600, 1e-9)
+    return {
+        "cycles": len(result.usage) - 1,
+        "cycles_to_balance": converged,
+        "initial_spread": round(spreads[0], 2),
+        "final_spread": round(spreads[-1], 2),
+        "final_std": round(last.std, 2),
+        "unloads": len(result.moves),
+        "unloads_per_hour": round(len(result.moves) / hours, 2),
+        "topics_disconnected": sum(m.topics for m in result.moves),
+        "moves_lower_bound": initial_bound,
+        "moves_still_needed": moves_lower_bound(cluster, target),
+        "flapping_bundles": flapping(result.moves, result.interval_s),
+        "broker_cycles_over_85": metrics.broker_cycles_overloaded(),
+        "wrong_direction_moves": sum(1 for m in result.moves if m.wrong_direction),
+        "overplaced_destinations": overplaced,
+        "cotenant_moves": sum(1 for m in result.moves if m.destination_cotenant),
+        "cotenant_msg_rate": round(sum(m.msg_rate for m in result.moves if m.destination_cotenant), 1),
+        "overload_percent": OVERLOAD_PERCENT,
+        "target_spread": target,
+    }

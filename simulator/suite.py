@@ -1,0 +1,116 @@
+"""``operator benchmark``: every combination over every scenario, on both cores, into one report.
+
+Runs are independent and seeded, so they go to a process pool and are put back in a fixed order:
+the same seed gives the same table whatever finished first.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from tqdm import tqdm
+
+from simulator import benchmark
+from simulator.benchmark import BASELINE, Combination, RunResult
+from simulator.cluster import SimulatedCluster
+from simulator.scenario import Scenario, load_scenario, shipped_scenarios
+
+
+class UnknownCombinationError(ValueError):
+    """A --strategy that names no combination."""
+
+
+def combinations() -> tuple[Combination, ...]:
+    return (*benchmark.BUILTIN_COMBINATIONS, *benchmark.OWN_COMBINATIONS)
+
+
+def pick_combinations(names: Sequence[str]) -> list[Combination]:
+    """By label or by shedding strategy name, case-insensitive; the baseline always runs."""
+    known = combinations()
+    if not names:
+        return [BASELINE, *known]
+    chosen = [BASELINE]
+    for name in names:
+        matches = [c for c in known if name.lower() in (c.label.lower(), (c.shedding or "").lower())]
+        if not matches:
+            labels = ", ".join(c.label for c in known)
+            raise UnknownCombinationError(f"unknown strategy combination {name!r} (known: {labels})")
+        chosen += [c for c in matches if c not in chosen]
+    return chosen
+
+
+@dataclass(frozen=True)
+class Task:
+    scenario: Scenario
+    combination: Combination
+    seed: int
+    target: float
+    cluster_factory: Callable[[Scenario], SimulatedCluster] = SimulatedCluster
+
+
+def _run(task: Task) -> RunResult:
+    return benchmark.run(task.scenario, task.combination, task.seed, task.target, task.cluster_factory)
+
+
+def run_all(tasks: Sequence[Task], jobs: int = 2, progress: bool = True) -> list[RunResult]:
+    """Big clusters first so the pool stays busy; results in task order. The progress bar goes to stderr."""
+    order = sorted(range(len(tasks)), key=lambda i: -len(tasks[i].scenario.brokers))
+    results: dict[int, RunResult] = {}
+    bar = tqdm(total=len(tasks), desc="benchmark", unit="run", file=sys.stderr, disable=not progress)
+    if jobs <= 1:
+        for i in order:
+            results[i] = _run(tasks[i])
+            bar.update()
+    else:
+        with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+            for i, result in zip(order, pool.imap(_run, [tasks[i] for i in order])):
+                results[i] = result
+                bar.update()
+    bar.close()
+    return [results[i] for i in range(len(tasks))]
+
+
+def scenario_tasks(
+    names: Sequence[str], chosen: Sequence[Combination], seed: int, target: float
+) -> tuple[list[Task], dict[str, Scenario]]:
+    scenarios = {s.name: s for s in (load_scenario(n) for n in (names or shipped_scenarios()))}
+    tasks = [Task(s, c, seed, target) for s in scenarios.values() for c in chosen]
+    return tasks, scenarios
+
+
+def benchmark_command(
+    scenarios: Sequence[str],
+    strategies: Sequence[str],
+    seed: int,
+    target: float,
+    jobs: int,
+    out: Path,
+    plots: bool,
+    history: str | None,
+    command: str,
+    stdout: TextIO | None = None,
+) -> int:
+    from simulator import report
+
+    chosen = pick_combinations(strategies)
+    if history:
+        from simulator import replay
+
+        recording = replay.read_recording(history)
+        scenario = replay.scenario_of(recording)
+        factory = replay.ClusterFactory(recording)
+        tasks = [Task(scenario, c, seed, target, factory) for c in chosen]
+        by_name = {scenario.name: scenario}
+    else:
+        tasks, by_name = scenario_tasks(scenarios, chosen, seed, target)
+    stdout = stdout or sys.stdout
+    results = run_all(tasks, jobs)
+    summary = report.write_report(results, by_name, out, command, plots)
+    print(summary, file=stdout)
+    print(f"\nReport: {out / 'report.md'}" + (f" (plots in {out / 'plots'})" if plots else ""), file=stdout)
+    return 0

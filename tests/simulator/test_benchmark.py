@@ -1,0 +1,171 @@
+"""The strategy benchmark: metrics on hand-checked runs, verdicts, determinism, the report and the backtest."""
+
+import json
+import struct
+
+import pytest
+
+from pulsar_lb_operator import cli
+from pulsar_lb_operator.history import HistoryStore
+from simulator import replay, report
+from simulator.benchmark import (
+    BASELINE,
+    Combination,
+    Move,
+    balanceable_spread,
+    flapping,
+    moves_lower_bound,
+    run,
+)
+from simulator.cluster import SimulatedCluster
+from simulator.scenario import load_scenario, parse_scenario
+
+AVG = Combination("AvgShedder", "AvgShedder", "AvgShedder")
+UNIFORM = Combination("UniformLoadShedder + LeastLongTermMessageRate", "UniformLoadShedder", "LeastLongTermMessageRate")
+
+
+def two_brokers(minutes=10, background_b=0.05):
+    """One topic per bundle, 400 msg/s in and out at 0.1 % of a core per msg/s on 8 cores: 10 points a bundle."""
+    broker = {"cores": 8, "cost_per_msg": 0.1, "cost_per_mib": 0, "background_cpu": 0.05, "jitter": 0}
+    return parse_scenario(
+        {
+            "name": "two",
+            "seed": 3,
+            "duration_minutes": minutes,
+            "brokers": [{"name": "a", **broker}, {"name": "b", **broker, "background_cpu": background_b}],
+            "namespaces": [{"name": "t/ns", "bundles": 4, "topics": 4, "rate": 400, "msg_size": 100}],
+            "initial_owners": {"a": 1},
+            "config": {"loadBalancerSheddingEnabled": False, "loadBalancerAutoBundleSplitEnabled": False},
+        }
+    )
+
+
+def test_two_broker_run_matches_a_hand_computation():
+    scenario = two_brokers()
+    cluster = SimulatedCluster(scenario)
+    assert all(len(cluster.topics_in(b)) == 1 for b in cluster.all_bundles())
+    # a: 5 % background + 4 × 10 = 45 %, b: 5 %. Mean 25, band 20..30: a gives 2 bundles, b takes 2.
+    assert {b.name: round(cluster.true_usage(b.id), 6) for b in cluster.brokers.values()} == {"a": 45.0, "b": 5.0}
+    assert moves_lower_bound(cluster) == 2
+
+    result = run(scenario, AVG)
+    m = result.metrics
+    # AvgShedder needs 2 hits (cycles 1 and 2), then moves 2 bundles at once: 25 % and 25 %
+    assert [(mv.cycle, mv.source, mv.destination) for mv in result.moves] == [(2, "a", "b"), (2, "a", "b")]
+    assert (m["unloads"], m["moves_lower_bound"], m["final_spread"], m["cycles_to_balance"]) == (2, 2, 0.0, 2)
+    assert m["topics_disconnected"] == 2 and m["flapping_bundles"] == 0 and m["wrong_direction_moves"] == 0
+    assert result.usage[0] == {"a": 45.0, "b": 5.0} and result.usage[-1] == {"a": 25.0, "b": 25.0}
+
+
+def test_uniform_shedder_over_unloads_the_two_broker_case():
+    m = run(two_brokers(), UNIFORM).metrics
+    assert m["unloads"] == 3 and m["final_spread"] == 20.0 and m["cycles_to_balance"] is None  # 15 % vs 35 %
+
+
+def test_the_baseline_moves_nothing():
+    result = run(two_brokers(), BASELINE)
+    assert result.moves == [] and result.metrics["final_spread"] == 40.0
+
+
+def test_flapping_counts_bundles_moved_twice_within_the_window():
+    moves = [
+        Move(1, "x", "a", "b", 50, 10, False, 1, 1),
+        Move(20, "x", "b", "a", 50, 10, False, 1, 1),  # 19 min later: flaps
+        Move(1, "y", "a", "b", 50, 10, False, 1, 1),
+        Move(40, "y", "b", "a", 50, 10, False, 1, 1),  # 39 min later: does not
+    ]
+    assert flapping(moves, interval_s=60) == 1
+    assert not moves[0].wrong_direction and Move(1, "z", "a", "b", 10, 50, False, 1, 1).wrong_direction
+
+
+def test_a_co_tenant_is_left_out_of_the_spread_and_moves_onto_it_are_counted():
+    assert balanceable_spread({"a": 10, "b": 50, "c": 75}, {"a": 5, "b": 5, "c": 70}) == 40
+    assert balanceable_spread({"a": 10, "b": 50, "c": 75}, {"a": 5, "b": 5, "c": 5}) == 65
+    scenario = load_scenario("heterogeneous-10-50-70")
+    uniform = run(scenario, UNIFORM)
+    avg = run(scenario, AVG)
+    assert uniform.metrics["cotenant_moves"] > 0 and avg.metrics["cotenant_moves"] == 0
+    cells = report.verdicts([uniform, avg], {scenario.name: scenario})
+    assert cells[UNIFORM.label]["Heterogeneous environment"].verdict == "bad"
+    assert cells[AVG.label]["Heterogeneous environment"].verdict == "normal"  # safe, but stuck at 10/50
+
+
+def _png(path):
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height, len(data)
+
+
+def test_benchmark_command_writes_the_report_and_is_deterministic(tmp_path, capsys):
+    args = ["benchmark", "--scenario", "demo", "--scenario", "heterogeneous-10-50-70", "--jobs", "2"]
+    assert cli.main([*args, "--out", str(tmp_path / "one")]) == 0
+    first = capsys.readouterr().out
+    assert cli.main([*args, "--out", str(tmp_path / "two"), "--no-plots"]) == 0
+    second = capsys.readouterr().out
+    table = first.split("\n\nReport:")[0]
+    assert table == second.split("\n\nReport:")[0]
+    assert table.splitlines()[0].startswith("| Strategy | Heterogeneous environment | Load jitter |")
+    assert len(table.splitlines()) == 2 + 6  # header, rule, the six built-in combinations
+    one = json.loads((tmp_path / "one" / "results.json").read_text())
+    two = json.loads((tmp_path / "two" / "results.json").read_text())
+    assert one == two
+    text = (tmp_path / "one" / "report.md").read_text()
+    assert "## heterogeneous-10-50-70" in text and "![broker usage over time, demo](plots/demo.png)" in text
+    for name in ("demo", "heterogeneous-10-50-70"):
+        width, height, size = _png(tmp_path / "one" / "plots" / f"{name}.png")
+        assert width > 600 and height > 200 and size > 10_000
+    assert not (tmp_path / "two" / "plots").exists()
+
+
+def test_unknown_combination_is_a_one_line_error(capsys):
+    assert cli.main(["benchmark", "--strategy", "FastestShedder", "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("operator: error: unknown strategy combination 'FastestShedder'") and err.count("\n") == 1
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """30 minutes of the over-placement cluster's load reports, as the daemon records them."""
+    root = tmp_path_factory.mktemp("history")
+    scenario = load_scenario("over-placement-10-60-70-80-80")
+    cluster = SimulatedCluster(scenario)
+    store = HistoryStore(str(root))
+    for _ in range(30):
+        store.append(cluster.leader_view())
+        cluster.advance(60)
+    return root, scenario, cluster
+
+
+def test_backtest_replays_the_recorded_cluster(recorded):
+    root, scenario, original = recorded
+    recording = replay.read_recording(str(root))
+    replayed = replay.ClusterFactory(recording)(replay.scenario_of(recording))
+    # the same brokers, owning the same bundles, at the same usage (within the cost fit's error)
+    assert sorted(b.name for b in replayed.brokers.values()) == sorted(original.leader_view().brokers)
+    first = SimulatedCluster(scenario)
+    for broker in first.brokers.values():
+        twin = replayed.by_name(broker.id)
+        assert set(replayed.owned_by(twin.id)) == set(first.owned_by(broker.id))
+        assert replayed.true_usage(twin.id) == pytest.approx(first.true_usage(broker.id), abs=2.0)
+
+
+def test_benchmark_from_a_history_writes_the_same_report(recorded, tmp_path, capsys):
+    root, _, _ = recorded
+    out = tmp_path / "backtest"
+    code = cli.main(["benchmark", "--history", str(root), "--strategy", "AvgShedder", "--out", str(out), "--jobs", "1"])
+    assert code == 0, capsys.readouterr().err
+    table = capsys.readouterr().out
+    assert "| AvgShedder |" in table
+    text = (out / "report.md").read_text()
+    assert f"## backtest:{root}" in text
+    results = json.loads((out / "results.json").read_text())
+    assert {r["combination"] for r in results} == {"No balancing", "AvgShedder"}
+    avg = next(r for r in results if r["combination"] == "AvgShedder")
+    assert avg["metrics"]["unloads"] > 0 and avg["metrics"]["final_spread"] < avg["metrics"]["initial_spread"]
+    assert len(list((out / "plots").glob("*.png"))) == 1
+
+
+def test_an_empty_history_cannot_be_replayed(tmp_path, capsys):
+    assert cli.main(["benchmark", "--history", str(tmp_path), "--no-plots"]) == 2
+    assert "holds no samples to replay" in capsys.readouterr().err
