@@ -97,9 +97,7 @@ def run_cycle(
         not_done = {
             r.action.bundle for r in records if isinstance(r.action, Unload) and r.outcome is not Outcome.EXECUTED
         }
-        if not_done:
-            recent = {b: t for b, t in strategy_state.recently_unloaded.items() if b not in not_done}
-            strategy_state = strategy_state.evolve(recently_unloaded=recent)
+        strategy_state = strategy_state.forget_unloads(not_done)
         return CycleResult(
             cycle_id,
             plan,

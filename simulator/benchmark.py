@@ -20,6 +20,7 @@ from typing import Any
 from simulator.cluster import SimError, SimulatedCluster
 from simulator.metrics import FLAP_WINDOW_S, OVERLOAD_PERCENT, RunMetrics
 from simulator.scenario import Scenario
+from simulator.warmup import day_of_history_profile
 from strategies import LoadBalancerConfig, Split, StrategyState, Unload, plan_cycle
 from strategies.profile import LoadProfile
 
@@ -27,6 +28,7 @@ TARGET_SPREAD = 10.0  # points of usage: "balanced" means max − min below this
 COTENANT_BACKGROUND = 0.25  # a broker whose machine gives a quarter of its CPU to other processes
 MAX_UNLOADS_PER_CYCLE = 10  # the executor's default rails (operator/executor.py Safety)
 MAX_UNLOADS_PER_BROKER = 5
+BUILTIN_SWITCHES = ("loadBalancerSheddingEnabled", "loadBalancerAutoBundleSplitEnabled")
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,7 @@ BUILTIN_COMBINATIONS = (
     Combination("AvgShedder", "AvgShedder", "AvgShedder"),
     Combination("TransferShedder", "TransferShedder", None),
 )
-OWN_COMBINATIONS: tuple[Combination, ...] = ()
+OWN_COMBINATIONS = (Combination("PredictivePairingShedder", "PredictivePairingShedder", None),)
 BASELINE = Combination("No balancing", None)
 
 
@@ -149,12 +151,17 @@ def run(
     cluster_factory: Callable[[Scenario], SimulatedCluster] = SimulatedCluster,
     profile: LoadProfile | None = None,
 ) -> RunResult:
+    """``profile``: the load profile the strategies see (default: one fitted from a day of history)."""
+    if profile is None:
+        profile = day_of_history_profile(scenario, cluster_factory)
     cluster = cluster_factory(scenario)
-    config = LoadBalancerConfig().replace(scenario.config)
+    # the scenario's switches turn the simulated brokers' own balancer off; the operator's splits stay on
+    config = LoadBalancerConfig().replace({k: v for k, v in scenario.config.items() if k not in BUILTIN_SWITCHES})
     interval_s = config.loadBalancerSheddingIntervalMinutes * 60
     rng = random.Random(seed)
     state = StrategyState()
     metrics = RunMetrics()
+    errors: list[float] = []
     result = RunResult(
         scenario.name,
         combination.label,
@@ -175,14 +182,18 @@ def run(
             plan, state = plan_cycle(
                 view, config, state, rng, combination.shedding, combination.placement, profile=profile
             )
+            errors += state.prediction_errors.values()
             names.update({b.id: b.name for b in cluster.brokers.values()})
-            result.moves += _apply(cluster, plan.actions, cycle, before, result.brokers, names)
+            moved = _apply(cluster, plan.actions, cycle, before, result.brokers, names)
+            state = state.forget_unloads({u.bundle for u in plan.unloads} - {m.bundle for m in moved})
+            result.moves += moved
         cluster.advance(interval_s)
         names.update({b.id: b.name for b in cluster.brokers.values()})
         metrics.record(cluster)
     result.times = [s.time_s for s in metrics.samples]
     result.usage = [dict(s.usage) for s in metrics.samples]
     result.metrics = _metrics(result, metrics, cluster, background, target, initial_bound)
+    result.metrics["prediction_error"] = round(sum(map(abs, errors)) / len(errors), 2) if errors else None
     return result
 
 

@@ -259,7 +259,7 @@ class SimulatedCluster:
     def owned_by(self, broker_id: str) -> list[str]:
         return sorted(b for b, owner in self.ownership.items() if owner == broker_id)
 
-    def _usage(self, broker: Broker, stats: dict[str, BundleStats], noise: float) -> dict[str, tuple[float, float]]:
+    def host_usage(self, broker: Broker, stats: dict[str, BundleStats], noise: float) -> dict[str, tuple[float, float]]:
         """Host usage in LocalBrokerData's units: background + Σ(traffic × cost), CPU with noise."""
         spec = broker.spec
         cpu_limit = 100 * spec.cores
@@ -285,7 +285,7 @@ class SimulatedCluster:
 
     def weighted_usage(self, broker: Broker, stats: dict[str, BundleStats]) -> float:
         """What ``broker`` would use, in %, carrying exactly the bundles in ``stats`` (no noise)."""
-        usage = self._usage(broker, stats, 0.0)
+        usage = self.host_usage(broker, stats, 0.0)
         return max(usage[k][0] / usage[k][1] * 100 for k in ("cpu", "bandwidthIn", "bandwidthOut"))
 
     def _sample(self, broker: Broker) -> None:
@@ -294,7 +294,7 @@ class SimulatedCluster:
         broker.topic_sample = {}
         for bundle in self.owned_by(broker.id):
             broker.stats_sample[bundle], broker.topic_sample[bundle] = self.bundle_stats(bundle)
-        broker.host_sample = self._usage(broker, broker.stats_sample, self.noise.gauss(0, broker.spec.jitter))
+        broker.host_sample = self.host_usage(broker, broker.stats_sample, self.noise.gauss(0, broker.spec.jitter))
         broker.last_update_ms = self.now_ms
         self.preallocated[broker.id] = [b for b in self.preallocated.get(broker.id, []) if b not in broker.stats_sample]
         self._view = None

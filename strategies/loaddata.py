@@ -9,12 +9,15 @@ bundles still inside the grace period after an unload.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from strategies import bundles as bundle_names
 from strategies.snapshots import BundleStats, ClusterSnapshot, MessageTotals
+
+if TYPE_CHECKING:  # profile.py imports this module
+    from strategies.profile import CostModel, LoadProfile
 
 NUM_SHORT_SAMPLES = 10
 NUM_LONG_SAMPLES = 1000
@@ -108,6 +111,7 @@ class LoadData:
     snapshot: ClusterSnapshot
     bundle_data: Mapping[str, BundleData]
     recently_unloaded: Mapping[str, int]
+    cost_models: Mapping[tuple[str, str], CostModel] = field(default_factory=lambda: MappingProxyType({}))
 
     def sheddable_bundles(self) -> dict[str, BundleData]:
         """getBundleDataForLoadShedding: bundle data without system namespaces."""
@@ -120,10 +124,11 @@ class LoadData:
     def bundle_or_default(self, bundle: str) -> BundleData:
         return self.bundle_data.get(bundle) or BundleData.new()
 
-    def with_long_term(self, long_term: Mapping[str, MessageAverage]) -> LoadData:
-        """The same data with long-term averages taken from the aggregated history where it has them."""
+    def with_profile(self, profile: LoadProfile) -> LoadData:
+        """The same data with the aggregated history's long-term averages (where it has them) and cost models."""
+        long_term = profile.long_term
         merged = {b: replace(d, long=long_term[b]) if b in long_term else d for b, d in self.bundle_data.items()}
-        return replace(self, bundle_data=MappingProxyType(merged))
+        return replace(self, bundle_data=MappingProxyType(merged), cost_models=profile.cost_models)
 
     def long_term_msg_rate(self, broker: str) -> float:
         """TimeAverageBrokerData long-term msg rate in+out: the sum over the broker's reported bundles."""

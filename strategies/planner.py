@@ -102,8 +102,8 @@ def plan_cycle(
     load, bundle_data, recent = build_load_data(
         snapshot, state.bundle_data, state.recently_unloaded, config.grace_period_ms
     )
-    if profile is not None and profile.long_term:
-        load = load.with_long_term(profile.long_term)
+    if profile is not None:
+        load = load.with_profile(profile)
     notes: list[str] = []
     result = registry.SHEDDING[shedding_name](load, config, state) if len(snapshot.brokers) > 1 else None
     if result is None:

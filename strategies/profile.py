@@ -43,6 +43,6 @@ class HotBundle:
 @dataclass(frozen=True)
 class LoadProfile:
     long_term: Mapping[str, MessageAverage] = field(default_factory=lambda: MappingProxyType({}))
-    hot: Mapping[str, HotBundle] = field(default_factory=lambda: MappingProxyType({}))
+    hot: Mapping[str, HotBundle] | None = None  # None: the profile says nothing about hotness
     cost_models: Mapping[tuple[str, str], CostModel] = field(default_factory=lambda: MappingProxyType({}))
     generated_at: int = 0

@@ -9,7 +9,7 @@ from strategies.loaddata import LoadData
 from strategies.placement import avg as avg_placement
 from strategies.placement import least_long_term_message_rate, least_resource_usage_with_weight
 from strategies.placement.common import PlacementContext
-from strategies.shedding import avg, overload, threshold, transfer, uniform
+from strategies.shedding import avg, overload, predictive, threshold, transfer, uniform
 from strategies.shedding.common import SheddingResult
 from strategies.state import StrategyState
 
@@ -22,14 +22,15 @@ SHEDDING: dict[str, Shedder] = {
     uniform.NAME: uniform.shed,
     avg.NAME: avg.shed,
     transfer.NAME: transfer.shed,
+    predictive.NAME: predictive.shed,
 }
 PLACEMENT: dict[str, Placer] = {
     least_long_term_message_rate.NAME: least_long_term_message_rate.select,
     least_resource_usage_with_weight.NAME: least_resource_usage_with_weight.select,
     avg_placement.NAME: avg_placement.select,
 }
-# Shedders that choose the destination themselves (the extensible manager's transfer).
-SELF_PLACING = frozenset({transfer.NAME})
+# Shedders that choose the destination themselves (the extensible manager's transfer, and ours).
+SELF_PLACING = frozenset({transfer.NAME, predictive.NAME})
 
 
 class UnknownStrategyError(ValueError):
@@ -58,7 +59,7 @@ def default_placement(shedding: str) -> str:
     TransferShedder places by itself; its fallback (transfer disabled) is the extensible manager's
     LeastResourceUsageWithWeight.
     """
-    if shedding == avg.NAME:
+    if shedding in (avg.NAME, predictive.NAME):  # ours falls back to AvgShedder's behaviour
         return avg_placement.NAME
     if shedding == transfer.NAME:
         return least_resource_usage_with_weight.NAME

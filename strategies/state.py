@@ -35,6 +35,23 @@ class TransferBrokerEma:
 
 
 @dataclass(frozen=True)
+class PendingMove:
+    """A move PredictivePairingShedder planned whose effect the reports may not show yet."""
+
+    source: str
+    destination: str
+    planned_at: int
+    traffic: tuple[float, float, float]  # msg rate in + out, throughput in, throughput out
+
+    def to_json(self) -> list:
+        return [self.source, self.destination, self.planned_at, list(self.traffic)]
+
+    @classmethod
+    def from_json(cls, doc: Any) -> PendingMove:
+        return cls(str(doc[0]), str(doc[1]), int(doc[2]), tuple(float(v) for v in doc[3]))  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
 class StrategyState:
     bundle_data: Mapping[str, BundleData] = field(default_factory=_frozen)
     # bundle -> epoch ms of its last unload (loadBalancerSheddingGracePeriodMinutes)
@@ -49,6 +66,21 @@ class StrategyState:
     transfer_hit_count: int = 0
     transfer_recent_brokers: Mapping[str, int] = field(default_factory=_frozen)
     transfer_ema: Mapping[str, TransferBrokerEma] = field(default_factory=_frozen)
+    # PredictivePairingShedder: moves not yet visible, predicted usage per broker, and the last errors
+    predictive_pending: Mapping[str, PendingMove] = field(default_factory=_frozen)
+    predictions: Mapping[str, tuple[float, int]] = field(default_factory=_frozen)
+    prediction_errors: Mapping[str, float] = field(default_factory=_frozen)
+    predictive_members: frozenset[str] = frozenset()
+    predictive_changed_at: int = 0  # when a broker last joined or left
+
+    def forget_unloads(self, bundles: set[str]) -> StrategyState:
+        """Planned unloads that were not carried out: out of the grace period and the in-flight moves."""
+        if not bundles:
+            return self
+        return self.evolve(
+            recently_unloaded={b: t for b, t in self.recently_unloaded.items() if b not in bundles},
+            predictive_pending={b: m for b, m in self.predictive_pending.items() if b not in bundles},
+        )
 
     def evolve(self, **changes: Any) -> StrategyState:
         frozen = {k: _frozen(v) if isinstance(v, dict) else v for k, v in changes.items()}
@@ -69,6 +101,11 @@ class StrategyState:
                 b: [e.weighted_max_ema, e.msg_throughput_ema, e.updated_at]
                 for b, e in sorted(self.transfer_ema.items())
             },
+            "predictivePending": {b: m.to_json() for b, m in sorted(self.predictive_pending.items())},
+            "predictions": {b: list(v) for b, v in sorted(self.predictions.items())},
+            "predictionErrors": dict(sorted(self.prediction_errors.items())),
+            "predictiveMembers": sorted(self.predictive_members),
+            "predictiveChangedAt": self.predictive_changed_at,
         }
 
     @classmethod
@@ -89,6 +126,11 @@ class StrategyState:
                     b: TransferBrokerEma(float(v[0]), float(v[1]), int(v[2]))
                     for b, v in doc.get("transferEma", {}).items()
                 },
+                predictive_pending={b: PendingMove.from_json(m) for b, m in doc.get("predictivePending", {}).items()},
+                predictions={b: (float(v[0]), int(v[1])) for b, v in doc.get("predictions", {}).items()},
+                prediction_errors={b: float(v) for b, v in doc.get("predictionErrors", {}).items()},
+                predictive_members=frozenset(str(b) for b in doc.get("predictiveMembers", [])),
+                predictive_changed_at=int(doc.get("predictiveChangedAt", 0)),
             )
         except (AttributeError, KeyError, TypeError, ValueError, IndexError) as exc:
             raise StateError(f"malformed state document: {exc}") from None

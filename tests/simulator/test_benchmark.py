@@ -106,7 +106,8 @@ def test_benchmark_command_writes_the_report_and_is_deterministic(tmp_path, caps
     table = first.split("\n\nReport:")[0]
     assert table == second.split("\n\nReport:")[0]
     assert table.splitlines()[0].startswith("| Strategy | Heterogeneous environment | Load jitter |")
-    assert len(table.splitlines()) == 2 + 6  # header, rule, the six built-in combinations
+    assert len(table.splitlines()) == 2 + 6 + 1  # header, rule, the six built-in combinations and ours
+    assert table.splitlines()[-1].startswith("| PredictivePairingShedder |")
     one = json.loads((tmp_path / "one" / "results.json").read_text())
     two = json.loads((tmp_path / "two" / "results.json").read_text())
     assert one == two

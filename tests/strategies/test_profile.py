@@ -23,7 +23,7 @@ def test_least_long_term_message_rate_uses_the_profiles_long_term_rates():
     assert lltmr.select(sorted(snap.brokers), "t/c/0x0_0x1", ctx) == "quiet-now:8080"
     # over the last hours the "quiet" broker's bundle averaged 5000 msg/s: it is not the least loaded
     history = {"t/a/0x00000000_0x00000001": MessageAverage(1000, 1000, 5000, 0, 0, 0)}
-    ctx = PlacementContext(load.with_long_term(history), cfg(), random.Random(0))
+    ctx = PlacementContext(load.with_profile(LoadProfile(long_term=history)), cfg(), random.Random(0))
     assert lltmr.select(sorted(snap.brokers), "t/c/0x0_0x1", ctx) == "busy-now:8080"
 
 
@@ -35,13 +35,16 @@ def test_split_trigger_needs_sustained_hotness_when_a_profile_is_present():
             "c:8080": broker_report(bundles={"t/x/0x00000000_0x00000001": stats(rate_in=1)}),
         }
     )
-    plan, _ = plan_cycle(snap, cfg(), StrategyState(), random.Random(0), profile=LoadProfile())
+    no_hot = LoadProfile(hot=MappingProxyType({}))  # the Spark job found nothing sustained-hot
+    plan, _ = plan_cycle(snap, cfg(), StrategyState(), random.Random(0), profile=no_hot)
     assert plan.splits == () and any("not in most recent samples" in n for n in plan.notes)
     profile = LoadProfile(hot=MappingProxyType({hot: HotBundle(0.9, 0x40000000)}))
     plan, _ = plan_cycle(snap, cfg(), StrategyState(), random.Random(0), profile=profile)
     [split] = plan.splits
     assert split.bundle == hot and "hot in 90% of recent samples" in split.reason
     plan, _ = plan_cycle(snap, cfg(), StrategyState(), random.Random(0))  # no profile: the snapshot decides
+    assert len(plan.splits) == 1
+    plan, _ = plan_cycle(snap, cfg(), StrategyState(), random.Random(0), profile=LoadProfile())  # no hotness info
     assert len(plan.splits) == 1
 
 

@@ -1,0 +1,359 @@
+"""PredictivePairingShedder: move bundles where each broker's cost model says the spread shrinks most.
+
+Why not a built-in: resource-based strategies cannot tell what a bundle will cost on another broker
+(PIP-364), so they over-place; rate-based ones ignore background load (the 10/50/70 co-tenant case).
+With a fitted cost model per broker (spark_jobs/load_profile.py) both are predictable:
+
+* brokers are scored by resource usage, as AvgShedder scores them, and debounced with the same
+  per-broker hit counters and thresholds (no history EMA, so nothing is unloaded twice);
+* a move's effect is predicted on both brokers from their own CPU cost model (bandwidth is exact:
+  it is the bundle's bytes over the NIC's limit), anchored on the current report, after the moves
+  planned this cycle and the earlier moves the reports do not show yet;
+* the hottest broker is paired with the coolest broker that can take load, across the whole cluster
+  in one cycle, and the bundle that shrinks the squared deviation from the mean most is moved; a
+  move that would leave the destination above the source, or above the overload threshold, is not;
+* a broker whose background usage alone is at or above the mean never receives load;
+* without a CPU model of R² ≥ ``MIN_R2`` for any broker it falls back to AvgShedder and says so;
+  a broker whose own fit is poor borrows the capacity-scaled slope of the well-fitted ones;
+* after a broker joins or leaves, or a bundle is split, it waits ``SETTLE_MS``: bundles are still
+  being placed and the reports do not add up yet;
+* each prediction is checked against the next report that shows the move, and the error is kept
+  in the state for the operator to export.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from strategies.config import LoadBalancerConfig
+from strategies.loaddata import LoadData
+from strategies.plans import Unload
+from strategies.profile import CostModel
+from strategies.shedding import avg
+from strategies.shedding.common import SheddingResult
+from strategies.snapshots import BrokerLoad
+from strategies.state import PendingMove, StrategyState
+
+NAME = "PredictivePairingShedder"
+MIN_R2 = 0.8
+MIN_SAMPLES = 10
+TOLERANCE = 4.0  # points around the mean within which a broker counts as balanced
+MAX_UNLOADS_PER_CYCLE = 10  # the executor's default rails: a plan it would cut short mispredicts
+MAX_UNLOADS_PER_BROKER = 5
+SETTLE_MS = 3 * 60_000  # after a broker joins or leaves, its bundles are still being placed: wait
+PENDING_TTL_MS = 5 * 60_000  # a move no report shows after this long is forgotten
+KBIT_PER_BYTE = 8 / 1000  # LocalBrokerData's bandwidth is in kbit/s
+Traffic = tuple[float, float, float]  # msg rate in + out, throughput in, throughput out
+
+
+@dataclass(frozen=True)
+class Slope:
+    """Usage points per unit of traffic on one broker: CPU from its model, bandwidth from the units."""
+
+    cpu: Traffic
+    bandwidth_in: float
+    bandwidth_out: float
+    borrowed: bool  # the broker's own fit was poor: the cluster's capacity-scaled slope
+
+    def delta(self, traffic: Traffic) -> tuple[float, float, float]:
+        cpu = sum(c * t for c, t in zip(self.cpu, traffic))
+        return cpu, self.bandwidth_in * traffic[1], self.bandwidth_out * traffic[2]
+
+
+def _good(model: CostModel | None) -> bool:
+    return model is not None and model.r2 >= MIN_R2 and model.samples >= MIN_SAMPLES
+
+
+def slopes(load: LoadData) -> dict[str, Slope] | None:
+    """Per broker; None when no broker has a usable CPU model (fall back)."""
+    brokers = load.snapshot.brokers
+    models = {b: load.cost_models.get((b, "cpu")) for b in brokers}
+    good = {b: m for b, m in models.items() if _good(m) and brokers[b].cpu.limit > 0}
+    if not good:
+        return None
+    weight = sum(m.samples for m in good.values())
+    # slope × cpu limit is per-message cost in core-percent: comparable across machine sizes
+    pooled = tuple(
+        sum(getattr(m, f) * brokers[b].cpu.limit * m.samples for b, m in good.items()) / weight
+        for f in ("per_msg_rate", "per_byte_in", "per_byte_out")
+    )
+    out = {}
+    for b, load_b in brokers.items():
+        if b in good:
+            m = good[b]
+            cpu: Traffic = (m.per_msg_rate, m.per_byte_in, m.per_byte_out)
+        else:
+            limit = load_b.cpu.limit or 1.0
+            cpu = (pooled[0] / limit, pooled[1] / limit, pooled[2] / limit)
+        nic_in = load_b.bandwidthIn.limit or float("inf")
+        nic_out = load_b.bandwidthOut.limit or float("inf")
+        out[b] = Slope(cpu, KBIT_PER_BYTE * 100 / nic_in, KBIT_PER_BYTE * 100 / nic_out, b not in good)
+    return out
+
+
+def _traffic(load: BrokerLoad) -> Traffic:
+    return (load.msgRateIn + load.msgRateOut, load.msgThroughputIn, load.msgThroughputOut)
+
+
+def background(load: LoadData, broker: str, slope: Slope) -> float:
+    """CPU points the broker uses with no traffic: its model's intercept, or the report minus its traffic."""
+    model = load.cost_models.get((broker, "cpu"))
+    if _good(model) and not slope.borrowed:
+        return model.intercept
+    report = load.snapshot.brokers[broker]
+    return report.cpu.percent_usage() - slope.delta(_traffic(report))[0]
+
+
+class Forecast:
+    """Per-resource usage points per broker, moved as planned; usage is AvgShedder's weighted max."""
+
+    def __init__(self, load: LoadData, config: LoadBalancerConfig, slope: Mapping[str, Slope]) -> None:
+        w = config.weights
+        self.weights = (w.cpu, w.bandwidth_in, w.bandwidth_out, w.direct_memory)
+        self.slope = slope
+        self.points = {
+            b: [r.cpu.percent_usage(), r.bandwidthIn.percent_usage(), r.bandwidthOut.percent_usage()]
+            for b, r in load.snapshot.brokers.items()
+        }
+        self.direct = {b: r.directMemory.percent_usage() for b, r in load.snapshot.brokers.items()}
+
+    def usage(self, broker: str, points: list[float] | None = None) -> float:
+        p = points or self.points[broker]
+        return max(
+            p[0] * self.weights[0],
+            p[1] * self.weights[1],
+            p[2] * self.weights[2],
+            self.direct[broker] * self.weights[3],
+        )
+
+    def shifted(self, broker: str, traffic: Traffic, sign: float) -> list[float]:
+        delta = self.slope[broker].delta(traffic)
+        return [max(v + sign * d, 0.0) for v, d in zip(self.points[broker], delta)]
+
+    def move(self, source: str, destination: str, traffic: Traffic) -> None:
+        self.points[source] = self.shifted(source, traffic, -1)
+        self.points[destination] = self.shifted(destination, traffic, +1)
+
+
+def _bundle_traffic(load: LoadData, broker: str, bundle: str) -> Traffic:
+    stats = load.snapshot.brokers[broker].lastStats.get(bundle)
+    if stats is None:
+        return (0.0, 0.0, 0.0)
+    return (stats.msgRateIn + stats.msgRateOut, stats.msgThroughputIn, stats.msgThroughputOut)
+
+
+def _in_flight(load: LoadData, state: StrategyState, forecast: Forecast) -> dict[str, PendingMove]:
+    """Earlier moves the reports do not show yet: add their effect; forget the ones they show."""
+    brokers, now = load.snapshot.brokers, load.snapshot.taken_at
+    still = {}
+    for bundle, move in state.predictive_pending.items():
+        if now - move.planned_at > PENDING_TTL_MS or move.source not in brokers or move.destination not in brokers:
+            continue
+        on_source = bundle in brokers[move.source].lastStats
+        on_destination = bundle in brokers[move.destination].lastStats
+        if not on_source and on_destination:
+            continue  # both reports show it
+        if on_source:
+            forecast.points[move.source] = forecast.shifted(move.source, move.traffic, -1)
+        if not on_destination:
+            forecast.points[move.destination] = forecast.shifted(move.destination, move.traffic, +1)
+        still[bundle] = move
+    return still
+
+
+def _check_predictions(
+    load: LoadData, state: StrategyState, pending: Mapping[str, PendingMove], config: LoadBalancerConfig
+) -> tuple[dict[str, tuple[float, int]], dict[str, float]]:
+    """Compare earlier predictions with reports that show every move they involved."""
+    busy = {m.source for m in pending.values()} | {m.destination for m in pending.values()}
+    waiting, errors = {}, {}
+    for broker, (predicted, planned_at) in state.predictions.items():
+        report = load.snapshot.brokers.get(broker)
+        if report is None or load.snapshot.taken_at - planned_at > PENDING_TTL_MS * 2:
+            continue
+        if broker in busy or report.lastUpdate <= planned_at:
+            waiting[broker] = (predicted, planned_at)
+            continue
+        errors[broker] = 100 * report.max_resource_usage_with_weight(config.weights, memory=False) - predicted
+    return waiting, errors
+
+
+def _hits(
+    scores: Mapping[str, float], mean: float, config: LoadBalancerConfig, state: StrategyState
+) -> tuple[dict[str, int], dict[str, int], set[str]]:
+    """AvgShedder's two hit counters, per broker, on its distance from the mean.
+
+    A broker counts a high hit at half of AvgShedder's high pair gap from the mean (20 points by
+    default) and a low hit at a third of its low gap (5): the pair gap is between two brokers, and
+    our target is a spread under 10, which AvgShedder's 15-point gap cannot reach.
+    """
+    high, low = dict(state.avg_hits_high), dict(state.avg_hits_low)
+    triggered = set()
+    for broker, value in scores.items():
+        gap = abs(value - mean)
+        if gap < config.loadBalancerAvgShedderLowThreshold / 3:
+            high.pop(broker, None)
+            low.pop(broker, None)
+            continue
+        low[broker] = low.get(broker, 0) + 1
+        if gap >= config.loadBalancerAvgShedderHighThreshold / 2:
+            high[broker] = high.get(broker, 0) + 1
+        else:
+            high.pop(broker, None)
+        if (
+            high.get(broker, 0) >= config.loadBalancerAvgShedderHitCountHighThreshold
+            or low[broker] >= config.loadBalancerAvgShedderHitCountLowThreshold
+        ):
+            triggered.add(broker)
+    for broker in list(high) + list(low):
+        if broker not in scores:
+            high.pop(broker, None)
+            low.pop(broker, None)
+    return high, low, triggered
+
+
+def shed(load: LoadData, config: LoadBalancerConfig, state: StrategyState) -> SheddingResult:
+    slope = slopes(load)
+    if slope is None:
+        fallback = avg.shed(load, config, state)
+        why = f"{NAME}: no CPU cost model with R² ≥ {MIN_R2} and ≥ {MIN_SAMPLES} samples; AvgShedder's behaviour"
+        unloads = tuple(Unload(u.bundle, u.source, u.destination, f"{why}: {u.reason}") for u in fallback.unloads)
+        return SheddingResult(unloads, fallback.state, (why, *fallback.notes))
+
+    brokers = load.snapshot.brokers
+    forecast = Forecast(load, config, slope)
+    pending = _in_flight(load, state, forecast)
+    waiting, errors = _check_predictions(load, state, pending, config)
+    scores = {b: forecast.usage(b) for b in brokers}
+    overall = sum(scores.values()) / len(scores)
+    takers = {b for b in brokers if background(load, b, slope[b]) < overall}
+    mean = sum(scores[b] for b in takers) / len(takers) if takers else overall
+    high, low, triggered = _hits(scores, mean, config, state)
+    notes = [f"{NAME}: mean usage of the {len(takers)} brokers that can take load {mean:.1f}"]
+    notes += [
+        f"{NAME}: {b} CPU model poor or missing; using the cluster's slope" for b in sorted(slope) if slope[b].borrowed
+    ]
+    notes += [
+        f"{NAME}: {b} background {background(load, b, slope[b]):.0f} ≥ mean: never a destination"
+        for b in sorted(set(brokers) - takers)
+    ]
+    if errors:
+        mae = sum(abs(e) for e in errors.values()) / len(errors)
+        notes.append(f"{NAME}: prediction error {mae:.1f} points (mean |error| over {len(errors)} brokers)")
+
+    unloads: list[Unload] = []
+    per_source: dict[str, int] = {}
+    movable = {
+        b: sorted(
+            bundle
+            for bundle in brokers[b].lastStats
+            if bundle in load.sheddable_bundles() and bundle not in load.recently_unloaded and bundle not in pending
+        )
+        for b in brokers
+    }
+    now = load.snapshot.taken_at
+    members = frozenset(brokers)
+    changed_at = state.predictive_changed_at
+    reported = {bundle for r in brokers.values() for bundle in r.lastStats}
+    split = state.bundle_data and reported - set(state.bundle_data)  # bundles never seen: a split
+    if (state.predictive_members and members != state.predictive_members) or split:
+        changed_at = now
+    settling = now - changed_at < SETTLE_MS
+    if settling:
+        notes.append(
+            f"{NAME}: brokers joined or left {(now - changed_at) / 1000:.0f} s ago; waiting for placement to settle"
+        )
+    cold = {b for b in takers if scores[b] < mean - TOLERANCE}
+    if not settling and triggered & ({b for b in brokers if scores[b] > mean + TOLERANCE} | cold):
+        done: set[str] = set()
+        received: set[str] = set()  # no chains: a broker that took load this cycle gives none, and vice versa
+        while len(unloads) < MAX_UNLOADS_PER_CYCLE:
+            sources = [
+                b
+                for b in brokers
+                if b not in done | received
+                and forecast.usage(b) > mean
+                and per_source.get(b, 0) < MAX_UNLOADS_PER_BROKER
+            ]
+            coolest = min((forecast.usage(b) for b in takers), default=mean)
+            if not sources:
+                break
+            source = max(sources, key=lambda b: (forecast.usage(b), b))
+            if forecast.usage(source) - mean <= TOLERANCE and mean - coolest <= TOLERANCE:
+                break
+            best = _best_move(load, forecast, source, movable[source], takers - set(per_source), mean, config)
+            if best is None:
+                done.add(source)
+                continue
+            bundle, destination, before, after = best
+            traffic = _bundle_traffic(load, source, bundle)
+            forecast.move(source, destination, traffic)
+            received.add(destination)
+            movable[source].remove(bundle)
+            per_source[source] = per_source.get(source, 0) + 1
+            pending[bundle] = PendingMove(source, destination, load.snapshot.taken_at, traffic)
+            unloads.append(
+                Unload(
+                    bundle,
+                    source,
+                    destination,
+                    f"{NAME}: {source} {scores[source]:.1f} vs mean {mean:.1f}; predicted {source} "
+                    f"{before[0]:.1f}→{after[0]:.1f}, {destination} {before[1]:.1f}→{after[1]:.1f}",
+                )
+            )
+        for b in {u.source for u in unloads} | {u.destination for u in unloads}:
+            high.pop(b, None)
+            low.pop(b, None)
+            if abs(forecast.usage(b) - mean) > TOLERANCE:
+                # a known imbalance the caps left, not noise: it stays triggered while it lasts
+                low[b] = config.loadBalancerAvgShedderHitCountLowThreshold
+    predictions = dict(waiting)
+    for b in {u.source for u in unloads} | {u.destination for u in unloads}:
+        predictions[b] = (forecast.usage(b), load.snapshot.taken_at)
+    next_state = state.evolve(
+        avg_hits_high=high,
+        avg_hits_low=low,
+        predictive_pending=pending,
+        predictions=predictions,
+        prediction_errors=errors,
+        predictive_members=members,
+        predictive_changed_at=changed_at,
+    )
+    return SheddingResult(tuple(unloads), next_state, tuple(notes))
+
+
+def _best_move(
+    load: LoadData,
+    forecast: Forecast,
+    source: str,
+    bundles: list[str],
+    takers: set[str],
+    mean: float,
+    config: LoadBalancerConfig,
+) -> tuple[str, str, tuple[float, float], tuple[float, float]] | None:
+    """The (bundle, destination) that shrinks Σ(usage − mean)² most without overshooting."""
+    u_source = forecast.usage(source)
+    destinations = [d for d in takers if d != source and forecast.usage(d) < mean]
+    limit = config.loadBalancerBrokerOverloadedThresholdPercentage
+    best, best_gain = None, 1e-9
+    for bundle in bundles:
+        traffic = _bundle_traffic(load, source, bundle)
+        if traffic == (0.0, 0.0, 0.0):
+            continue
+        new_source = forecast.usage(source, forecast.shifted(source, traffic, -1))
+        for destination in destinations:
+            u_destination = forecast.usage(destination)
+            new_destination = forecast.usage(destination, forecast.shifted(destination, traffic, +1))
+            if new_destination > new_source or new_destination > limit:
+                continue  # over-placement: the destination would end hotter than the source
+            gain = (
+                (u_source - mean) ** 2
+                + (u_destination - mean) ** 2
+                - (new_source - mean) ** 2
+                - (new_destination - mean) ** 2
+            )
+            if gain > best_gain or (gain == best_gain and best is not None and (bundle, destination) < best[:2]):
+                best_gain = gain
+                best = (bundle, destination, (u_source, u_destination), (new_source, new_destination))
+    return best

@@ -1,0 +1,177 @@
+"""PredictivePairingShedder on hand-made snapshots: prediction, bundle choice, co-tenants, in-flight moves,
+the fallback, and the prediction error it reports."""
+
+import random
+from types import MappingProxyType
+
+import pytest
+
+from strategies import StrategyState, plan_cycle
+from strategies.loaddata import build_load_data
+from strategies.profile import CostModel, LoadProfile
+from strategies.shedding import avg, predictive
+from tests.builders import NOW, broker_report, bundle, cfg, snapshot, stats
+
+CPU = 800.0  # 8 cores: LocalBrokerData's cpu limit
+NIC = 1e9  # kbit/s: bandwidth never matters here
+ONE_HIT = cfg(loadBalancerAvgShedderHitCountHighThreshold=1, loadBalancerAvgShedderHitCountLowThreshold=1)
+
+
+def model(intercept, slope=0.01, r2=0.99, samples=48):
+    """usage % = intercept + slope × (msg rate in + out)."""
+    return CostModel(intercept, slope, 0.0, 0.0, r2, samples)
+
+
+def broker(background, bundles, last_update=NOW):
+    """``bundles``: name → usage points it costs at 0.01 % per msg/s (100 msg/s a point)."""
+    bundle_stats = {b: stats(points * 50, points * 50) for b, points in bundles.items()}
+    used = (background + sum(bundles.values())) / 100 * CPU
+    return broker_report(
+        cpu=(used, CPU), bw_in=(0, NIC), bw_out=(0, NIC), bundles=bundle_stats, last_update=last_update
+    )
+
+
+def shed(snap, profile, state=None, config=ONE_HIT):
+    state = state or StrategyState()
+    load, _, _ = build_load_data(snap, state.bundle_data, state.recently_unloaded, config.grace_period_ms)
+    if profile is not None:
+        load = load.with_profile(profile)
+    return predictive.shed(load, config, state)
+
+
+def heterogeneous(last_update=NOW):
+    """PIP-364's 10/50/70: a and b alike, c carries nothing but a co-tenant uses 70 % of its CPU."""
+    b_bundles = {bundle("t/ns", i): 5.0 for i in range(9)}
+    return snapshot(
+        {
+            "a:1": broker(5, {bundle("t/ns", 9): 5.0}, last_update),
+            "b:1": broker(5, b_bundles, last_update),
+            "c:1": broker(70, {}, last_update),
+        }
+    )
+
+
+PROFILE = LoadProfile(
+    cost_models=MappingProxyType({(b, "cpu"): model(bg) for b, bg in (("a:1", 5), ("b:1", 5), ("c:1", 70))})
+)
+
+
+def test_heterogeneous_moves_from_b_to_a_only_and_stops_at_the_mean():
+    result = shed(heterogeneous(), PROFILE)
+    # takers a and b (c's background 70 is above the cluster mean 43): mean 30; 5 points a bundle
+    assert [(u.source, u.destination) for u in result.unloads] == [("b:1", "a:1")] * 4
+    assert "predicted b:1 50.0→45.0, a:1 10.0→15.0" in result.unloads[0].reason
+    assert "predicted b:1 35.0→30.0, a:1 25.0→30.0" in result.unloads[-1].reason
+    assert any("c:1 background 70 ≥ mean: never a destination" in n for n in result.notes)
+
+
+def test_it_debounces_like_avg_shedder_hits():
+    config = cfg()  # two high hits needed, as AvgShedder's default
+    first = shed(heterogeneous(), PROFILE, config=config)
+    assert first.unloads == () and first.state.avg_hits_high["b:1"] == 1
+    second = shed(heterogeneous(), PROFILE, first.state, config=config)
+    assert len(second.unloads) == 4
+
+
+def test_the_bundle_that_shrinks_the_spread_most_without_overshoot_is_chosen():
+    snap = snapshot(
+        {
+            "a:1": broker(5, {bundle("t/ns", 0): 5.0}),
+            "b:1": broker(
+                5, {bundle("t/ns", 1): 12.0, bundle("t/ns", 2): 7.0, bundle("t/ns", 3): 4.0, bundle("t/ns", 4): 2.0}
+            ),
+        }
+    )
+    profile = LoadProfile(cost_models=MappingProxyType({("a:1", "cpu"): model(5), ("b:1", "cpu"): model(5)}))
+    result = shed(snap, profile)
+    # mean 20: the 12-point bundle would leave a (22) above b (18); the 7-point one leaves 23 / 17
+    assert [u.bundle for u in result.unloads] == [bundle("t/ns", 2)]
+
+
+def test_a_slower_destination_gets_fewer_bundles():
+    """The prediction uses each broker's own cost: a bundle costs twice as much on a half-size broker."""
+    snap = snapshot({"a:1": broker(5, {}), "b:1": broker(5, {bundle("t/ns", i): 5.0 for i in range(8)})})
+    profile = LoadProfile(cost_models=MappingProxyType({("a:1", "cpu"): model(5, 0.02), ("b:1", "cpu"): model(5)}))
+    result = shed(snap, profile)
+    # b 45 → 45 − 5k, a 5 → 5 + 10k: two moves give 35 / 25; a third would put a (35) above b (30)
+    assert len(result.unloads) == 2
+    assert "a:1 15.0→25.0" in result.unloads[-1].reason
+
+
+def test_moves_the_reports_do_not_show_yet_are_not_planned_again():
+    first = shed(heterogeneous(), PROFILE)
+    again = shed(heterogeneous(NOW + 60_000), PROFILE, first.state)  # reports not refreshed with the moves
+    assert again.unloads == ()
+    assert set(again.state.predictive_pending) == {u.bundle for u in first.unloads}
+    forgotten = first.state.forget_unloads({u.bundle for u in first.unloads})  # e.g. the executor skipped them
+    assert len(shed(heterogeneous(NOW + 60_000), PROFILE, forgotten).unloads) == 4
+
+
+def test_the_prediction_error_is_measured_on_the_report_that_shows_the_moves():
+    first = shed(heterogeneous(), PROFILE)
+    moved = {u.bundle for u in first.unloads}
+    b_left = {bundle("t/ns", i): 5.0 for i in range(9) if bundle("t/ns", i) not in moved}
+    later = NOW + 120_000
+    snap = snapshot(
+        {
+            "a:1": broker(5, {bundle("t/ns", 9): 5.0, **dict.fromkeys(moved, 5.0)}, later),
+            "b:1": broker(6, b_left, later),  # one point more than its model said
+            "c:1": broker(70, {}, later),
+        }
+    )
+    result = shed(snap, PROFILE, first.state)
+    assert result.state.prediction_errors == pytest.approx({"a:1": 0.0, "b:1": 1.0}, abs=1e-3)
+    assert result.state.predictive_pending == {}
+    assert any("prediction error 0.5 points" in n for n in result.notes)
+
+
+def test_a_poor_fit_borrows_the_clusters_slope():
+    profile = LoadProfile(
+        cost_models=MappingProxyType(
+            {("a:1", "cpu"): model(5, r2=0.2), ("b:1", "cpu"): model(5), ("c:1", "cpu"): model(70)}
+        )
+    )
+    result = shed(heterogeneous(), profile)
+    assert len(result.unloads) == 4
+    assert any("a:1 CPU model poor or missing" in n for n in result.notes)
+
+
+@pytest.mark.parametrize(
+    "profile", [None, LoadProfile(), LoadProfile(cost_models=MappingProxyType({("a:1", "cpu"): model(5, r2=0.1)}))]
+)
+def test_without_a_usable_model_it_is_avg_shedder_and_says_so(profile):
+    state = StrategyState()
+    load, _, _ = build_load_data(heterogeneous(), {}, {}, ONE_HIT.grace_period_ms)
+    expected = avg.shed(load, ONE_HIT, state)
+    result = shed(heterogeneous(), profile)
+    assert [(u.bundle, u.source, u.destination) for u in result.unloads] == [
+        (u.bundle, u.source, u.destination) for u in expected.unloads
+    ]
+    assert result.notes[0].startswith("PredictivePairingShedder: no CPU cost model with R² ≥ 0.8")
+    assert all("AvgShedder's behaviour" in u.reason for u in result.unloads)
+
+
+def test_it_waits_after_a_broker_joins():
+    first = shed(heterogeneous(), PROFILE, config=cfg())
+    joined = heterogeneous(NOW + 60_000)
+    joined = snapshot(
+        {**{b: broker(5, {}) for b in ("d:1",)}, **{b: _doc(joined, b) for b in joined.brokers}}, taken_at=NOW + 60_000
+    )
+    result = shed(joined, PROFILE, first.state, config=cfg())
+    assert result.unloads == () and any("waiting for placement to settle" in n for n in result.notes)
+
+
+def _doc(snap, name):
+    report = snap.brokers[name]
+    points = {b: (s.msgRateIn + s.msgRateOut) / 100 for b, s in report.lastStats.items()}
+    background = report.cpu.percent_usage() - sum(points.values())
+    return broker(background, points, report.lastUpdate)
+
+
+def test_through_the_planner_the_shedder_places_its_own_bundles():
+    plan, state = plan_cycle(
+        heterogeneous(), ONE_HIT, StrategyState(), random.Random(0), "PredictivePairingShedder", profile=PROFILE
+    )
+    assert plan.placement == "(transfer)" and [a.destination for a in plan.unloads] == ["a:1"] * 4
+    assert "destination chosen by the shedder" in plan.unloads[0].reason
+    assert StrategyState.from_json(state.to_json()) == state
