@@ -54,6 +54,12 @@ class Metrics:
             ["broker"],
             registry=self.registry,
         )
+        self.prediction_error = Gauge(
+            "pulsar_lb_prediction_error_points",
+            "PredictivePairingShedder: reported minus predicted usage after its moves, per broker (last measured)",
+            ["broker"],
+            registry=self.registry,
+        )
 
     def observe(self, result: CycleResult, seconds: float) -> None:
         self.cycles.labels("ok").inc()
@@ -71,6 +77,8 @@ class Metrics:
         self.score.clear()
         for broker in plan.brokers:
             self.score.labels(broker.broker).set(broker.usage_before)
+        for broker, error in result.state.strategy.prediction_errors.items():
+            self.prediction_error.labels(broker).set(error)
 
 
 @dataclass

@@ -210,3 +210,42 @@ def test_every_cycle_appends_to_the_history(served, tmp_path):
     rows = daemon.history.read("broker_samples").to_pylist()
     assert len(rows) == 3 * 4 and len({r["time"] for r in rows}) == 3
     assert daemon.history.read("bundle_samples").num_rows == 3 * 48
+
+
+def write_profile(root, models):
+    """A load profile in the Spark job's layout, holding only cost models."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root.mkdir()
+    rows = [{"broker": b, "resource": r, **vars(m)} for (b, r), m in models.items()]
+    pq.write_table(pa.Table.from_pylist(rows), root / "cost_model")
+    averages = ["bundle", "samples", *(f"long_{k}" for k in ("msg_rate_in", "msg_rate_out"))]
+    averages += ["long_msg_throughput_in", "long_msg_throughput_out"]
+    pq.write_table(pa.table({c: pa.array([], pa.float64()) for c in averages}), root / "bundle_averages")
+    pq.write_table(
+        pa.table({c: pa.array([], pa.float64()) for c in ("bundle", "hot_share", "boundary")}), root / "hot_bundles"
+    )
+
+
+@pytest.mark.parametrize("served", ["heterogeneous-10-50-70"], indirect=True)
+def test_predictive_pairing_closes_the_heterogeneous_gap_over_http(served, tmp_path):
+    """Where AvgShedder is stuck and TransferShedder only narrows the gap, the cost models close it."""
+    from prometheus_client import generate_latest
+
+    from simulator.warmup import day_of_history_profile
+
+    write_profile(
+        tmp_path / "profile", day_of_history_profile(served.cluster.scenario, lambda _s: served.cluster).cost_models
+    )
+    daemon = make_daemon(served, tmp_path, profileUri=str(tmp_path / "profile"))
+    daemon.shedding = "PredictivePairingShedder"
+    before = RunMetrics().record(served.cluster).usage
+    metrics = drive(served, daemon, 8)
+    last = metrics.samples[-1].usage
+    assert before["broker-b"] - before["broker-a"] > 35
+    assert abs(last["broker-b"] - last["broker-a"]) < 10
+    assert not [m for m in served.cluster.moves if served.cluster.brokers[m[3]].name == "broker-c"]
+    assert "AvgShedder's behaviour" not in " ".join(r.action.reason for r in daemon.run_once().records)
+    exported = generate_latest(daemon.metrics.registry).decode()
+    assert "pulsar_lb_prediction_error_points{broker=" in exported
