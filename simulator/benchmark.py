@@ -10,7 +10,6 @@ from the simulator's true state, not from the reports the strategy saw.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import math
 import random
 from collections.abc import Callable
@@ -18,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from simulator.cluster import SimError, SimulatedCluster
-from simulator.metrics import FLAP_WINDOW_S, OVERLOAD_PERCENT, RunMetrics
+from simulator.metrics import FLAP_WINDOW_S, OVERLOAD_PERCENT, RunMetrics, flapping_bundles
 from simulator.scenario import Scenario
 from simulator.warmup import day_of_history_profile
 from strategies import LoadBalancerConfig, Split, StrategyState, Unload, plan_cycle
@@ -247,10 +246,7 @@ def _apply(
 
 def flapping(moves: list[Move], interval_s: float, window_s: float = FLAP_WINDOW_S) -> int:
     """Bundles the strategy moved more than once within ``window_s`` (restarts' moves do not count)."""
-    cycles: dict[str, list[int]] = {}
-    for move in moves:
-        cycles.setdefault(move.bundle, []).append(move.cycle)
-    return sum(1 for cs in cycles.values() if any((b - a) * interval_s <= window_s for a, b in itertools.pairwise(cs)))
+    return flapping_bundles(((m.bundle, m.cycle * interval_s) for m in moves), window_s)
 
 
 def _metrics(

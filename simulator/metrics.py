@@ -5,12 +5,21 @@ from __future__ import annotations
 import itertools
 import statistics
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from simulator.cluster import SimulatedCluster
 
 OVERLOAD_PERCENT = 85.0
 FLAP_WINDOW_S = 30 * 60.0
+
+
+def flapping_bundles(moves: Iterable[tuple[str, float]], window_s: float = FLAP_WINDOW_S) -> int:
+    """Bundles among (bundle, time s) moves, in time order, moved twice within ``window_s``."""
+    times: dict[str, list[float]] = {}
+    for bundle, t in moves:
+        times.setdefault(bundle, []).append(t)
+    return sum(1 for ts in times.values() if any(b - a <= window_s for a, b in itertools.pairwise(ts)))
 
 
 @dataclass(frozen=True)
@@ -53,10 +62,7 @@ class RunMetrics:
     @staticmethod
     def flapping(cluster: SimulatedCluster, window_s: float = FLAP_WINDOW_S) -> int:
         """Bundles moved more than once within ``window_s`` of each other."""
-        times: dict[str, list[float]] = {}
-        for t, bundle, _, _ in cluster.moves:
-            times.setdefault(bundle, []).append(t)
-        return sum(1 for ts in times.values() if any(b - a <= window_s for a, b in itertools.pairwise(ts)))
+        return flapping_bundles(((bundle, t) for t, bundle, _, _ in cluster.moves), window_s)
 
     def broker_cycles_overloaded(self) -> int:
         return sum(s.overloaded for s in self.samples)

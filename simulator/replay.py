@@ -47,13 +47,17 @@ class Recording:
     series: dict[str, RecordedPattern]
 
 
+def _cpu_percent(row: dict) -> float:
+    return row["cpu_usage"] / max(row["cpu_limit"], 1e-9) * 100
+
+
 def _broker_spec(name: str, rows: list[dict]) -> BrokerSpec:
     last = rows[-1]
     cores = max(last["cpu_limit"], 1.0) / 100
     learner = CostLearner()
     for r in rows:
         traffic = (r["msg_rate_in"] + r["msg_rate_out"], r["msg_throughput_in"], r["msg_throughput_out"])
-        learner.add(name, traffic, {"cpu": r["cpu_usage"] / max(r["cpu_limit"], 1e-9) * 100})
+        learner.add(name, traffic, {"cpu": _cpu_percent(r)})
     model = learner.models()[(name, "cpu")]
     if model.r2 >= MIN_FIT_R2 and model.samples >= 10:
         background = min(max(model.intercept / 100, 0.0), 0.95)
@@ -62,7 +66,7 @@ def _broker_spec(name: str, rows: list[dict]) -> BrokerSpec:
     else:  # no usable fit: 5% background and the rest proportional to msg rate
         background = 0.05
         rate = sum(r["msg_rate_in"] + r["msg_rate_out"] for r in rows) / len(rows)
-        usage = sum(r["cpu_usage"] / max(r["cpu_limit"], 1e-9) * 100 for r in rows) / len(rows)
+        usage = sum(_cpu_percent(r) for r in rows) / len(rows)
         per_msg = max(usage - 5, 0.0) / rate * cores if rate > 0 else 0.0
         per_mib = 0.0
     return BrokerSpec(

@@ -40,10 +40,6 @@ def day_of_history_profile(
                 if cluster.ownership.get(b) == broker.id
             }
             usage = cluster.host_usage(broker, stats, noise.gauss(0, broker.spec.jitter))
-            traffic = (
-                sum(s.msgRateIn + s.msgRateOut for s in stats.values()),
-                sum(s.msgThroughputIn for s in stats.values()),
-                sum(s.msgThroughputOut for s in stats.values()),
-            )
+            traffic = tuple(sum(column) for column in zip((0.0, 0.0, 0.0), *(s.traffic for s in stats.values())))
             learner.add(broker.id, traffic, {r: usage[r][0] / usage[r][1] * 100 for r in RESOURCES})
     return LoadProfile(cost_models=learner.models())

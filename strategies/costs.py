@@ -3,7 +3,7 @@
 usage% = intercept + a·(msg rate in + out) + b·throughput in + c·throughput out. The fit is done
 from the sums of the normal equations, so the Spark job (spark_jobs/load_profile.py) can compute the
 sums over any amount of history and solve here on the driver, and ``CostLearner`` can keep the same
-sums online from the snapshots a process sees. The intercept is the broker's background usage.
+sums in process. The intercept is the broker's background usage.
 """
 
 from __future__ import annotations
@@ -14,17 +14,9 @@ from types import MappingProxyType
 import numpy as np
 
 from strategies.profile import CostModel
-from strategies.snapshots import ClusterSnapshot
 
 RESOURCES = ("cpu", "bandwidthIn", "bandwidthOut")
 N = 4  # 1, msg rate, throughput in, throughput out
-SUM_KEYS = (
-    *(f"xx_{i}_{j}" for i in range(N) for j in range(i, N)),
-    *(f"xy_{i}" for i in range(N)),
-    "yy",
-    "y_sum",
-    "samples",
-)
 
 
 def solve(sums: Mapping[str, float]) -> CostModel:
@@ -47,26 +39,12 @@ def solve(sums: Mapping[str, float]) -> CostModel:
 
 
 class CostLearner:
-    """The same sums, kept online: one sample per broker per new load report."""
+    """The same sums, kept in process (a benchmark's day of history, a backtest's recorded brokers)."""
 
     def __init__(self) -> None:
         self._xx: dict[tuple[str, str], np.ndarray] = {}
         self._xy: dict[tuple[str, str], np.ndarray] = {}
         self._yy: dict[tuple[str, str], np.ndarray] = {}  # [Σy², Σy, n]
-        self._seen: dict[str, int] = {}
-
-    def observe(self, snapshot: ClusterSnapshot) -> None:
-        for broker_id, load in snapshot.brokers.items():
-            if self._seen.get(broker_id) == load.lastUpdate:
-                continue  # the same report again: one sample per report
-            self._seen[broker_id] = load.lastUpdate
-            percents = {
-                r: getattr(load, r).usage / getattr(load, r).limit * 100
-                for r in RESOURCES
-                if getattr(load, r).limit > 0
-            }
-            traffic = (load.msgRateIn + load.msgRateOut, load.msgThroughputIn, load.msgThroughputOut)
-            self.add(broker_id, traffic, percents)
 
     def add(self, broker: str, traffic: tuple[float, float, float], percents: Mapping[str, float]) -> None:
         """One sample: (msg rate in + out, throughput in, throughput out) and usage % per resource."""

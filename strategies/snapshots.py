@@ -58,6 +58,11 @@ class MessageTotals:
     def msg_throughput(self) -> float:
         return self.msgThroughputIn + self.msgThroughputOut
 
+    @property
+    def traffic(self) -> tuple[float, float, float]:
+        """The cost models' features: msg rate in + out, throughput in, throughput out."""
+        return (self.msg_rate, self.msgThroughputIn, self.msgThroughputOut)
+
 
 @dataclass(frozen=True)
 class BundleStats(MessageTotals):

@@ -32,7 +32,6 @@ from strategies.plans import Unload
 from strategies.profile import CostModel
 from strategies.shedding import avg
 from strategies.shedding.common import SheddingResult
-from strategies.snapshots import BrokerLoad
 from strategies.state import PendingMove, StrategyState
 
 NAME = "PredictivePairingShedder"
@@ -92,17 +91,13 @@ def slopes(load: LoadData) -> dict[str, Slope] | None:
     return out
 
 
-def _traffic(load: BrokerLoad) -> Traffic:
-    return (load.msgRateIn + load.msgRateOut, load.msgThroughputIn, load.msgThroughputOut)
-
-
 def background(load: LoadData, broker: str, slope: Slope) -> float:
     """CPU points the broker uses with no traffic: its model's intercept, or the report minus its traffic."""
     model = load.cost_models.get((broker, "cpu"))
     if _good(model) and not slope.borrowed:
         return model.intercept
     report = load.snapshot.brokers[broker]
-    return report.cpu.percent_usage() - slope.delta(_traffic(report))[0]
+    return report.cpu.percent_usage() - slope.delta(report.traffic)[0]
 
 
 class Forecast:
@@ -138,9 +133,7 @@ class Forecast:
 
 def _bundle_traffic(load: LoadData, broker: str, bundle: str) -> Traffic:
     stats = load.snapshot.brokers[broker].lastStats.get(bundle)
-    if stats is None:
-        return (0.0, 0.0, 0.0)
-    return (stats.msgRateIn + stats.msgRateOut, stats.msgThroughputIn, stats.msgThroughputOut)
+    return (0.0, 0.0, 0.0) if stats is None else stats.traffic
 
 
 def _in_flight(load: LoadData, state: StrategyState, forecast: Forecast) -> dict[str, PendingMove]:
@@ -227,7 +220,8 @@ def shed(load: LoadData, config: LoadBalancerConfig, state: StrategyState) -> Sh
     waiting, errors = _check_predictions(load, state, pending, config)
     scores = {b: forecast.usage(b) for b in brokers}
     overall = sum(scores.values()) / len(scores)
-    takers = {b for b in brokers if background(load, b, slope[b]) < overall}
+    backgrounds = {b: background(load, b, slope[b]) for b in brokers}
+    takers = {b for b in brokers if backgrounds[b] < overall}
     mean = sum(scores[b] for b in takers) / len(takers) if takers else overall
     high, low, triggered = _hits(scores, mean, config, state)
     notes = [f"{NAME}: mean usage of the {len(takers)} brokers that can take load {mean:.1f}"]
@@ -235,7 +229,7 @@ def shed(load: LoadData, config: LoadBalancerConfig, state: StrategyState) -> Sh
         f"{NAME}: {b} CPU model poor or missing; using the cluster's slope" for b in sorted(slope) if slope[b].borrowed
     ]
     notes += [
-        f"{NAME}: {b} background {background(load, b, slope[b]):.0f} ≥ mean: never a destination"
+        f"{NAME}: {b} background {backgrounds[b]:.0f} ≥ mean: never a destination"
         for b in sorted(set(brokers) - takers)
     ]
     if errors:
@@ -244,11 +238,12 @@ def shed(load: LoadData, config: LoadBalancerConfig, state: StrategyState) -> Sh
 
     unloads: list[Unload] = []
     per_source: dict[str, int] = {}
+    sheddable = load.sheddable_bundles()
     movable = {
         b: sorted(
             bundle
             for bundle in brokers[b].lastStats
-            if bundle in load.sheddable_bundles() and bundle not in load.recently_unloaded and bundle not in pending
+            if bundle in sheddable and bundle not in load.recently_unloaded and bundle not in pending
         )
         for b in brokers
     }

@@ -93,33 +93,21 @@ def test_hit_count_threshold_waits_for_consecutive_cycles(shed):
     assert decisions(shed("TransferShedder", base_cluster(), config, state)) == BASE
 
 
+FIVE_RANGES = (  # the bundle ranges of both namespaces in Pulsar's test
+    "0x00000000_0x1FFFFFFF",
+    "0x1FFFFFFF_0x2FFFFFFF",
+    "0x2FFFFFFF_0x3FFFFFFF",
+    "0x3FFFFFFF_0x4FFFFFFF",
+    "0x4FFFFFFF_0x5FFFFFFF",
+)
+
+
 def test_swap_when_bundles_are_larger_than_the_target(shed):
     """testUnloadBundlesGreaterThanTargetThroughput: 3 bundles go down, 4 small ones come back."""
-    a = {
-        f"my-tenant/my-namespaceA/{r}": stats(thr_out=m * 1_000_000)
-        for r, m in zip(
-            [
-                "0x00000000_0x1FFFFFFF",
-                "0x1FFFFFFF_0x2FFFFFFF",
-                "0x2FFFFFFF_0x3FFFFFFF",
-                "0x3FFFFFFF_0x4FFFFFFF",
-                "0x4FFFFFFF_0x5FFFFFFF",
-            ],
-            [1, 2, 3, 4, 5],
-        )
-    }
+    a = {f"my-tenant/my-namespaceA/{r}": stats(thr_out=m * 1_000_000) for r, m in zip(FIVE_RANGES, [1, 2, 3, 4, 5])}
     b = {
         f"my-tenant/my-namespaceB/{r}": stats(thr_out=m * 1_000_000)
-        for r, m in zip(
-            [
-                "0x00000000_0x1FFFFFFF",
-                "0x1FFFFFFF_0x2FFFFFFF",
-                "0x2FFFFFFF_0x3FFFFFFF",
-                "0x3FFFFFFF_0x4FFFFFFF",
-                "0x4FFFFFFF_0x5FFFFFFF",
-            ],
-            [100, 180, 220, 250, 250],
-        )
+        for r, m in zip(FIVE_RANGES, [100, 180, 220, 250, 250])
     }
     snap = snapshot(
         {
