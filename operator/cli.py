@@ -110,6 +110,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--scenario", default="demo", help="a shipped scenario name or a scenario file (default: demo)")
     _strategy_options(demo)
     demo.add_argument("--minutes", type=float, help="simulated minutes to run (default: until converged)")
+    demo.add_argument("--audit-url", metavar="URL", help="also publish audit events to this pulsar:// broker")
+    demo.add_argument(
+        "--audit-topic",
+        default="persistent://public/default/pulsar-lb-operator-audit",
+        help="topic of the audit events (default: %(default)s)",
+    )
+    demo.add_argument("--audit-spool", default="state/audit-spool", help="audit spool directory (default: %(default)s)")
 
     simulate = commands.add_parser(
         "simulate",
@@ -242,7 +249,17 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from pulsar_lb_operator import demo
 
-    return demo.run_demo(args.scenario, args.strategy, args.placement, args.minutes)
+    if args.audit_url and not args.audit_url.startswith(("pulsar://", "pulsar+ssl://")):
+        raise UsageError(f"--audit-url {args.audit_url!r} is not a pulsar:// or pulsar+ssl:// URL")
+    return demo.run_demo(
+        args.scenario,
+        args.strategy,
+        args.placement,
+        args.minutes,
+        audit_url=args.audit_url,
+        audit_topic=args.audit_topic,
+        audit_spool=args.audit_spool,
+    )
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import random
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 
+from pulsar_lb_operator import audit as audit_events
 from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.collector import collect
 from pulsar_lb_operator.executor import Executor, ExecutorState, Outcome, Record
@@ -67,12 +70,19 @@ def run_cycle(
     now_ms: int | None = None,
     broker_timeout_s: float = 20.0,
     profile: LoadProfile | None = None,
+    audit: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> CycleResult:
+    """``audit`` receives the cycle's audit events as they happen (verified, plan, planned, outcomes)."""
     cycle_id = uuid.UUID(int=rng.getrandbits(128)).hex[:12]
-    with structlog.contextvars.bound_contextvars(
-        cycle_id=cycle_id, strategy=shedding or config.loadBalancerLoadSheddingStrategy
-    ):
-        verifications, executor_state = executor.verify(state.executor)
+    strategy = shedding or config.loadBalancerLoadSheddingStrategy
+    context = audit_events.CycleContext(cycle_id, cluster, strategy, executor.safety.dry_run)
+    publish = audit or (lambda _events: None)
+
+    def on_record(record: Record) -> None:
+        publish([audit_events.record_event(context, record)])
+
+    with structlog.contextvars.bound_contextvars(cycle_id=cycle_id, strategy=strategy):
+        verifications, executor_state = executor.verify(state.executor, on_record)
         collection = collect(
             client,
             cluster,
@@ -91,7 +101,8 @@ def run_cycle(
             brokers=len(collection.snapshot.brokers),
             skipped=len(collection.skipped),
         )
-        records, executor_state = executor.apply(plan, executor_state)
+        publish(audit_events.plan_events(context, plan, collection.skipped))
+        records, executor_state = executor.apply(plan, executor_state, on_record)
         # A planned unload that was not carried out (skipped, failed, dry run) must not sit in the
         # strategy's grace period: nothing moved.
         not_done = {

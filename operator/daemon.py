@@ -22,6 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 
 from pulsar_lb_operator import files, guard
 from pulsar_lb_operator.adminapi import AdminClient, AdminError
+from pulsar_lb_operator.audit import publisher as audit_publisher
 from pulsar_lb_operator.cycle import CycleResult, OperatorState, run_cycle
 from pulsar_lb_operator.executor import Executor
 from pulsar_lb_operator.history import HistoryStore
@@ -59,6 +60,16 @@ class Metrics:
             "PredictivePairingShedder: reported minus predicted usage after its moves, per broker (last measured)",
             ["broker"],
             registry=self.registry,
+        )
+
+        self.audit_published = Counter(
+            "pulsar_lb_audit_events_published", "Audit events the broker acknowledged", registry=self.registry
+        )
+        self.audit_dropped = Counter(
+            "pulsar_lb_audit_events_dropped", "Audit events lost: the spool was not writable", registry=self.registry
+        )
+        self.audit_backlog = Gauge(
+            "pulsar_lb_audit_events_spooled", "Audit events waiting in the spool for the broker", registry=self.registry
         )
 
     def observe(self, result: CycleResult, seconds: float) -> None:
@@ -116,6 +127,11 @@ class Daemon:
             if self.settings.historyUri
             else None
         )
+        self.audit = audit_publisher.from_settings(
+            self.settings, self.metrics.audit_published.inc, self.metrics.audit_dropped.inc
+        )
+        if self.audit is not None:
+            self.metrics.audit_backlog.set_function(self.audit.spool.backlog)
 
     @property
     def period_s(self) -> float:
@@ -146,6 +162,7 @@ class Daemon:
                 now_ms=now_ms,
                 broker_timeout_s=self.settings.brokerTimeoutSeconds,
                 profile=profile,
+                audit=self.audit.publish if self.audit else None,
             )
             self.state = result.state
             files.write_json_atomically(self.settings.stateFile, self.state.to_json())
@@ -230,8 +247,15 @@ class Daemon:
             if server is not None:
                 server.shutdown()
                 server.server_close()
+            self.close()
             log.info("daemon stopped", cycles=self.cycles)
         return 0
+
+    def close(self, flush_s: float = 5.0) -> None:
+        """Give the audit publisher a few seconds to send what is spooled; the rest waits for the next start."""
+        if self.audit is not None:
+            self.audit.flush(flush_s)
+            self.audit.close()
 
     def _start_probe_server(self) -> ThreadingHTTPServer | None:
         if not self.settings.metricsPort:

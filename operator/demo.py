@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TextIO
 
 from pulsar_lb_operator.adminapi import AdminClient
+from pulsar_lb_operator.audit import AuditPublisher, Spool
 from pulsar_lb_operator.cycle import OperatorState, run_cycle
 from pulsar_lb_operator.executor import Executor, Outcome, Safety
 from simulator.cluster import SimulatedCluster
@@ -39,8 +40,13 @@ def run_demo(
     minutes: float | None = None,
     out: TextIO = sys.stdout,
     seed: int = 0,
+    audit_url: str | None = None,
+    audit_topic: str = "persistent://public/default/pulsar-lb-operator-audit",
+    audit_spool: str = "state/audit-spool",
 ) -> int:
+    """With ``audit_url`` (a pulsar:// URL), every cycle's audit events go to ``audit_topic`` as well."""
     scenario = load_scenario(scenario_name)
+    audit = AuditPublisher(Spool(audit_spool), audit_url, audit_topic).start() if audit_url else None
     config = LoadBalancerConfig().replace(scenario.config)
     sim = serve(lambda allocate: SimulatedCluster(scenario, allocate))
     cluster = sim.cluster
@@ -78,7 +84,16 @@ def run_demo(
         while cluster.now_s < total_s:
             cycle += 1
             result = run_cycle(
-                client, scenario.cluster, config, executor, state, rng, strategy, placement, now_ms=cluster.now_ms
+                client,
+                scenario.cluster,
+                config,
+                executor,
+                state,
+                rng,
+                strategy,
+                placement,
+                now_ms=cluster.now_ms,
+                audit=audit.publish if audit else None,
             )
             state = result.state
             cluster.advance(interval_s)
@@ -110,8 +125,17 @@ def run_demo(
             f"{summary['flapping_bundles']} bundles moved twice within 30 min.",
             file=out,
         )
+        if audit is not None:
+            sent = audit.flush(10.0)
+            print(
+                f"Audit events on {audit_topic}: {audit.spool.sent} delivered"
+                + ("." if sent else f", {audit.spool.backlog()} waiting in {audit_spool} for the next run."),
+                file=out,
+            )
         return 0
     finally:
+        if audit is not None:
+            audit.close()
         client.close()
         sim.stop()
 

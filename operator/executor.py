@@ -107,27 +107,36 @@ class Executor:
 
     # ------------------------------------------------------------------ apply
 
-    def apply(self, plan: Plan, state: ExecutorState) -> tuple[list[Record], ExecutorState]:
+    def apply(
+        self, plan: Plan, state: ExecutorState, on_record: Callable[[Record], None] = lambda _r: None
+    ) -> tuple[list[Record], ExecutorState]:
+        """Carry out the plan; ``on_record`` hears of each outcome as it happens (the audit trail)."""
         records: list[Record] = []
         last_moved = dict(state.last_moved)
         pending = list(state.pending)
         per_broker: dict[str, int] = {}
         unloads = 0
+
+        def done(record: Record) -> Record:
+            records.append(record)
+            on_record(record)
+            return record
+
         for index, action in enumerate(plan.actions):
             if self.stop_requested():
-                records.extend(self._record(a, Outcome.SKIPPED, "shutting down") for a in plan.actions[index:])
+                for rest in plan.actions[index:]:
+                    done(self._record(rest, Outcome.SKIPPED, "shutting down"))
                 break
             why_not = self._rail(action, last_moved, unloads, per_broker)
             if why_not:
-                records.append(self._record(action, Outcome.SKIPPED, why_not))
+                done(self._record(action, Outcome.SKIPPED, why_not))
                 continue
             if self.safety.dry_run:
-                records.append(self._record(action, Outcome.DRY_RUN, "dry run: no call made"))
+                done(self._record(action, Outcome.DRY_RUN, "dry run: no call made"))
                 continue
             if index and self.safety.pause_seconds:
                 self.sleep(self.safety.pause_seconds)
-            record = self._execute(action)
-            records.append(record)
+            record = done(self._execute(action))
             if record.outcome is Outcome.EXECUTED:
                 last_moved[action.bundle] = record.at_ms
                 if isinstance(action, Unload):
@@ -206,7 +215,9 @@ class Executor:
 
     # ------------------------------------------------------------------ verify
 
-    def verify(self, state: ExecutorState) -> tuple[list[Record], ExecutorState]:
+    def verify(
+        self, state: ExecutorState, on_record: Callable[[Record], None] = lambda _r: None
+    ) -> tuple[list[Record], ExecutorState]:
         """Check unloads older than ``verify_after_seconds``: where did each bundle go?"""
         records: list[Record] = []
         still: list[dict[str, Any]] = []
@@ -231,6 +242,8 @@ class Executor:
             else:
                 where = f"back on {owner}" if owner else "still unowned"
                 records.append(self._record(action, Outcome.NOT_MOVED, where))
+        for record in records:
+            on_record(record)
         return records, replace(state, pending=tuple(still))
 
     def _owners(self) -> dict[str, str] | None:

@@ -10,6 +10,7 @@ import sys
 
 from pulsar_lb_operator import files, guard, render
 from pulsar_lb_operator.adminapi import AdminClient
+from pulsar_lb_operator.audit import publisher as audit_publisher
 from pulsar_lb_operator.collector import collect, with_namespaces_and_topics
 from pulsar_lb_operator.cycle import OperatorState, run_cycle
 from pulsar_lb_operator.executor import Executor
@@ -52,17 +53,29 @@ def rebalance(args: argparse.Namespace) -> int:
         if placement is None and "loadBalancerLoadPlacementStrategy" in explicit:
             placement = config.loadBalancerLoadPlacementStrategy
         executor = Executor(client, cluster, settings.safety(config, dry_run=args.dry_run))
-        result = run_cycle(
-            client,
-            cluster,
-            config,
-            executor,
-            state,
-            random.Random(args.seed),
-            args.strategy,
-            placement,
-            broker_timeout_s=settings.brokerTimeoutSeconds,
-        )
+        audit = audit_publisher.from_settings(settings)
+        try:
+            result = run_cycle(
+                client,
+                cluster,
+                config,
+                executor,
+                state,
+                random.Random(args.seed),
+                args.strategy,
+                placement,
+                broker_timeout_s=settings.brokerTimeoutSeconds,
+                audit=audit.publish if audit else None,
+            )
+        finally:
+            if audit is not None and not audit.flush(10.0):
+                print(
+                    f"{audit.spool.backlog()} audit events not yet delivered: they wait in "
+                    f"{audit.spool.directory} for the next run",
+                    file=sys.stderr,
+                )
+            if audit is not None:
+                audit.close()
         if args.state:
             files.write_json_atomically(args.state, result.state.to_json())
         if args.output == "json":

@@ -48,6 +48,11 @@ class OperatorSettings:
     metricsHost: str = "0.0.0.0"
     cycleIntervalSeconds: float = 0.0  # 0: loadBalancerSheddingIntervalMinutes
     disableBuiltinShedding: bool = False  # set loadBalancerSheddingEnabled=false on the cluster at start
+    auditEnabled: bool = False  # publish every plan and action outcome to auditTopic
+    auditServiceUrl: str | None = None  # pulsar:// or pulsar+ssl:// URL; default: adminUrl's host on 6650/6651
+    auditTopic: str = "persistent://public/default/pulsar-lb-operator-audit"
+    auditSpoolDir: str | None = None  # events wait here until the broker has them; default: beside stateFile
+    auditSpoolMaxMegabytes: float = 64.0  # past this, new events are dropped and counted, never blocking a cycle
     logLevel: str = "info"
     logJson: bool = False
     seed: int = 0
@@ -65,6 +70,16 @@ class OperatorSettings:
             raise ConfigError(f"logLevel: {self.logLevel!r} is not debug, info, warning or error")
         if self.adminUrl is not None and not re.match(r"^https?://[^/\s]+/?$", self.adminUrl):
             raise ConfigError(f"adminUrl: {self.adminUrl!r} is not an http(s)://host:port URL")
+        if self.auditServiceUrl is not None and not re.match(r"^pulsar(\+ssl)?://[^/\s]+/?$", self.auditServiceUrl):
+            raise ConfigError(f"auditServiceUrl: {self.auditServiceUrl!r} is not a pulsar:// or pulsar+ssl:// URL")
+        if not re.match(r"^(persistent|non-persistent)://[^/\s]+/[^/\s]+/[^/\s]+$", self.auditTopic):
+            raise ConfigError(
+                f"auditTopic: {self.auditTopic!r} is not a full topic name (persistent://tenant/ns/topic)"
+            )
+        if self.auditSpoolMaxMegabytes <= 0:
+            raise ConfigError("auditSpoolMaxMegabytes: must be > 0")
+        if self.auditEnabled and not (self.auditServiceUrl or self.adminUrl):
+            raise ConfigError("auditEnabled: needs auditServiceUrl (or an adminUrl to derive it from)")
         for pattern in self.excludedNamespaces:
             try:
                 re.compile(pattern)
@@ -83,6 +98,16 @@ class OperatorSettings:
             pause_seconds=self.pauseSeconds,
             verify_after_seconds=self.verifyAfterSeconds,
         )
+
+    def audit_spool_dir(self) -> str:
+        return self.auditSpoolDir or str(Path(self.stateFile).parent / "audit-spool")
+
+    def audit_service_url(self) -> str | None:
+        from pulsar_lb_operator.audit.publisher import service_url_of
+
+        if self.auditServiceUrl:
+            return self.auditServiceUrl
+        return service_url_of(self.adminUrl) if self.adminUrl else None
 
     def token(self) -> str | None:
         if self.tokenFile:

@@ -28,13 +28,6 @@ def free_port():
         return sock.getsockname()[1]
 
 
-@pytest.fixture
-def served(request):
-    scenario = load_scenario(request.param if hasattr(request, "param") else "demo")
-    with serve(lambda allocate: SimulatedCluster(scenario, allocate)) as sim:
-        yield sim
-
-
 def make_daemon(sim, tmp_path, **settings):
     base = {
         "dryRun": False,
@@ -43,6 +36,7 @@ def make_daemon(sim, tmp_path, **settings):
         "stateFile": str(tmp_path / "state.json"),
         "verifyAfterSeconds": 60,
         "historyUri": str(tmp_path / "history"),
+        "profileUri": str(tmp_path / "profile"),
     }
     config = LoadBalancerConfig().replace(sim.cluster.scenario.config)
     client = AdminClient(sim.admin_url, retries=1)
@@ -108,12 +102,12 @@ def test_failures_mid_cycle_never_crash_and_never_act_unsafely(served, tmp_path)
     # the destination crashes between planning and execution: nothing is sent to it
     original = daemon.executor.apply
 
-    def crash_then_apply(plan, state):
+    def crash_then_apply(plan, state, on_record):
         for action in plan.actions:
             if getattr(action, "destination", None):
                 served.cluster.crash(served.cluster.brokers[action.destination].name)
                 break
-        return original(plan, state)
+        return original(plan, state, on_record)
 
     daemon.executor.apply = crash_then_apply
     served.cluster.advance(60)

@@ -1,0 +1,15 @@
+"""Audit events: every plan and action outcome, spooled locally and published to a Pulsar topic."""
+
+from pulsar_lb_operator.audit.events import CycleContext, plan_events, record_event
+from pulsar_lb_operator.audit.publisher import AuditPublisher, service_url_of
+from pulsar_lb_operator.audit.spool import Spool, SpoolFullError
+
+__all__ = [
+    "AuditPublisher",
+    "CycleContext",
+    "Spool",
+    "SpoolFullError",
+    "plan_events",
+    "record_event",
+    "service_url_of",
+]

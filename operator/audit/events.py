@@ -1,0 +1,67 @@
+"""What goes on the audit topic: one JSON event per plan, per planned action and per action outcome.
+
+Kinds, in the order a cycle produces them: ``verified`` (where an earlier unload ended up), ``plan``
+(the cycle's decision with every broker's numbers), ``planned`` (one per action), then one outcome per
+action: ``executed``, ``failed``, ``skipped`` (a safety rail stopped it) or ``dry_run``. Every event
+carries the cycle id, so a consumer can put a cycle back together; the spool adds ``seq``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pulsar_lb_operator.executor import Outcome, Record
+from strategies.plans import Plan
+
+FORMAT = "pulsar-lb-audit/1"
+
+KIND_OF_OUTCOME = {
+    Outcome.EXECUTED: "executed",
+    Outcome.FAILED: "failed",
+    Outcome.SKIPPED: "skipped",
+    Outcome.DRY_RUN: "dry_run",
+    Outcome.MOVED_AS_PLANNED: "verified",
+    Outcome.MOVED_ELSEWHERE: "verified",
+    Outcome.NOT_MOVED: "verified",
+}
+
+
+@dataclass(frozen=True)
+class CycleContext:
+    cycle_id: str
+    cluster: str
+    strategy: str
+    dry_run: bool
+
+    def event(self, kind: str, at_ms: int, **fields: Any) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "kind": kind,
+            "at": at_ms,
+            "cycleId": self.cycle_id,
+            "cluster": self.cluster,
+            "strategy": self.strategy,
+            "dryRun": self.dry_run,
+            **fields,
+        }
+
+
+def plan_events(context: CycleContext, plan: Plan, skipped_brokers: dict[str, str]) -> list[dict[str, Any]]:
+    summary = plan.to_json()
+    actions = summary.pop("actions")
+    summary["actionCount"] = len(actions)
+    summary["skippedBrokers"] = dict(sorted(skipped_brokers.items()))
+    events = [context.event("plan", plan.taken_at, plan=summary)]
+    events.extend(context.event("planned", plan.taken_at, index=i, action=a) for i, a in enumerate(actions))
+    return events
+
+
+def record_event(context: CycleContext, record: Record) -> dict[str, Any]:
+    return context.event(
+        KIND_OF_OUTCOME[record.outcome],
+        record.at_ms,
+        action=record.action.to_json(),
+        outcome=record.outcome.value,
+        detail=record.detail,
+    )
