@@ -11,6 +11,9 @@ import functools  # noqa: E402
 
 import pytest  # noqa: E402
 
+from simulator.cluster import SimulatedCluster  # noqa: E402
+from simulator.http import serve  # noqa: E402
+from simulator.scenario import load_scenario  # noqa: E402
 from tests.builders import cli_shedder, run_shedder  # noqa: E402
 
 
@@ -20,3 +23,11 @@ def shed(request, tmp_path):
     if request.param == "function":
         return run_shedder
     return functools.partial(cli_shedder, tmp_path / "cli")
+
+
+@pytest.fixture
+def served(request):
+    """A shipped scenario (default ``demo``, or the test's parameter) served on loopback."""
+    scenario = load_scenario(request.param if hasattr(request, "param") else "demo")
+    with serve(lambda allocate: SimulatedCluster(scenario, allocate)) as sim:
+        yield sim

@@ -1,0 +1,115 @@
+{{/* Names, labels and the values derived from the Pulsar release. */}}
+
+{{- define "plbo.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "plbo.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "plbo.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "plbo.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "plbo.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "plbo.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: load-balancer
+app.kubernetes.io/part-of: pulsar
+{{- end }}
+
+{{- define "plbo.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "plbo.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "plbo.adminUrl" -}}
+{{- if .Values.pulsar.adminUrl }}
+{{- .Values.pulsar.adminUrl }}
+{{- else if .Values.tls.enabled }}
+{{- printf "https://%s-broker:8443" .Values.pulsar.release }}
+{{- else }}
+{{- printf "http://%s-broker:8080" .Values.pulsar.release }}
+{{- end }}
+{{- end }}
+
+{{- define "plbo.auditServiceUrl" -}}
+{{- if .Values.audit.serviceUrl }}
+{{- .Values.audit.serviceUrl }}
+{{- else if .Values.tls.enabled }}
+{{- printf "pulsar+ssl://%s-broker:6651" .Values.pulsar.release }}
+{{- else }}
+{{- printf "pulsar://%s-broker:6650" .Values.pulsar.release }}
+{{- end }}
+{{- end }}
+
+{{- define "plbo.tokenSecret" -}}
+{{- default (printf "%s-token-%s" .Values.pulsar.release .Values.auth.token.role) .Values.auth.token.secretName }}
+{{- end }}
+
+{{- define "plbo.caSecret" -}}
+{{- default (printf "%s-ca-tls" .Values.pulsar.release) .Values.tls.ca.secretName }}
+{{- end }}
+
+{{- define "plbo.dataDir" -}}/var/lib/pulsar-lb-operator{{- end }}
+{{- define "plbo.configDir" -}}/etc/pulsar-lb-operator{{- end }}
+
+{{/* The operator's settings file: every operator setting and Pulsar's load-balancer keys. */}}
+{{- define "plbo.settings" -}}
+{{- $data := include "plbo.dataDir" . -}}
+{{- $s := deepCopy .Values.settings -}}
+{{- $_ := set $s "adminUrl" (include "plbo.adminUrl" .) -}}
+{{- if .Values.pulsar.cluster }}{{- $_ := set $s "cluster" .Values.pulsar.cluster -}}{{- end }}
+{{- if .Values.auth.token.enabled }}
+{{- $_ := set $s "tokenFile" (printf "%s/token/token" (include "plbo.configDir" .)) -}}
+{{- end }}
+{{- if .Values.tls.ca.enabled }}
+{{- $_ := set $s "caBundle" (printf "%s/tls/ca.crt" (include "plbo.configDir" .)) -}}
+{{- end }}
+{{- $_ := set $s "tlsVerify" .Values.tls.verify -}}
+{{- $_ := set $s "dryRun" .Values.dryRun -}}
+{{- $_ := set $s "stateFile" (printf "%s/state/operator-state.json" $data) -}}
+{{- $_ := set $s "historyUri" (default (printf "%s/history" $data) .Values.history.uri) -}}
+{{- $_ := set $s "historyRetentionDays" .Values.history.retentionDays -}}
+{{- $_ := set $s "profileUri" (default (printf "%s/profile" $data) .Values.history.profileUri) -}}
+{{- $_ := set $s "sparkMaster" .Values.spark.master -}}
+{{- $_ := set $s "aggregateEveryMinutes" .Values.spark.aggregateEveryMinutes -}}
+{{- $_ := set $s "metricsPort" .Values.metrics.port -}}
+{{- $_ := set $s "metricsHost" "0.0.0.0" -}}
+{{- $_ := set $s "auditEnabled" .Values.audit.enabled -}}
+{{- $_ := set $s "auditServiceUrl" (include "plbo.auditServiceUrl" .) -}}
+{{- $_ := set $s "auditTopic" .Values.audit.topic -}}
+{{- $_ := set $s "auditSpoolDir" (printf "%s/audit-spool" $data) -}}
+{{- $_ := set $s "auditSpoolMaxMegabytes" .Values.audit.spoolMaxMegabytes -}}
+{{- toYaml (merge $s .Values.loadBalancer) }}
+{{- end }}
+
+{{- define "plbo.sparkSubmitArgs" -}}
+{{- $args := list -}}
+{{- if not (hasPrefix "local" .Values.spark.master) }}
+{{- $args = append $args "--conf spark.driver.host=$(POD_IP)" -}}
+{{- $args = append $args "--conf spark.driver.bindAddress=0.0.0.0" -}}
+{{- $args = append $args (printf "--conf spark.driver.port=%v" .Values.spark.driverPort) -}}
+{{- $args = append $args (printf "--conf spark.blockManager.port=%v" .Values.spark.blockManagerPort) -}}
+{{- end }}
+{{- range $key, $value := .Values.spark.conf }}
+{{- $args = append $args (printf "--conf %s=%v" $key $value) -}}
+{{- end }}
+{{- join " " $args }}
+{{- end }}

@@ -1,0 +1,229 @@
+"""The Helm chart, rendered and linted by Helm's own library (helm-python-sdk, offline), every manifest
+validated against the Kubernetes 1.30 schemas, and the rendered settings file read by the operator."""
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+
+from pulsar_lb_operator.cli import main
+from pulsar_lb_operator.settings import OperatorSettings, resolve
+from strategies import PLACEMENT, SHEDDING
+from strategies.config import config_keys
+
+CHART = Path(__file__).resolve().parents[2] / "helm" / "pulsar-lb-operator"
+KUBE = "1.30.0"
+CUSTOM_RESOURCES = {("monitoring.coreos.com/v1", "PodMonitor"), ("monitoring.coreos.com/v1", "ServiceMonitor")}
+
+COMBINATIONS = {
+    "default": {},
+    "token": {"auth": {"token": {"enabled": True}}},
+    "tls": {"tls": {"enabled": True, "ca": {"enabled": True}}},
+    "monitoring": {"metrics": {"podMonitor": {"enabled": True}, "serviceMonitor": {"enabled": True}}},
+    "pvc": {"persistence": {"enabled": True, "storageClass": "fast", "size": "50Gi"}},
+    "external-spark": {
+        "spark": {"master": "spark://spark-master:7077", "conf": {"spark.executor.memory": "4g"}},
+        "history": {"uri": "s3a://pulsar-lb/history", "profileUri": "s3a://pulsar-lb/profile"},
+    },
+    "everything": {
+        "dryRun": False,
+        "auth": {"token": {"enabled": True, "role": "lb-operator"}},
+        "tls": {"enabled": True, "ca": {"enabled": True, "secretName": "my-ca"}},
+        "pulsar": {"release": "prod", "cluster": "east"},
+        "audit": {"enabled": True},
+        "metrics": {"podMonitor": {"enabled": True}},
+        "persistence": {"enabled": True, "existingClaim": "lb-data"},
+        "loadBalancer": {"loadBalancerLoadSheddingStrategy": "PredictivePairingShedder"},
+    },
+}
+
+
+def render(values=None):
+    """Manifests by kind, and NOTES.txt."""
+    with helm.Chart.load(CHART) as chart:
+        rendered = chart.render(values=values or {}, name="lb", namespace="pulsar")
+    notes = rendered.pop("pulsar-lb-operator/templates/NOTES.txt")
+    docs = [d for text in rendered.values() for d in yaml.safe_load_all(text) if d]
+    return {d["kind"]: d for d in docs}, docs, notes
+
+
+def settings_file(manifests):
+    return yaml.safe_load(manifests["ConfigMap"]["data"]["settings.yaml"])
+
+
+def container(manifests):
+    return manifests["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+
+
+def volume(manifests, name):
+    return next(v for v in manifests["Deployment"]["spec"]["template"]["spec"]["volumes"] if v["name"] == name)
+
+
+def mount(manifests, name):
+    return next(m for m in container(manifests)["volumeMounts"] if m["name"] == name)
+
+
+@pytest.mark.parametrize("combination", sorted(COMBINATIONS))
+def test_every_rendered_manifest_is_valid_kubernetes_1_30_and_lint_is_clean(combination):
+    values = COMBINATIONS[combination]
+    _, docs, _ = render(values)
+    for doc in docs:
+        if (doc["apiVersion"], doc["kind"]) in CUSTOM_RESOURCES:
+            assert doc["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"] == "lb"
+            continue
+        kubernetes_validate.validate(doc, KUBE, strict=True)
+    report = helm.lint(CHART, values, strict=True, kube_version=f"v{KUBE}")
+    assert report["errors"] == [] and report["messages"] == []
+
+
+def test_default_is_one_replica_recreate_dry_run_hardened_and_probed():
+    manifests, docs, notes = render()
+    assert {d["kind"] for d in docs} == {"ConfigMap", "Deployment", "Service", "ServiceAccount"}
+    deployment = manifests["Deployment"]["spec"]
+    assert deployment["replicas"] == 1 and deployment["strategy"] == {"type": "Recreate"}
+    pod = deployment["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["automountServiceAccountToken"] is False
+    security = container(manifests)["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True and security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"]
+    ports = {p["name"]: p["containerPort"] for p in container(manifests)["ports"]}
+    assert container(manifests)["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert container(manifests)["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    settings = settings_file(manifests)
+    assert ports["http"] == settings["metricsPort"] == manifests["Service"]["spec"]["ports"][0]["port"]
+    assert manifests["Service"]["spec"]["selector"] == deployment["template"]["metadata"]["labels"]
+    assert settings["dryRun"] is True and settings["adminUrl"] == "http://pulsar-broker:8080"
+    assert settings["auditEnabled"] is False
+    assert container(manifests)["args"] == ["--config", mount(manifests, "config")["mountPath"]]
+    assert "emptyDir" in volume(manifests, "data") and "emptyDir" in volume(manifests, "tmp")
+    assert "DRY RUN" in notes and "--set dryRun=false" in notes
+    assert "loadBalancerSheddingEnabled --value false" in notes
+
+
+def test_the_rendered_settings_file_is_read_by_the_operator_with_every_setting_in_it():
+    manifests, _, notes = render(COMBINATIONS["everything"])
+    settings = settings_file(manifests)
+    assert set(settings) >= {f.name for f in dataclasses.fields(OperatorSettings)}, "every operator setting"
+    ours, config, explicit = resolve(settings, {}, {})
+    assert ours.dryRun is False and ours.auditEnabled is True and ours.cluster == "east"
+    assert ours.auditServiceUrl == "pulsar+ssl://prod-broker:6651" and ours.adminUrl == "https://prod-broker:8443"
+    assert config.loadBalancerLoadSheddingStrategy == "PredictivePairingShedder" and explicit
+    assert volume(manifests, "data")["persistentVolumeClaim"]["claimName"] == "lb-data"
+    assert all(ours.stateFile.startswith(p) for p in [mount(manifests, "data")["mountPath"]])
+    assert "LIVE" in notes and "touch /var/lib/pulsar-lb-operator/PAUSE" in notes
+
+
+def test_the_token_comes_from_the_pulsar_charts_secret_as_a_file_never_an_environment_variable():
+    manifests, _, _ = render(COMBINATIONS["token"])
+    token = volume(manifests, "token")["secret"]
+    assert token["secretName"] == "pulsar-token-admin"
+    assert token["items"] == [{"key": "TOKEN", "path": "token"}]
+    settings = settings_file(manifests)
+    assert settings["tokenFile"] == mount(manifests, "token")["mountPath"] + "/token"
+    assert not any("secretKeyRef" in json.dumps(e) for e in container(manifests)["env"])
+    custom = render({"auth": {"token": {"enabled": True, "secretName": "ops-jwt", "secretKey": "jwt"}}})[0]
+    assert volume(custom, "token")["secret"]["secretName"] == "ops-jwt"
+
+
+def test_tls_switches_the_admin_url_and_mounts_the_ca():
+    manifests, _, _ = render(COMBINATIONS["tls"])
+    settings = settings_file(manifests)
+    assert settings["adminUrl"] == "https://pulsar-broker:8443" and settings["tlsVerify"] is True
+    assert volume(manifests, "ca")["secret"]["secretName"] == "pulsar-ca-tls"
+    assert settings["caBundle"] == mount(manifests, "ca")["mountPath"] + "/ca.crt"
+
+
+def test_monitors_select_the_operators_pod_and_service_on_the_metrics_port():
+    manifests, _, _ = render(COMBINATIONS["monitoring"])
+    pod_labels = manifests["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    pod_monitor = manifests["PodMonitor"]["spec"]
+    assert pod_monitor["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert pod_monitor["podMetricsEndpoints"][0]["port"] == "http"
+    assert pod_monitor["podMetricsEndpoints"][0]["path"] == "/metrics"
+    service_monitor = manifests["ServiceMonitor"]["spec"]
+    assert service_monitor["selector"]["matchLabels"].items() <= manifests["Service"]["metadata"]["labels"].items()
+    assert service_monitor["endpoints"][0]["port"] == manifests["Service"]["spec"]["ports"][0]["name"]
+
+
+def test_persistence_claims_a_volume_for_the_history_and_state():
+    manifests, _, notes = render(COMBINATIONS["pvc"])
+    claim = manifests["PersistentVolumeClaim"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "50Gi"
+    assert claim["spec"]["storageClassName"] == "fast"
+    assert volume(manifests, "data")["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    settings = settings_file(manifests)
+    data = mount(manifests, "data")["mountPath"]
+    assert all(settings[k].startswith(data) for k in ("historyUri", "profileUri", "stateFile", "auditSpoolDir"))
+    assert "emptyDir" not in notes
+
+
+def test_an_external_spark_master_gets_the_driver_reachable_from_its_executors():
+    manifests, _, _ = render(COMBINATIONS["external-spark"])
+    settings = settings_file(manifests)
+    assert settings["sparkMaster"] == "spark://spark-master:7077"
+    assert settings["historyUri"] == "s3a://pulsar-lb/history"
+    env = {e["name"]: e for e in container(manifests)["env"]}
+    args = env["PYSPARK_SUBMIT_ARGS"]["value"]
+    assert "spark.driver.host=$(POD_IP)" in args and args.endswith("pyspark-shell")
+    assert "spark.driver.port=7078" in args and "spark.executor.memory=4g" in args
+    assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    ports = {p["name"]: p["containerPort"] for p in container(manifests)["ports"]}
+    assert ports["spark-driver"] == 7078 and ports["spark-blocks"] == 7079
+    assert "PYSPARK_SUBMIT_ARGS" not in {e["name"] for e in container(render()[0])["env"]}
+
+
+@pytest.mark.parametrize(
+    ("values", "where"),
+    [
+        ({"dryRun": "no"}, "/dryRun"),
+        ({"settings": {"maxUnloadsPerCycle": 0}}, "/settings/maxUnloadsPerCycle"),
+        ({"loadBalancer": {"loadBalancerLoadSheddingStrategy": "FastShedder"}}, "loadBalancerLoadSheddingStrategy"),
+        ({"loadBalancer": {"loadBalancerShedingEnabled": False}}, "loadBalancerShedingEnabled"),
+        ({"audit": {"topic": "audit"}}, "/audit/topic"),
+        ({"spark": {"master": "local[two]"}}, "/spark/master"),
+        ({"metrics": {"port": 70000}}, "/metrics/port"),
+        ({"pulsar": {"adminUrl": "pulsar-broker:8080"}}, "/pulsar/adminUrl"),
+    ],
+)
+def test_a_bad_value_is_rejected_with_the_key_named(values, where):
+    with helm.Chart.load(CHART) as chart, pytest.raises(helm.HelmValuesError, match=re.escape(where)):
+        chart.render(values=values, name="lb", namespace="pulsar")
+
+
+def test_the_schema_knows_every_pulsar_key_and_strategy_and_the_readme_every_value():
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    load_balancer = schema["properties"]["loadBalancer"]["properties"]
+    assert set(load_balancer) == set(config_keys())
+    with helm.Chart.load(CHART) as chart:
+        for name in SHEDDING:
+            chart.validate_schema({"loadBalancer": {"loadBalancerLoadSheddingStrategy": name}})
+        for name in PLACEMENT:
+            chart.validate_schema({"loadBalancer": {"loadBalancerLoadPlacementStrategy": f"org.example.{name}"}})
+        values = chart.values
+    readme = (CHART / "README.md").read_text()
+
+    def leaves(tree, prefix=""):
+        for key, value in tree.items():
+            if isinstance(value, dict) and value and not readme.count(f"`{prefix}{key}`"):
+                yield from leaves(value, f"{prefix}{key}.")
+            else:
+                yield f"{prefix}{key}"
+
+    missing = [key for key in leaves(values) if f"| `{key}` |" not in readme]
+    assert missing == []
+
+
+def test_the_operator_runs_a_cycle_from_the_rendered_settings_file(served, tmp_path, capsys):
+    manifests, _, _ = render({"settings": {"maxUnloadsPerCycle": 3}})
+    config = tmp_path / "settings.yaml"
+    config.write_text(manifests["ConfigMap"]["data"]["settings.yaml"])
+    code = main(
+        ["rebalance", "--config", str(config), "--admin-url", served.admin_url, "--dry-run", "--output", "json"]
+    )
+    assert code == 0
+    assert json.loads(capsys.readouterr().out)["shedding"] == "AvgShedder"
