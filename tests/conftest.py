@@ -8,6 +8,7 @@ if str(ROOT) not in sys.path:
 
 
 import functools  # noqa: E402
+import time  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -30,4 +31,12 @@ def served(request):
     """A shipped scenario (default ``demo``, or the test's parameter) served on loopback."""
     scenario = load_scenario(request.param if hasattr(request, "param") else "demo")
     with serve(lambda allocate: SimulatedCluster(scenario, allocate)) as sim:
+        yield sim
+
+
+@pytest.fixture
+def live_served():
+    """The demo scenario with load reports stamped by the wall clock, as a live cluster's are."""
+    scenario = load_scenario("demo")
+    with serve(lambda allocate: SimulatedCluster(scenario, allocate, int(time.time() * 1000))) as sim:
         yield sim

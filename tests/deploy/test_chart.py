@@ -218,12 +218,11 @@ def test_the_schema_knows_every_pulsar_key_and_strategy_and_the_readme_every_val
     assert missing == []
 
 
-def test_the_operator_runs_a_cycle_from_the_rendered_settings_file(served, tmp_path, capsys):
+def test_the_operator_runs_a_cycle_from_the_rendered_settings_file(live_served, tmp_path, capsys):
     manifests, _, _ = render({"settings": {"maxUnloadsPerCycle": 3}})
     config = tmp_path / "settings.yaml"
     config.write_text(manifests["ConfigMap"]["data"]["settings.yaml"])
-    code = main(
-        ["rebalance", "--config", str(config), "--admin-url", served.admin_url, "--dry-run", "--output", "json"]
-    )
-    assert code == 0
-    assert json.loads(capsys.readouterr().out)["shedding"] == "AvgShedder"
+    argv = ["rebalance", "--config", str(config), "--admin-url", live_served.admin_url, "--dry-run", "--output", "json"]
+    assert main(argv) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["shedding"] == "AvgShedder" and len(plan["brokers"]) == 4

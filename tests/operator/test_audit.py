@@ -8,11 +8,13 @@ import json
 import pytest
 
 from pulsar_lb_operator.audit import AuditPublisher, Spool, SpoolFullError
-from pulsar_lb_operator.audit.events import FORMAT
+from pulsar_lb_operator.audit.events import FORMAT, KIND_OF_OUTCOME, CycleContext, record_event
+from pulsar_lb_operator.cli import main
 from pulsar_lb_operator.demo import run_demo
-from pulsar_lb_operator.executor import Outcome
+from pulsar_lb_operator.executor import Outcome, Record
 from pulsar_lb_operator.settings import OperatorSettings
 from strategies.config import ConfigError
+from strategies.plans import Unload
 from tests.operator.test_daemon import make_daemon
 from tests.pulsar_broker import LiteBroker
 
@@ -91,6 +93,16 @@ def test_settings_turn_audit_on_with_one_value_and_reject_a_bad_topic():
         OperatorSettings(auditTopic="audit")
     with pytest.raises(ConfigError, match="auditServiceUrl"):
         OperatorSettings(auditServiceUrl="http://b:6650")
+
+
+def test_every_outcome_has_an_event_kind_and_a_dry_run_says_so():
+    assert set(KIND_OF_OUTCOME) == set(Outcome)
+    context = CycleContext("c1", "east", "AvgShedder", dry_run=True)
+    unload = Unload("acme/orders/0x00000000_0x40000000", "b1:8080", "b2:8080", "gap 30 points")
+    event = record_event(context, Record(unload, Outcome.DRY_RUN, "dry run: no call made", 1000))
+    assert event["kind"] == "dry_run" and event["dryRun"] is True and event["action"]["destination"] == "b2:8080"
+    failed = record_event(context, Record(unload, Outcome.FAILED, "HTTP 500: boom", 2000))
+    assert (failed["kind"], failed["detail"], failed["at"]) == ("failed", "HTTP 500: boom", 2000)
 
 
 # ------------------------------------------------------------------------------- against a real broker
@@ -182,3 +194,14 @@ def test_a_consumer_sees_the_audit_events_of_a_demo_run(tmp_path, broker):
     assert len(cycles) == int(text.split(" cycles;")[0].rsplit(" ", 1)[1])
     assert len(executed) == int(text.split(" unloads,")[0].rsplit(" ", 1)[1]) > 0
     assert all(e["action"]["destination"] for e in executed), "every unload names its destination"
+
+
+def test_a_manual_rebalance_publishes_its_cycle_when_audit_is_on(live_served, tmp_path, broker):
+    argv = ["rebalance", "--admin-url", live_served.admin_url, "--dry-run", "--strategy", "UniformLoadShedder"]
+    for setting in (f"auditServiceUrl={broker.url}", "auditEnabled=true", f"auditSpoolDir={tmp_path / 'spool'}"):
+        argv += ["--set", setting]
+    assert main(argv) == 0
+    received = broker.read_all(TOPIC)
+    assert received[0]["kind"] == "plan" and received[0]["strategy"] == "UniformLoadShedder"
+    assert {e["kind"] for e in received[1:]} == {"planned", "dry_run"}
+    assert all(e["dryRun"] is True for e in received)
