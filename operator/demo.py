@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
-from pulsar_lb_operator.adminapi import AdminClient
+from pulsar_lb_operator.adminapi import AdminClient, AdminError
 from pulsar_lb_operator.audit import AuditPublisher, Spool
 from pulsar_lb_operator.cycle import OperatorState, run_cycle
 from pulsar_lb_operator.executor import Executor, Outcome, Safety
@@ -24,6 +24,7 @@ from simulator.http import SimulatedPulsar, serve
 from simulator.metrics import RunMetrics
 from simulator.scenario import load_scenario
 from strategies import LoadBalancerConfig, Split
+from strategies.snapshots import SnapshotError
 
 CONVERGED_SPREAD = 10.0  # points of usage between the busiest and the idlest broker
 CONVERGED_CYCLES = 3
@@ -88,19 +89,24 @@ def run_demo(
         cycle = 0
         while cluster.now_s < total_s:
             cycle += 1
-            result = run_cycle(
-                client,
-                scenario.cluster,
-                config,
-                executor,
-                state,
-                rng,
-                strategy,
-                placement,
-                now_ms=cluster.now_ms,
-                audit=audit.publish if audit else None,
-            )
-            state = result.state
+            try:
+                result = run_cycle(
+                    client,
+                    scenario.cluster,
+                    config,
+                    executor,
+                    state,
+                    rng,
+                    strategy,
+                    placement,
+                    now_ms=cluster.now_ms,
+                    audit=audit.publish if audit else None,
+                )
+            except (AdminError, SnapshotError) as exc:  # e.g. the admin URL's broker is restarting
+                result = None
+                failure = str(exc)
+            else:
+                state = result.state
             cluster.advance(interval_s)
             sample = metrics.record(cluster)
             for broker_name in sample.usage:
@@ -109,9 +115,11 @@ def run_demo(
                     widths.insert(-2, max(len(broker_name), 6))
             usage = [f"{sample.usage[n]:.0f}%" if n in sample.usage else "down" for n in shown]
             clock = f"{int(cluster.now_s // 60):02d}:{int(cluster.now_s % 60):02d}"
-            moved = sum(1 for r in result.records if r.outcome is Outcome.EXECUTED)
+            moved = sum(1 for r in result.records if r.outcome is Outcome.EXECUTED) if result else 0
             print(_row([str(cycle), clock, *usage, f"{sample.spread:.0f}", str(moved)], widths), file=out)
-            for record in (*result.verifications, *result.records):
+            if result is None:
+                print(f"        cycle failed, the next one tries again: {failure}", file=out)
+            for record in (*result.verifications, *result.records) if result else ():
                 action = record.action
                 what = (
                     f"split  {action.bundle} by {action.algorithm}"

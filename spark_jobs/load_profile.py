@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from dataclasses import asdict, dataclass, field
 
@@ -108,54 +109,89 @@ def time_average_weights(n_samples: int) -> F.Column:
     )
 
 
-def bundle_averages(bundles: DataFrame) -> DataFrame:
-    by_bundle = Window.partitionBy("bundle")
-    ranked = bundles.withColumn("k", F.row_number().over(by_bundle.orderBy("time"))).withColumn(
-        "n", F.count("*").over(by_bundle)
-    )
-    metrics = ("msg_rate_in", "msg_rate_out", "msg_throughput_in", "msg_throughput_out")
-    aggregates = []
+AVERAGED = ("msg_rate_in", "msg_rate_out", "msg_throughput_in", "msg_throughput_out")
+WINDOW_STATS = (
+    "samples",
+    "msg_rate_p50",
+    "msg_rate_p95",
+    "msg_rate_max",
+    "msg_throughput_p50",
+    "msg_throughput_p95",
+    "msg_throughput_max",
+)
+
+
+def latest_time(samples: DataFrame) -> int:
+    """The newest sample's time. On a history store only its newest date/hour partition is read."""
+    files = samples.inputFiles()
+    partitions = {m.groups() for f in files if (m := re.search(r"/date=([^/]+)/hour=([^/]+)/", f))}
+    if partitions:
+        date, hour = max(partitions)
+        newest = [f for f in files if f"/date={date}/hour={hour}/" in f]
+        return samples.sparkSession.read.parquet(*newest).agg(F.max("time")).first()[0]
+    return samples.agg(F.max("time")).first()[0]
+
+
+def bundle_aggregates(bundles: DataFrame, windows_minutes: tuple[int, ...], latest: int | None = None) -> DataFrame:
+    """Every per-bundle aggregate in one pass: one shuffle and sort by (bundle, time) ranks the samples
+    for the time averages, and the same sorted partitions feed the windows' conditional aggregates.
+    One row per bundle; ``bundle_averages`` and ``bundle_windows`` are its two views."""
+    by_time = Window.partitionBy("bundle").orderBy("time")
+    whole = by_time.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)  # same sort as by_time
+    ranked = bundles.withColumn("k", F.row_number().over(by_time)).withColumn("n", F.count("*").over(whole))
+    aggregates = [F.count("*").alias("samples"), F.max("time").alias("last_time")]
     for prefix, slots in (("short", SHORT_SAMPLES), ("long", LONG_SAMPLES)):
-        weight = time_average_weights(slots)
-        aggregates += [F.sum(F.col(m) * weight).alias(f"{prefix}_{m}") for m in metrics]
-    return ranked.groupBy("bundle").agg(F.count("*").alias("samples"), F.max("time").alias("last_time"), *aggregates)
-
-
-def bundle_windows(bundles: DataFrame, windows_minutes: tuple[int, ...]) -> DataFrame:
-    """One pass over the samples: every window's aggregates are conditional aggregates of one groupBy."""
-    latest = bundles.agg(F.max("time")).first()[0]
+        ranked = ranked.withColumn(f"{prefix}_weight", time_average_weights(slots))  # once per row, not per sum
+        aggregates += [F.sum(F.col(m) * F.col(f"{prefix}_weight")).alias(f"{prefix}_{m}") for m in AVERAGED]
+    if windows_minutes:
+        latest = latest_time(bundles) if latest is None else latest
     rate = F.col("msg_rate_in") + F.col("msg_rate_out")
     thr = F.col("msg_throughput_in") + F.col("msg_throughput_out")
-    aggregates = []
+    quantiles = F.array(F.lit(0.5), F.lit(0.95))  # one digest per column serves both percentiles
     for minutes in windows_minutes:
         inside = F.col("time") > F.lit(latest - minutes * 60_000)
         r, t = F.when(inside, rate), F.when(inside, thr)  # null outside the window: ignored by the aggregates
         aggregates += [
             F.sum(inside.cast("long")).alias(f"samples_{minutes}"),
-            F.percentile_approx(r, 0.5, 10000).alias(f"msg_rate_p50_{minutes}"),
-            F.percentile_approx(r, 0.95, 10000).alias(f"msg_rate_p95_{minutes}"),
+            F.percentile_approx(r, quantiles, 10000).alias(f"msg_rate_q_{minutes}"),
             F.max(r).alias(f"msg_rate_max_{minutes}"),
-            F.percentile_approx(t, 0.5, 10000).alias(f"msg_throughput_p50_{minutes}"),
-            F.percentile_approx(t, 0.95, 10000).alias(f"msg_throughput_p95_{minutes}"),
+            F.percentile_approx(t, quantiles, 10000).alias(f"msg_throughput_q_{minutes}"),
             F.max(t).alias(f"msg_throughput_max_{minutes}"),
         ]
-    wide = bundles.groupBy("bundle").agg(*aggregates)
-    names = (
-        "samples",
-        "msg_rate_p50",
-        "msg_rate_p95",
-        "msg_rate_max",
-        "msg_throughput_p50",
-        "msg_throughput_p95",
-        "msg_throughput_max",
+    return ranked.groupBy("bundle").agg(*aggregates)
+
+
+def averages_of(aggregates: DataFrame) -> DataFrame:
+    averaged = [f"{prefix}_{m}" for prefix in ("short", "long") for m in AVERAGED]
+    return aggregates.select("bundle", "samples", "last_time", *averaged)
+
+
+def windows_of(aggregates: DataFrame, windows_minutes: tuple[int, ...]) -> DataFrame:
+    def stats(m: int) -> list[F.Column]:
+        return [
+            F.col(f"samples_{m}").alias("samples"),
+            F.col(f"msg_rate_q_{m}")[0].alias("msg_rate_p50"),
+            F.col(f"msg_rate_q_{m}")[1].alias("msg_rate_p95"),
+            F.col(f"msg_rate_max_{m}").alias("msg_rate_max"),
+            F.col(f"msg_throughput_q_{m}")[0].alias("msg_throughput_p50"),
+            F.col(f"msg_throughput_q_{m}")[1].alias("msg_throughput_p95"),
+            F.col(f"msg_throughput_max_{m}").alias("msg_throughput_max"),
+        ]
+
+    per_window = F.array(*(F.struct(F.lit(m).alias("window_minutes"), *stats(m)) for m in windows_minutes))
+    return (
+        aggregates.select("bundle", F.explode(per_window).alias("w"))
+        .select("bundle", "w.*")
+        .where(F.col("samples") > 0)
     )
-    per_window = F.array(
-        *(
-            F.struct(F.lit(m).alias("window_minutes"), *(F.col(f"{n}_{m}").alias(n) for n in names))
-            for m in windows_minutes
-        )
-    )
-    return wide.select("bundle", F.explode(per_window).alias("w")).select("bundle", "w.*").where(F.col("samples") > 0)
+
+
+def bundle_averages(bundles: DataFrame) -> DataFrame:
+    return averages_of(bundle_aggregates(bundles, ()))
+
+
+def bundle_windows(bundles: DataFrame, windows_minutes: tuple[int, ...]) -> DataFrame:
+    return windows_of(bundle_aggregates(bundles, windows_minutes), windows_minutes)
 
 
 def _usage_percent(resource: str) -> F.Column:
@@ -221,8 +257,8 @@ def solve_cost_model(row: dict) -> dict:
     return {"broker": row["broker"], "resource": row["resource"], **asdict(solve(row))}
 
 
-def hot_bundles(bundles: DataFrame, options: ProfileOptions) -> DataFrame:
-    latest = bundles.agg(F.max("time")).first()[0]
+def hot_bundles(bundles: DataFrame, options: ProfileOptions, latest: int | None = None) -> DataFrame:
+    latest = latest_time(bundles) if latest is None else latest
     recent = bundles.where(F.col("time") > F.lit(latest - options.hot_window_minutes * 60_000))
     max_bw = options.max_bandwidth_mbytes * 1024 * 1024
     rate = F.col("msg_rate_in") + F.col("msg_rate_out")
@@ -265,11 +301,13 @@ def build_profile(spark: SparkSession, history: str, out: str, options: ProfileO
     counts = {"broker_samples": brokers.count(), "bundle_samples": bundles.count()}
     if not counts["broker_samples"] or not counts["bundle_samples"]:
         raise ProfileError(f"the history at {history} holds no samples")
+    latest = latest_time(bundles)
+    per_bundle = bundle_aggregates(bundles, options.windows_minutes, latest).cache()  # one row per bundle
     parts = {
-        "bundle_averages": lambda: bundle_averages(bundles),
-        "bundle_windows": lambda: bundle_windows(bundles, options.windows_minutes),
+        "bundle_averages": lambda: averages_of(per_bundle),
+        "bundle_windows": lambda: windows_of(per_bundle, options.windows_minutes),
         "broker_profile": lambda: broker_profile(brokers, options),
-        "hot_bundles": lambda: hot_bundles(bundles, options),
+        "hot_bundles": lambda: hot_bundles(bundles, options, latest),
     }
     for name, build in parts.items():
         step(f"computing {name}")
@@ -279,6 +317,7 @@ def build_profile(spark: SparkSession, history: str, out: str, options: ProfileO
     spark.createDataFrame(models).coalesce(1).write.mode("overwrite").parquet(f"{out.rstrip('/')}/cost_model")
     summary = {**counts, "generated_from": history, "options": asdict(options), "cost_models": len(models)}
     step("done")
+    per_bundle.unpersist()
     brokers.unpersist()
     bundles.unpersist()
     return summary

@@ -24,6 +24,16 @@ def test_demo_converges_over_http():
     assert "skipped (max unloads per broker (5) reached" in text  # the safety rail held some back
 
 
+def test_demo_goes_on_when_its_admin_url_broker_restarts():
+    """The demo talks to the first broker; the rolling restart takes it down for a while."""
+    out = io.StringIO()
+    assert demo.run_demo("rolling-restart", out=out) == 0
+    text = out.getvalue()
+    assert "cycle failed, the next one tries again" in text
+    assert re.search(r"Spread \d+ → \d+ points", text)
+    assert "executed (accepted)" in text.split("cycle failed")[-1], "it acts again once the broker is back"
+
+
 def test_demo_console_script_exits_by_itself():
     result = subprocess.run([operator_script(), "demo", "--minutes", "3"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

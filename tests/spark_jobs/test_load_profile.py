@@ -140,6 +140,13 @@ def test_cost_models_recover_the_simulators_true_costs_and_find_the_background(s
     assert {r.broker for r in profile} == set(sim.active_ids()) and all(r.usage_p95 >= r.usage_mean for r in profile)
 
 
+def test_the_newest_sample_time_comes_from_the_newest_hour_partition(spark, cost_history):
+    history, sim = cost_history
+    _, bundles = load_profile.read_history(spark, history)
+    assert len({f.split("/hour=")[0] + f.split("/hour=")[1][:2] for f in bundles.inputFiles()}) >= 6
+    assert load_profile.latest_time(bundles) == bundles.agg({"time": "max"}).first()[0] == sim.now_ms
+
+
 def test_empty_history_corrupt_files_and_missing_columns(spark, tmp_path):
     with pytest.raises(ProfileError, match="no history at"):
         load_profile.build_profile(spark, str(tmp_path / "nothing"), str(tmp_path / "out"), ProfileOptions())
