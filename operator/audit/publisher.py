@@ -106,7 +106,7 @@ class AuditPublisher:
         events = list(events)
         try:
             self.spool.append(events)
-        except OSError as exc:
+        except (OSError, TypeError, ValueError) as exc:  # a full or read-only disk; an event JSON cannot hold
             log.error("audit events dropped: the spool cannot be written", reason=str(exc), events=len(events))
             for _ in events:
                 self._on_dropped()
