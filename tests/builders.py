@@ -7,6 +7,7 @@ CLI uses, so every strategy test also exercises the snapshot format.
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -190,3 +191,10 @@ def operator_script() -> str:
     import sys
 
     return shutil.which("operator", path=str(Path(sys.executable).parent)) or "operator"
+
+
+def free_port() -> int:
+    """A port nobody listens on right now, on loopback."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

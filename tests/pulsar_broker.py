@@ -6,6 +6,7 @@ It can be stopped and started again on the same port and storage, as a broker ou
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import subprocess
 import time
@@ -14,20 +15,16 @@ from pathlib import Path
 import pulsar
 from pulsar_lite.binary_finder import find_pulsar_lite_binary
 
-_quiet = __import__("logging").getLogger("tests.pulsar_client")
+from tests.builders import free_port
+
+_quiet = logging.getLogger("tests.pulsar_client")
 _quiet.setLevel("CRITICAL")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class LiteBroker:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"pulsar://127.0.0.1:{self.port}"
         self._process: subprocess.Popen | None = None
 

@@ -2,7 +2,6 @@
 
 import io
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -10,7 +9,7 @@ import threading
 import requests
 
 from pulsar_lb_operator import demo
-from tests.builders import operator_script
+from tests.builders import free_port, operator_script
 
 
 def test_demo_converges_over_http():
@@ -41,9 +40,7 @@ def test_demo_console_script_exits_by_itself():
 
 
 def test_simulate_serves_on_the_requested_port_until_stopped():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     stop = threading.Event()
     served = {}
     out = io.StringIO()

@@ -19,7 +19,7 @@ from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.daemon import Daemon
 from pulsar_lb_operator.settings import OperatorSettings
 from strategies import LoadBalancerConfig
-from tests.operator.test_daemon import free_port
+from tests.builders import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

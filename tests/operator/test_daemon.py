@@ -2,7 +2,6 @@
 
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -19,13 +18,7 @@ from simulator.http import Fault, serve
 from simulator.metrics import RunMetrics
 from simulator.scenario import load_scenario
 from strategies import LoadBalancerConfig
-from tests.builders import operator_script
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from tests.builders import free_port, operator_script
 
 
 def make_daemon(sim, tmp_path, **settings):

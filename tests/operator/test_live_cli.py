@@ -1,24 +1,19 @@
 """``operator rebalance`` and ``operator snapshot`` against a live (simulated) cluster."""
 
 import json
-import time
 
 import pytest
 
 from pulsar_lb_operator import cli
-from simulator.cluster import SimulatedCluster
-from simulator.http import Fault, serve
-from simulator.scenario import load_scenario
+from simulator.http import Fault
 
 ACT_NOW = ["--set", "loadBalancerAvgShedderHitCountHighThreshold=1"]
 
 
 @pytest.fixture
-def sim(monkeypatch):
-    scenario = load_scenario("demo")
-    with serve(lambda allocate: SimulatedCluster(scenario, allocate, int(time.time() * 1000))) as served:
-        monkeypatch.setenv("PULSAR_ADMIN_URL", served.admin_url)
-        yield served
+def sim(live_served, monkeypatch):
+    monkeypatch.setenv("PULSAR_ADMIN_URL", live_served.admin_url)
+    return live_served
 
 
 def run(capsys, *args):

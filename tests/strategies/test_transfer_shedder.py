@@ -267,33 +267,33 @@ def test_target_std_after_transfer(shed):
     assert ("broker5:8080", "my-tenant/my-namespaceE/0x00000000_0x0FFFFFFF", "broker1:8080") in decisions(result)
 
 
-def test_underload_outlier(shed):
-    # #12: 98 brokers at 98%, one at 99%, one at 1%
+def hundred_brokers(load_of):
+    """broker0..broker99, each with two bundles; ``load_of(i)`` gives (cpu %, (bundle 1, bundle 2 bytes/s out))."""
     brokers = {}
     for i in range(100):
-        load, (a, b) = (98, (30e6, 70e6)) if i < 98 else ((99, (30e6, 70e6)) if i == 98 else (1, (300e3, 700e3)))
+        load, (a, b) = load_of(i)
         ns = f"my-tenant/my-namespace{i}"
         brokers[f"broker{i}:8080"] = broker_report(
             cpu=(load, 100),
             thr_in=1,
             bundles={f"{ns}/0x00000000_0x0FFFFFFF": stats(thr_out=a), f"{ns}/0x0FFFFFFF_0xFFFFFFFF": stats(thr_out=b)},
         )
-    result = shed("TransferShedder", snapshot(brokers), cfg(**NO_HIT_COUNT))
+    return snapshot(brokers)
+
+
+def test_underload_outlier(shed):
+    # #12: 98 brokers at 98%, one at 99%, one at 1%
+    brokers = hundred_brokers(
+        lambda i: (98, (30e6, 70e6)) if i < 98 else ((99, (30e6, 70e6)) if i == 98 else (1, (300e3, 700e3)))
+    )
+    result = shed("TransferShedder", brokers, cfg(**NO_HIT_COUNT))
     assert decisions(result) == {("broker98:8080", "my-tenant/my-namespace98/0x00000000_0x0FFFFFFF", "broker99:8080")}
     assert "Underloaded" in result.unloads[0].reason and "avg 0.970, std 0.097" in result.unloads[0].reason
 
 
 def test_overload_outlier(shed):
-    brokers = {}
-    for i in range(100):
-        load, (a, b) = (1, (300e3, 700e3)) if i < 99 else (100, (30e6, 70e6))
-        ns = f"my-tenant/my-namespace{i}"
-        brokers[f"broker{i}:8080"] = broker_report(
-            cpu=(load, 100),
-            thr_in=1,
-            bundles={f"{ns}/0x00000000_0x0FFFFFFF": stats(thr_out=a), f"{ns}/0x0FFFFFFF_0xFFFFFFFF": stats(thr_out=b)},
-        )
-    result = shed("TransferShedder", snapshot(brokers), cfg(**NO_HIT_COUNT))
+    brokers = hundred_brokers(lambda i: (1, (300e3, 700e3)) if i < 99 else (100, (30e6, 70e6)))
+    result = shed("TransferShedder", brokers, cfg(**NO_HIT_COUNT))
     [unload] = result.unloads
     assert (unload.source, unload.bundle) == ("broker99:8080", "my-tenant/my-namespace99/0x00000000_0x0FFFFFFF")
     assert unload.destination != "broker99:8080" and "Underloaded" in unload.reason
