@@ -254,8 +254,7 @@ class Daemon:
     def close(self, flush_s: float = 5.0) -> None:
         """Give the audit publisher a few seconds to send what is spooled; the rest waits for the next start."""
         if self.audit is not None:
-            self.audit.flush(flush_s)
-            self.audit.close()
+            self.audit.close(flush_s)
 
     def _start_probe_server(self) -> ThreadingHTTPServer | None:
         if not self.settings.metricsPort:

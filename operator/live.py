@@ -68,14 +68,12 @@ def rebalance(args: argparse.Namespace) -> int:
                 audit=audit.publish if audit else None,
             )
         finally:
-            if audit is not None and not audit.flush(10.0):
+            if audit is not None and not audit.close(flush_s=10.0):
                 print(
                     f"{audit.spool.backlog()} audit events not yet delivered: they wait in "
                     f"{audit.spool.directory} for the next run",
                     file=sys.stderr,
                 )
-            if audit is not None:
-                audit.close()
         if args.state:
             files.write_json_atomically(args.state, result.state.to_json())
         if args.output == "json":

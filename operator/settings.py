@@ -103,8 +103,6 @@ class OperatorSettings:
         return self.auditSpoolDir or str(Path(self.stateFile).parent / "audit-spool")
 
     def audit_service_url(self) -> str | None:
-        from pulsar_lb_operator.audit.publisher import service_url_of
-
         if self.auditServiceUrl:
             return self.auditServiceUrl
         return service_url_of(self.adminUrl) if self.adminUrl else None
@@ -116,6 +114,13 @@ class OperatorSettings:
             except OSError as exc:
                 raise ConfigError(f"tokenFile: cannot read {self.tokenFile!r}: {exc.strerror or exc}") from None
         return os.environ.get(self.tokenEnv) or None
+
+
+def service_url_of(admin_url: str) -> str:
+    """The binary-protocol URL of the broker (or proxy) behind an admin URL, on Pulsar's default ports."""
+    scheme, _, rest = admin_url.partition("://")
+    host = rest.split("/", 1)[0].rsplit(":", 1)[0]
+    return f"pulsar+ssl://{host}:6651" if scheme == "https" else f"pulsar://{host}:6650"
 
 
 def _env_name(key: str) -> str:

@@ -1,7 +1,7 @@
 """Audit events: every plan and action outcome, spooled locally and published to a Pulsar topic."""
 
 from pulsar_lb_operator.audit.events import CycleContext, plan_events, record_event
-from pulsar_lb_operator.audit.publisher import AuditPublisher, service_url_of
+from pulsar_lb_operator.audit.publisher import AuditPublisher
 from pulsar_lb_operator.audit.spool import Spool, SpoolFullError
 
 __all__ = [
@@ -11,5 +11,4 @@ __all__ = [
     "SpoolFullError",
     "plan_events",
     "record_event",
-    "service_url_of",
 ]

@@ -31,13 +31,6 @@ _client_log.setLevel(logging.CRITICAL)
 _client_log.propagate = False
 
 
-def service_url_of(admin_url: str) -> str:
-    """The binary-protocol URL of the broker (or proxy) behind an admin URL, on Pulsar's default ports."""
-    scheme, _, rest = admin_url.partition("://")
-    host = rest.split("/", 1)[0].rsplit(":", 1)[0]
-    return f"pulsar+ssl://{host}:6651" if scheme == "https" else f"pulsar://{host}:6650"
-
-
 def from_settings(
     settings: OperatorSettings,
     on_sent: Callable[[], None] = lambda: None,
@@ -120,14 +113,17 @@ class AuditPublisher:
             time.sleep(0.05)
         return not self.spool.backlog()
 
-    def close(self, timeout_s: float = 5.0) -> None:
-        """Stop the sender after at most ``timeout_s``; what is not sent stays in the spool for next time."""
+    def close(self, flush_s: float = 0.0, timeout_s: float = 5.0) -> bool:
+        """Give the sender ``flush_s`` to send what is spooled, then stop it within ``timeout_s``. What is
+        not sent stays in the spool for the next start; returns True when nothing is left."""
+        delivered = self.flush(flush_s)
         self._stop.set()
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout_s)
         self._disconnect()
         log.info("audit publisher stopped", backlog=self.spool.backlog())
+        return delivered
 
     # ------------------------------------------------------------------ the sender thread
 

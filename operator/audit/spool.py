@@ -26,6 +26,10 @@ EVENTS_FILE = "events.jsonl"
 SENT_FILE = "sent.json"
 
 
+def _line(event: dict[str, Any]) -> str:
+    return json.dumps(event, sort_keys=True, separators=(",", ":")) + "\n"
+
+
 class SpoolFullError(OSError):
     """The spool reached its size cap; the event was not written."""
 
@@ -58,10 +62,10 @@ class Spool:
             numbers: list[int] = []
             for event in events:
                 numbers.append(self._next + len(numbers))
-                lines.append(json.dumps({**event, "seq": numbers[-1]}, sort_keys=True, separators=(",", ":")))
+                lines.append(_line({**event, "seq": numbers[-1]}))
             if not lines:
                 return []
-            data = ("\n".join(lines) + "\n").encode("utf-8")
+            data = "".join(lines).encode("utf-8")
             if self._size() + len(data) > self.max_bytes:
                 raise SpoolFullError(f"audit spool {self._events} is at its cap of {self.max_bytes} bytes")
             with open(self._events, "ab") as handle:
@@ -124,7 +128,7 @@ class Spool:
             left = [json.loads(payload) for _seq, payload, _end in self._scan(self._sent)]
             for offset, event in enumerate(left, 1):
                 event["seq"] = broker_last + offset
-            text = "".join(json.dumps(e, sort_keys=True, separators=(",", ":")) + "\n" for e in left)
+            text = "".join(_line(e) for e in left)
             tmp = self._events.with_suffix(".renumbered")
             tmp.write_text(text, encoding="utf-8")
             os.replace(tmp, self._events)
