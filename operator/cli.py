@@ -1,6 +1,7 @@
 """The ``operator`` command. Thin: it parses arguments and calls the functions that do the work.
 
-Exit codes: 0 ok, 1 some actions failed, 2 bad input (with a one-line error, never a traceback).
+Exit codes: 0 ok, 1 some actions failed or had no clear answer, 2 bad input (with a one-line error, never
+a traceback), 3 another operator instance is active on the same state.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, NoReturn
 from pulsar_lb_operator import files, logs, render
 from pulsar_lb_operator.adminapi import AdminError
 from pulsar_lb_operator.settings import resolve
+from pulsar_lb_operator.statefile import AnotherInstanceError
 from simulator.scenario import ScenarioError, shipped_scenarios
 from strategies import (
     PLACEMENT,
@@ -59,7 +61,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rebalance.add_argument("--snapshot", metavar="FILE", help="plan offline from a pulsar-lb-snapshot/1 file")
     _live_options(rebalance)
-    rebalance.add_argument("--dry-run", action="store_true", help="live: print the plan, call no mutating endpoint")
+    rebalance.add_argument(
+        "--dry-run",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="live: print the plan, call no mutating endpoint (the default unless dryRun: false)",
+    )
+    _reset_state_option(rebalance)
     _strategy_options(rebalance)
     _config_options(rebalance)
     rebalance.add_argument(
@@ -91,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="log intended actions only (the default unless dryRun: false)",
     )
+    _reset_state_option(run)
 
     aggregate = commands.add_parser(
         "aggregate",
@@ -127,6 +136,15 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--port", type=int, help="port of the first broker (the others take free ports)")
     simulate.add_argument("--speed", type=float, default=60.0, help="simulated seconds per real second (default 60)")
     simulate.add_argument("--token", help="require 'Authorization: Bearer TOKEN' on admin calls")
+    simulate.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="inject a fault, BROKER:METHOD:PATH-SUBSTRING:KIND[@COUNT] (BROKER and METHOD may be *); KIND: "
+        "status=CODE, status-after=CODE, delay=SECONDS, reset, reset-after, garbage, html401; repeatable",
+    )
+    simulate.add_argument("--request-log", metavar="FILE", help="append one JSON line per request served to FILE")
 
     bench = commands.add_parser(
         "benchmark",
@@ -145,6 +163,15 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--out", default="benchmark-report", help="report directory (default benchmark-report)")
     bench.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     return parser
+
+
+def _reset_state_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--reset-state",
+        action="store_true",
+        help="start with no cooldowns, hit counters or pending verifications (the old state file is kept aside); "
+        "only for a state file the operator refuses to read",
+    )
 
 
 def _strategy_options(command: argparse.ArgumentParser) -> None:
@@ -267,7 +294,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     if args.speed <= 0:
         raise UsageError("--speed must be positive")
-    return demo.run_simulator(args.scenario, args.port, args.speed, args.token)
+    return demo.run_simulator(
+        args.scenario, args.port, args.speed, args.token, faults=args.fault, request_log=args.request_log
+    )
 
 
 def cmd_benchmark(args: argparse.Namespace) -> int:
@@ -321,6 +350,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AdminError as exc:
         print(f"operator: error: the cluster's admin API: {exc}", file=sys.stderr)
         return 1
+    except AnotherInstanceError as exc:
+        print(f"operator: error: {exc}", file=sys.stderr)
+        return 3
     except KeyboardInterrupt:
         return 130
 

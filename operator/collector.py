@@ -7,8 +7,10 @@ the others. Only the broker list itself is essential: without it there is nothin
 
 from __future__ import annotations
 
-import concurrent.futures
+import queue
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -27,8 +29,46 @@ class Collection:
     skipped: dict[str, str] = field(default_factory=dict)  # broker id → why it was left out
 
 
-def _read_one(client: AdminClient, broker_id: str) -> BrokerLoad:
-    return parse_broker_load(broker_id, client.load_report(broker_id), f"load-report of {broker_id}")
+def _read_one(client: AdminClient, broker_id: str, deadline_s: float) -> BrokerLoad:
+    report = client.load_report(broker_id, deadline_s=deadline_s)
+    return parse_broker_load(broker_id, report, f"load-report of {broker_id}")
+
+
+def _fetch_all(
+    broker_ids: list[str], fetch: Callable[[str], BrokerLoad], workers: int, timeout_s: float
+) -> dict[str, BrokerLoad | Exception]:
+    """Run ``fetch`` for every broker on ``workers`` daemon threads; what has not answered by the
+    deadline is simply missing. Daemon threads, so a hung broker never keeps a finished command alive."""
+    todo: queue.SimpleQueue[str] = queue.SimpleQueue()
+    for broker_id in broker_ids:
+        todo.put(broker_id)
+    results: dict[str, BrokerLoad | Exception] = {}
+    finished = threading.Condition()
+
+    def work() -> None:
+        while True:
+            try:
+                broker_id = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                outcome: BrokerLoad | Exception = fetch(broker_id)
+            except Exception as exc:  # handed to the caller, who decides what is an expected failure
+                outcome = exc
+            with finished:
+                results[broker_id] = outcome
+                finished.notify_all()
+
+    for i in range(max(1, min(workers, len(broker_ids)))):
+        threading.Thread(target=work, name=f"collect-{i}", daemon=True).start()
+    deadline = time.monotonic() + timeout_s
+    with finished:
+        while len(results) < len(broker_ids):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            finished.wait(left)
+        return dict(results)
 
 
 def collect(
@@ -45,26 +85,25 @@ def collect(
     broker_ids = client.active_brokers(cluster)
     loads: dict[str, BrokerLoad] = {}
     skipped: dict[str, str] = {}
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(broker_ids) or 1)))
-    try:
-        futures = {b: pool.submit(_read_one, client, b) for b in broker_ids}
-        deadline = time.monotonic() + broker_timeout_s
-        for broker_id, future in futures.items():
-            try:
-                load = future.result(timeout=max(0.0, deadline - time.monotonic()))
-            except concurrent.futures.TimeoutError:
-                skipped[broker_id] = f"no load report within {broker_timeout_s:g} s"
-                continue
-            except (AdminError, SnapshotError) as exc:
-                skipped[broker_id] = str(exc)
-                continue
-            age_s = (now_ms - load.lastUpdate) / 1000
-            if age_s > stale_after_s:
-                skipped[broker_id] = f"load report is stale: last updated {age_s:.0f} s ago (> {stale_after_s:g} s)"
-                continue
-            loads[broker_id] = load
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+    answers = _fetch_all(
+        broker_ids, lambda b: _read_one(client, b, broker_timeout_s), max_workers, broker_timeout_s + 1.0
+    )
+    for broker_id in broker_ids:
+        answer = answers.get(broker_id)
+        if answer is None:
+            skipped[broker_id] = f"no load report within {broker_timeout_s:g} s"
+            continue
+        if isinstance(answer, AdminError | SnapshotError):
+            skipped[broker_id] = str(answer)
+            continue
+        if isinstance(answer, Exception):  # a bug in parsing must cost one broker, not the cycle
+            skipped[broker_id] = f"load report not usable: {type(answer).__name__}: {answer}"
+            continue
+        age_s = (now_ms - answer.lastUpdate) / 1000
+        if age_s > stale_after_s:
+            skipped[broker_id] = f"load report is stale: last updated {age_s:.0f} s ago (> {stale_after_s:g} s)"
+            continue
+        loads[broker_id] = answer
     for broker_id, why in sorted(skipped.items()):
         log.warning("broker skipped", broker=broker_id, reason=why)
     snapshot = ClusterSnapshot(cluster, now_ms, MappingProxyType(loads))

@@ -17,11 +17,14 @@ import structlog
 from pulsar_lb_operator import audit as audit_events
 from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.collector import collect
-from pulsar_lb_operator.executor import Executor, ExecutorState, Outcome, Record
-from strategies import ClusterSnapshot, LoadBalancerConfig, Plan, StrategyState, Unload, plan_cycle
+from pulsar_lb_operator.executor import Executor, ExecutorState, ExecutorStateError, Outcome, Record
+from strategies import ClusterSnapshot, LoadBalancerConfig, Plan, StateError, StrategyState, Unload, plan_cycle
 from strategies.profile import LoadProfile
 
 log = structlog.get_logger(__name__)
+
+STATE_FORMAT = "pulsar-lb-operator-state/1"
+DONE = (Outcome.EXECUTED, Outcome.UNKNOWN)  # an unknown outcome counts as done
 
 
 @dataclass(frozen=True)
@@ -33,14 +36,20 @@ class OperatorState:
 
     def to_json(self) -> dict:
         return {
-            "format": "pulsar-lb-operator-state/1",
+            "format": STATE_FORMAT,
             "strategy": self.strategy.to_json(),
             "executor": self.executor.to_json(),
         }
 
     @classmethod
-    def from_json(cls, doc: dict) -> OperatorState:
-        return cls(StrategyState.from_json(doc.get("strategy")), ExecutorState.from_json(doc.get("executor")))
+    def from_json(cls, doc: Any) -> OperatorState:
+        """Strict: a document that is not a complete operator state raises StateError, never resets."""
+        if not isinstance(doc, dict) or doc.get("format") != STATE_FORMAT:
+            raise StateError(f"not a {STATE_FORMAT} document")
+        try:
+            return cls(StrategyState.from_json(doc.get("strategy")), ExecutorState.from_json(doc.get("executor")))
+        except ExecutorStateError as exc:
+            raise StateError(str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -55,7 +64,8 @@ class CycleResult:
 
     @property
     def failed(self) -> int:
-        return sum(1 for r in self.records if r.outcome is Outcome.FAILED)
+        """Actions refused, or sent without a clear answer (they count as done, but a person should look)."""
+        return sum(1 for r in self.records if r.outcome in (Outcome.FAILED, Outcome.UNKNOWN))
 
 
 def run_cycle(
@@ -71,8 +81,10 @@ def run_cycle(
     broker_timeout_s: float = 20.0,
     profile: LoadProfile | None = None,
     audit: Callable[[list[dict[str, Any]]], None] | None = None,
+    save: Callable[[OperatorState], None] | None = None,
 ) -> CycleResult:
-    """``audit`` receives the cycle's audit events as they happen (verified, plan, planned, outcomes)."""
+    """``audit`` receives the cycle's audit events as they happen (verified, plan, planned, outcomes);
+    ``save`` puts the operator state on disk, and is called before each action is sent (write-ahead)."""
     cycle_id = uuid.UUID(int=rng.getrandbits(128)).hex[:12]
     strategy = shedding or config.loadBalancerLoadSheddingStrategy
     context = audit_events.CycleContext(cycle_id, cluster, strategy, executor.safety.dry_run)
@@ -102,12 +114,18 @@ def run_cycle(
             skipped=len(collection.skipped),
         )
         publish(audit_events.plan_events(context, plan, collection.skipped))
-        records, executor_state = executor.apply(plan, executor_state, on_record)
-        # A planned unload that was not carried out (skipped, failed, dry run) must not sit in the
-        # strategy's grace period: nothing moved.
-        not_done = {
-            r.action.bundle for r in records if isinstance(r.action, Unload) and r.outcome is not Outcome.EXECUTED
-        }
+        planned_unloads = {a.bundle for a in plan.actions if isinstance(a, Unload)}
+
+        def persist(attempted: ExecutorState) -> None:
+            # Mid-cycle, only the unloads already attempted sit in the strategy's grace period.
+            if save is not None:
+                sent = {p["bundle"] for p in attempted.pending}
+                save(OperatorState(strategy_state.forget_unloads(planned_unloads - sent), attempted))
+
+        records, executor_state = executor.apply(plan, executor_state, on_record, persist)
+        # A planned unload that was not carried out (skipped, refused, dry run) must not sit in the
+        # strategy's grace period: nothing moved. One whose outcome is unknown counts as done.
+        not_done = {r.action.bundle for r in records if isinstance(r.action, Unload) and r.outcome not in DONE}
         strategy_state = strategy_state.forget_unloads(not_done)
         return CycleResult(
             cycle_id,

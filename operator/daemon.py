@@ -1,9 +1,12 @@
 """``operator run``: the daemon. APScheduler runs one cycle every loadBalancerSheddingIntervalMinutes.
 
-One cycle at a time (no overlap, missed runs coalesced). The state (strategy counters and history,
-cooldowns, unloads awaiting verification) is written after every cycle, so a restart forgets
-nothing. SIGTERM lets the current action finish, then the daemon exits. ``/healthz``, ``/readyz``
-and Prometheus ``/metrics`` are served on ``metricsPort``.
+One cycle at a time (no overlap, missed runs coalesced), and only while this instance leads (the
+Kubernetes Lease, or always when leader election is off); a standby is ready and serves its probes but
+sends nothing. The state (strategy counters and history, cooldowns, actions awaiting verification) is
+written before every action is sent and after every cycle, so neither a restart nor a SIGKILL forgets
+what was sent. SIGTERM stops the cycle before its next call and the daemon exits within
+``shutdownTimeoutSeconds`` even if a call hangs (what was sent is on disk and verified after the
+restart). ``/healthz``, ``/readyz`` and Prometheus ``/metrics`` are served on ``metricsPort``.
 """
 
 from __future__ import annotations
@@ -13,14 +16,16 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Protocol
 
 import structlog
 from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from pulsar_lb_operator import files, guard
+from pulsar_lb_operator import guard, statefile
 from pulsar_lb_operator.adminapi import AdminClient, AdminError
 from pulsar_lb_operator.audit import publisher as audit_publisher
 from pulsar_lb_operator.cycle import CycleResult, OperatorState, run_cycle
@@ -32,6 +37,16 @@ from strategies import LoadBalancerConfig, Split
 from strategies.snapshots import SnapshotError
 
 log = structlog.get_logger(__name__)
+
+
+class Elector(Protocol):
+    """Leader election (operator/leadership.py): only the leader acts."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def is_leader(self) -> bool: ...
 
 
 class Metrics:
@@ -53,6 +68,11 @@ class Metrics:
             "pulsar_lb_broker_usage_percent",
             "Weighted max resource usage per broker, last cycle",
             ["broker"],
+            registry=self.registry,
+        )
+        self.leader = Gauge(
+            "pulsar_lb_leader",
+            "1 while this instance leads (acts on the cluster), 0 on a standby",
             registry=self.registry,
         )
         self.prediction_error = Gauge(
@@ -107,20 +127,26 @@ class Daemon:
     state: OperatorState = field(default_factory=OperatorState)
     last_ok: float | None = None
     cycles: int = 0
+    elector: Elector | None = None  # None: this instance always leads (no leader election)
+    reset_state: bool = False
+    abandoned: bool = False  # set when shutdown gave up waiting for a hung call
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.settings.seed)
         clock = (lambda: self.clock_ms() / 1000) if callable(self.clock_ms) else time.time
         self.executor = Executor(
-            self.client, self.cluster, self.settings.safety(self.config), clock=clock, stop_requested=self.stop.is_set
+            self.client,
+            self.cluster,
+            self.settings.safety(self.config),
+            clock=clock,
+            sleep=self.stop.wait,
+            stop_requested=self.stop.is_set,
+            fence=self._fence,
         )
-        path = Path(self.settings.stateFile)
-        if path.exists():
-            try:
-                self.state = OperatorState.from_json(files.read_json(path, "state file"))
-                log.info("state restored", path=str(path), pending=len(self.state.executor.pending))
-            except (files.FileError, ValueError) as exc:
-                log.error("state file unreadable; starting fresh", path=str(path), reason=str(exc))
+        # a state file that exists but is unusable stops the daemon here (StateFileError, exit 2)
+        self.state = statefile.load(Path(self.settings.stateFile), reset=self.reset_state)
+        self._guarded = False
+        self._was_leader: bool | None = None
         self._lock = threading.Lock()
         self.history = (
             HistoryStore(self.settings.historyUri, self.settings.historyRetentionDays)
@@ -141,13 +167,32 @@ class Daemon:
             or self.config.loadBalancerSheddingIntervalMinutes * 60
         )
 
+    def leads(self) -> bool:
+        leading = self.elector is None or self.elector.is_leader()
+        if leading != self._was_leader:
+            self.metrics.leader.set(1 if leading else 0)
+            log.warning("leading: this instance acts on the cluster" if leading else "standby: another instance leads")
+            self._was_leader = leading
+        return leading
+
+    def _fence(self) -> str | None:
+        return None if self.elector is None or self.elector.is_leader() else "no longer the leader"
+
+    def _save(self, state: OperatorState) -> None:
+        statefile.save(self.settings.stateFile, state)
+
     def run_once(self) -> CycleResult | None:
         """One cycle; any failure is logged and counted, never raised (the daemon must keep running)."""
+        if self.stop.is_set() or not self.leads():
+            return None
         if not self._lock.acquire(blocking=False):
             log.warning("previous cycle still running; skipped")
             return None
         started = time.monotonic()
         try:
+            if not self._guarded:  # only the leader touches the cluster's configuration
+                guard.check_builtin_shedding(self.client, self.settings.disableBuiltinShedding, self.settings.dryRun)
+                self._guarded = True
             now_ms = self.clock_ms() if callable(self.clock_ms) else None
             profile = read_profile(self.settings.profileUri) if self.settings.profileUri else None
             result = run_cycle(
@@ -163,9 +208,10 @@ class Daemon:
                 broker_timeout_s=self.settings.brokerTimeoutSeconds,
                 profile=profile,
                 audit=self.audit.publish if self.audit else None,
+                save=self._save,
             )
             self.state = result.state
-            files.write_json_atomically(self.settings.stateFile, self.state.to_json())
+            self._save(self.state)
             self._record_history(result)
             self.metrics.observe(result, time.monotonic() - started)
             self.last_ok = time.monotonic()
@@ -215,20 +261,36 @@ class Daemon:
     def healthy(self) -> bool:
         return self.last_ok is None or time.monotonic() - self.last_ok < 3 * self.period_s + 60
 
+    def ready(self) -> bool:
+        """A leader after its first cycle; a standby at once (it is up and would take over)."""
+        return self.cycles > 0 or (self.elector is not None and not self.elector.is_leader())
+
     def serve(self) -> int:
-        """Run until SIGTERM/SIGINT or ``stop``; returns the exit code."""
-        status = guard.check_builtin_shedding(self.client, self.settings.disableBuiltinShedding)
+        """Run until SIGTERM/SIGINT or ``stop``; returns the exit code.
+
+        Cycles run on the scheduler's thread, never on the main one, so a signal is always heard at
+        once; on stop the daemon waits at most ``shutdownTimeoutSeconds`` for the current call.
+        """
         log.info(
             "daemon started",
             cluster=self.cluster,
             dry_run=self.settings.dryRun,
-            builtin_shedder=status,
             interval_s=self.period_s,
             strategy=self.shedding or self.config.loadBalancerLoadSheddingStrategy,
+            leader_election=self.elector is not None,
         )
         server = self._start_probe_server()
+        if self.elector is not None:
+            self.elector.start()
         scheduler = BackgroundScheduler()
-        scheduler.add_job(self.run_once, "interval", seconds=self.period_s, max_instances=1, coalesce=True)
+        scheduler.add_job(
+            self.run_once,
+            "interval",
+            seconds=self.period_s,
+            max_instances=1,
+            coalesce=True,
+            next_run_time=datetime.now(timezone.utc),
+        )
         if self.settings.aggregateEveryMinutes and self.settings.historyUri and self.settings.profileUri:
             # its own job thread: a long aggregation never delays a decision cycle
             scheduler.add_job(
@@ -239,15 +301,25 @@ class Daemon:
                 signal.signal(sig, lambda *_: self.stop.set())
         scheduler.start()
         try:
-            self.run_once()
             self.stop.wait()
         finally:
-            log.info("stopping: finishing the current action")
-            scheduler.shutdown(wait=True)
+            deadline = time.monotonic() + self.settings.shutdownTimeoutSeconds
+            log.info("stopping: no further call is sent", timeout_s=self.settings.shutdownTimeoutSeconds)
+            scheduler.shutdown(wait=False)
+            if self._lock.acquire(timeout=max(0.0, deadline - time.monotonic() - 2.0)):
+                self._lock.release()
+            else:
+                self.abandoned = True
+                log.error(
+                    "exiting with a call still in flight: it was recorded before it was sent, "
+                    "and is verified after the restart"
+                )
+            if self.elector is not None:
+                self.elector.stop()
             if server is not None:
                 server.shutdown()
                 server.server_close()
-            self.close()
+            self.close(flush_s=max(0.0, min(5.0, deadline - time.monotonic() - 1.0)))
             log.info("daemon stopped", cycles=self.cycles)
         return 0
 
@@ -270,7 +342,7 @@ class Daemon:
                     ok = daemon.healthy()
                     self._send(200 if ok else 503, b"ok" if ok else b"stuck", "text/plain")
                 elif self.path == "/readyz":
-                    ready = daemon.cycles > 0
+                    ready = daemon.ready()
                     self._send(200 if ready else 503, b"ready" if ready else b"no cycle yet", "text/plain")
                 elif self.path == "/metrics":
                     self._send(200, generate_latest(daemon.metrics.registry), CONTENT_TYPE_LATEST)

@@ -1,10 +1,18 @@
 """Execute: apply a plan one action at a time, behind safety rails, and verify where unloads went.
 
-The operator must never make a cluster worse than it found it. Before each action it re-checks the
-kill switch, the per-cycle and per-broker caps, the bundle's cooldown, exclusions, and that the
-destination is still an active, non-excluded broker. An unload or split is never retried blindly: after
-a transport error the bundle's owner is checked, and the call counts as done only if it moved.
-In dry-run mode every action is logged with its reason and no mutating endpoint is called.
+The operator must never make a cluster worse than it found it, whatever the cluster does. The
+invariants (README, "Safety"):
+
+- Caps hold at the moment of sending: every unload or split sent counts toward
+  ``max_unloads_per_cycle`` and ``max_unloads_per_broker`` before it is sent, whatever comes back.
+- An action whose outcome is unknown (timeout, reset, 5xx, 409) counts as done: the bundle gets its
+  cooldown and a pending verification, and no other action touches it until its owner was checked.
+  Only an explicit refusal (400, 401/403, 404, 412) counts as "nothing happened".
+- The kill switch, SIGTERM and leadership are checked immediately before each mutating call, after
+  the (interruptible) pause between actions.
+- Write-ahead: the attempt (cooldown and pending verification) is handed to ``persist`` — on disk —
+  before the call is sent; if it cannot be persisted, nothing more is sent this cycle.
+- In dry-run mode every action is logged with its reason and no mutating endpoint is called.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ from typing import Any
 
 import structlog
 
-from pulsar_lb_operator.adminapi import AdminClient, AdminError, TransportError
+from pulsar_lb_operator.adminapi import AdminClient, AdminError, Conflict, ServerError, TransportError
 from strategies import bundles as bundle_names
 from strategies.plans import Action, Plan, Split, Unload
 
@@ -31,10 +39,17 @@ class Outcome(enum.Enum):
     DRY_RUN = "dry_run"  # would have been sent
     SKIPPED = "skipped"  # stopped by a safety rail
     EXECUTED = "executed"  # the admin API accepted it
-    FAILED = "failed"  # the admin API refused it or could not be reached
+    UNKNOWN = "unknown"  # sent, but no clear answer (timeout, reset, 5xx, 409): counted as done, verified later
+    FAILED = "failed"  # the admin API refused it explicitly (nothing happened), or it could not be sent
     MOVED_AS_PLANNED = "moved_as_planned"  # verified: the bundle is owned by the planned destination
     MOVED_ELSEWHERE = "moved_elsewhere"  # verified: owned by another broker
     NOT_MOVED = "not_moved"  # verified: still unowned or back on its source after the check period
+    SPLIT_DONE = "split_done"  # verified: the bundle's range no longer exists in its namespace
+    NOT_SPLIT = "not_split"  # verified: the bundle's range still exists after the check period
+
+
+# An explicit refusal: the broker checked the request and did nothing. Anything else may have acted.
+REFUSED_STATUSES = frozenset({400, 401, 403, 404, 405, 412})
 
 
 @dataclass(frozen=True)
@@ -74,12 +89,24 @@ class Record:
         return {**self.action.to_json(), "outcome": self.outcome.value, "detail": self.detail, "at": self.at_ms}
 
 
+class ExecutorStateError(ValueError):
+    """An executor state document that cannot be read back (never silently reset)."""
+
+
 @dataclass(frozen=True)
 class ExecutorState:
-    """Carried across cycles and restarts: when each bundle was last moved, and unloads to verify."""
+    """Carried across cycles and restarts: when each bundle was last moved, and actions to verify.
+
+    A pending entry is ``{"type": "unload"|"split", "bundle", "source", "destination", "at"}``; it is
+    written before the call is sent, so a crash right after sending still leaves the bundle in
+    cooldown and awaiting verification.
+    """
 
     last_moved: dict[str, int] = field(default_factory=dict)
     pending: tuple[dict[str, Any], ...] = ()
+
+    def awaiting(self) -> set[str]:
+        return {p["bundle"] for p in self.pending}
 
     def to_json(self) -> dict[str, Any]:
         return {"lastMoved": dict(sorted(self.last_moved.items())), "pending": list(self.pending)}
@@ -87,10 +114,30 @@ class ExecutorState:
     @classmethod
     def from_json(cls, doc: Any) -> ExecutorState:
         if not isinstance(doc, dict):
-            return cls()
-        moved = {str(b): int(t) for b, t in (doc.get("lastMoved") or {}).items()}
-        pending = tuple(p for p in doc.get("pending") or () if isinstance(p, dict) and "bundle" in p)
-        return cls(moved, pending)
+            raise ExecutorStateError(f"executor state: expected an object, got {type(doc).__name__}")
+        moved_doc = doc.get("lastMoved", {})
+        pending_doc = doc.get("pending", [])
+        if not isinstance(moved_doc, dict) or not isinstance(pending_doc, list):
+            raise ExecutorStateError("executor state: lastMoved must be an object and pending a list")
+        moved: dict[str, int] = {}
+        for bundle, at in moved_doc.items():
+            if not isinstance(at, int) or isinstance(at, bool):
+                raise ExecutorStateError(f"executor state: lastMoved[{bundle!r}] is not a time in ms")
+            moved[str(bundle)] = at
+        pending: list[dict[str, Any]] = []
+        for i, item in enumerate(pending_doc):
+            ok = (
+                isinstance(item, dict)
+                and isinstance(item.get("bundle"), str)
+                and isinstance(item.get("source"), str)
+                and isinstance(item.get("at"), int)
+                and isinstance(item.get("destination"), str | None)
+                and item.get("type", "unload") in ("unload", "split")
+            )
+            if not ok:
+                raise ExecutorStateError(f"executor state: pending[{i}] is not a pending action")
+            pending.append({"type": "unload", **item})
+        return cls(moved, tuple(pending))
 
 
 @dataclass
@@ -99,8 +146,11 @@ class Executor:
     cluster: str
     safety: Safety
     clock: Callable[[], float] = time.time
-    sleep: Callable[[float], None] = time.sleep
+    # the pause between actions; returns True when it was cut short by a stop (an Event's wait)
+    sleep: Callable[[float], bool | None] = time.sleep
     stop_requested: Callable[[], bool] = lambda: False
+    # a reason not to send anything right now (e.g. "not the leader"), checked right before each call
+    fence: Callable[[], str | None] = lambda: None
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -108,51 +158,92 @@ class Executor:
     # ------------------------------------------------------------------ apply
 
     def apply(
-        self, plan: Plan, state: ExecutorState, on_record: Callable[[Record], None] = lambda _r: None
+        self,
+        plan: Plan,
+        state: ExecutorState,
+        on_record: Callable[[Record], None] = lambda _r: None,
+        persist: Callable[[ExecutorState], None] = lambda _s: None,
     ) -> tuple[list[Record], ExecutorState]:
-        """Carry out the plan; ``on_record`` hears of each outcome as it happens (the audit trail)."""
+        """Carry out the plan; ``on_record`` hears of each outcome as it happens (the audit trail) and
+        ``persist`` receives the state with each attempt before it is sent, and after its answer."""
         records: list[Record] = []
         last_moved = dict(state.last_moved)
         pending = list(state.pending)
         per_broker: dict[str, int] = {}
-        unloads = 0
+        sent = 0
 
         def done(record: Record) -> Record:
             records.append(record)
             on_record(record)
             return record
 
+        def skip_rest(index: int, why: str) -> None:
+            for rest in plan.actions[index:]:
+                done(self._record(rest, Outcome.SKIPPED, why))
+
         for index, action in enumerate(plan.actions):
             if self.stop_requested():
-                for rest in plan.actions[index:]:
-                    done(self._record(rest, Outcome.SKIPPED, "shutting down"))
+                skip_rest(index, "shutting down")
                 break
-            why_not = self._rail(action, last_moved, unloads, per_broker)
+            why_not = self._rail(action, last_moved, {p["bundle"] for p in pending}, sent, per_broker)
             if why_not:
                 done(self._record(action, Outcome.SKIPPED, why_not))
                 continue
             if self.safety.dry_run:
                 done(self._record(action, Outcome.DRY_RUN, "dry run: no call made"))
                 continue
-            if index and self.safety.pause_seconds:
-                self.sleep(self.safety.pause_seconds)
+            if sent and self.safety.pause_seconds and self.sleep(self.safety.pause_seconds):
+                skip_rest(index, "shutting down")
+                break
+            # Immediately before sending: the switches that may have flipped during the pause.
+            if self.stop_requested():
+                skip_rest(index, "shutting down")
+                break
+            last_word = self.safety.killed() or self.fence()
+            if last_word:
+                skip_rest(index, last_word)
+                break
+            # Counted, in cooldown and awaiting verification before it is sent (write-ahead).
+            sent += 1
+            per_broker[action.source] = per_broker.get(action.source, 0) + 1
+            at = self.now_ms()
+            previous = last_moved.get(action.bundle)
+            entry = {
+                "type": "split" if isinstance(action, Split) else "unload",
+                "bundle": action.bundle,
+                "source": action.source,
+                "destination": action.destination if isinstance(action, Unload) else None,
+                "at": at,
+            }
+            last_moved[action.bundle] = at
+            pending.append(entry)
+            try:
+                persist(ExecutorState(dict(last_moved), tuple(pending)))
+            except OSError as exc:
+                pending.pop()
+                if previous is None:
+                    last_moved.pop(action.bundle)
+                else:
+                    last_moved[action.bundle] = previous
+                skip_rest(index, f"state could not be written, nothing more is sent: {exc}")
+                break
             record = done(self._execute(action))
-            if record.outcome is Outcome.EXECUTED:
-                last_moved[action.bundle] = record.at_ms
-                if isinstance(action, Unload):
-                    unloads += 1
-                    per_broker[action.source] = per_broker.get(action.source, 0) + 1
-                    pending.append(
-                        {
-                            "bundle": action.bundle,
-                            "source": action.source,
-                            "destination": action.destination,
-                            "at": record.at_ms,
-                        }
-                    )
+            if record.outcome in (Outcome.FAILED, Outcome.SKIPPED):  # refused: nothing happened
+                pending.remove(entry)
+                if previous is None:
+                    last_moved.pop(action.bundle)
+                else:
+                    last_moved[action.bundle] = previous
+            try:
+                persist(ExecutorState(dict(last_moved), tuple(pending)))
+            except OSError as exc:
+                skip_rest(index + 1, f"state could not be written, nothing more is sent: {exc}")
+                break
         return records, ExecutorState(last_moved, tuple(pending))
 
-    def _rail(self, action: Action, last_moved: dict[str, int], unloads: int, per_broker: dict[str, int]) -> str | None:
+    def _rail(
+        self, action: Action, last_moved: dict[str, int], awaiting: set[str], sent: int, per_broker: dict[str, int]
+    ) -> str | None:
         killed = self.safety.killed()
         if killed:
             return killed
@@ -163,16 +254,18 @@ class Executor:
             return f"namespace {namespace} is excluded"
         if action.source in self.safety.excluded_brokers:
             return f"broker {action.source} is excluded"
+        if action.bundle in awaiting:
+            return "an earlier action on this bundle awaits verification of where it went"
         moved_at = last_moved.get(action.bundle)
         cooldown_ms = self.safety.cooldown_minutes * 60_000
         if moved_at is not None and self.now_ms() - moved_at < cooldown_ms:
             minutes = (self.now_ms() - moved_at) / 60000
             return f"bundle moved {minutes:.1f} min ago (cooldown {self.safety.cooldown_minutes:g} min)"
+        if sent >= self.safety.max_unloads_per_cycle:
+            return f"max unloads per cycle ({self.safety.max_unloads_per_cycle}) reached"
+        if per_broker.get(action.source, 0) >= self.safety.max_unloads_per_broker:
+            return f"max unloads per broker ({self.safety.max_unloads_per_broker}) reached for {action.source}"
         if isinstance(action, Unload):
-            if unloads >= self.safety.max_unloads_per_cycle:
-                return f"max unloads per cycle ({self.safety.max_unloads_per_cycle}) reached"
-            if per_broker.get(action.source, 0) >= self.safety.max_unloads_per_broker:
-                return f"max unloads per broker ({self.safety.max_unloads_per_broker}) reached for {action.source}"
             if action.destination is None:
                 return "no destination: the operator only moves bundles to a broker it chose"
             if action.destination == action.source:
@@ -193,18 +286,26 @@ class Executor:
                 self.client.unload(action.bundle, action.destination)
             elif isinstance(action, Split):
                 namespace, bundle_range = bundle_names.split_bundle_name(action.bundle)
-                bounds = sorted(bundle_names.parse_boundary(b) for b in self.client.bundles(namespace))
-                if bundle_range not in bundle_names.ranges_of(bounds):  # re-read before every split
+                try:  # re-read before every split: a split whose answer was lost may have happened
+                    bounds = sorted(bundle_names.parse_boundary(b) for b in self.client.bundles(namespace))
+                except (AdminError, bundle_names.BundleNameError) as exc:
+                    return self._record(action, Outcome.SKIPPED, f"cannot re-read the namespace's bundles: {exc}")
+                if bundle_range not in bundle_names.ranges_of(bounds):
                     return self._record(action, Outcome.SKIPPED, "bundle no longer exists (split already?)")
                 self.client.split(action.bundle, action.algorithm, list(action.boundaries) or None, action.unload)
         except TransportError as exc:
             if isinstance(action, Unload) and self._left_source(action):
                 detail = f"no answer ({exc.reason}) but the bundle left its source"
                 return self._record(action, Outcome.EXECUTED, detail)
-            return self._record(action, Outcome.FAILED, exc.reason)
+            return self._record(action, Outcome.UNKNOWN, f"no answer ({exc.reason}): counted as done, to verify")
+        except (ServerError, Conflict) as exc:
+            detail = f"HTTP {exc.status}: {exc.reason}: the broker may have acted; counted as done, to verify"
+            return self._record(action, Outcome.UNKNOWN, detail)
         except AdminError as exc:
+            if exc.status in REFUSED_STATUSES:
+                return self._record(action, Outcome.FAILED, f"HTTP {exc.status}: {exc.reason}")
             status = f"HTTP {exc.status}: " if exc.status else ""
-            return self._record(action, Outcome.FAILED, f"{status}{exc.reason}")
+            return self._record(action, Outcome.UNKNOWN, f"{status}{exc.reason}: counted as done, to verify")
         return self._record(action, Outcome.EXECUTED, "accepted")
 
     def _left_source(self, action: Unload) -> bool:
@@ -218,7 +319,10 @@ class Executor:
     def verify(
         self, state: ExecutorState, on_record: Callable[[Record], None] = lambda _r: None
     ) -> tuple[list[Record], ExecutorState]:
-        """Check unloads older than ``verify_after_seconds``: where did each bundle go?"""
+        """Check actions older than ``verify_after_seconds``: where did each bundle go, did each split happen?
+
+        Whatever cannot be read now stays pending (and its bundle untouched) until a later cycle can.
+        """
         records: list[Record] = []
         still: list[dict[str, Any]] = []
         owners: dict[str, str] | None = None
@@ -227,13 +331,21 @@ class Executor:
             if age_s < self.safety.verify_after_seconds:
                 still.append(item)
                 continue
+            if item.get("type") == "split":
+                record = self._verify_split(item, age_s)
+                if record is None:
+                    still.append(item)
+                else:
+                    records.append(record)
+                continue
             if owners is None:
                 owners = self._owners()
-                if owners is None:  # cannot read ownership now: try again next cycle
-                    return records, state
+            if owners is None:  # cannot read ownership now: try again next cycle
+                still.append(item)
+                continue
             action = Unload(item["bundle"], item["source"], item.get("destination"), "verification")
             owner = owners.get(item["bundle"])
-            if owner == item.get("destination"):
+            if owner is not None and owner == item.get("destination"):
                 records.append(self._record(action, Outcome.MOVED_AS_PLANNED, f"owned by {owner}"))
             elif owner is not None and owner != item["source"]:
                 records.append(self._record(action, Outcome.MOVED_ELSEWHERE, f"owned by {owner}"))
@@ -245,6 +357,20 @@ class Executor:
         for record in records:
             on_record(record)
         return records, replace(state, pending=tuple(still))
+
+    def _verify_split(self, item: dict[str, Any], age_s: float) -> Record | None:
+        action = Split(item["bundle"], item["source"], "verification", (), "verification")
+        try:
+            namespace, bundle_range = bundle_names.split_bundle_name(item["bundle"])
+            bounds = sorted(bundle_names.parse_boundary(b) for b in self.client.bundles(namespace))
+        except (AdminError, bundle_names.BundleNameError) as exc:
+            log.warning("split verification postponed", bundle=item["bundle"], reason=str(exc))
+            return None
+        if bundle_range not in bundle_names.ranges_of(bounds):
+            return self._record(action, Outcome.SPLIT_DONE, "the range was split")
+        if age_s < 3 * self.safety.verify_after_seconds:
+            return None
+        return self._record(action, Outcome.NOT_SPLIT, "the range still exists")
 
     def _owners(self) -> dict[str, str] | None:
         owners: dict[str, str] = {}

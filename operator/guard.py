@@ -9,12 +9,15 @@ from pulsar_lb_operator.adminapi import AdminClient, AdminError
 log = structlog.get_logger(__name__)
 
 
-def check_builtin_shedding(client: AdminClient, disable: bool) -> str:
-    """'off', 'on' (warned) or 'disabled' (we turned it off). Reads the effective runtime value."""
+def check_builtin_shedding(client: AdminClient, disable: bool, dry_run: bool) -> str:
+    """'off', 'on' (warned), 'would disable' (dry run: nothing sent) or 'disabled' (we turned it off).
+
+    Reads the effective runtime value. A dry run never changes the cluster's configuration.
+    """
     try:
-        runtime = client.get_json("/admin/v2/brokers/configuration/runtime")
+        runtime = client.runtime_config()
         enabled = str(runtime.get("loadBalancerSheddingEnabled", "true")).strip().lower() == "true"
-    except (AdminError, AttributeError) as exc:
+    except AdminError as exc:
         log.warning(
             "cannot read loadBalancerSheddingEnabled; assuming Pulsar's own shedder is on",
             reason=getattr(exc, "reason", str(exc)),
@@ -22,6 +25,12 @@ def check_builtin_shedding(client: AdminClient, disable: bool) -> str:
         enabled = True
     if not enabled:
         return "off"
+    if disable and dry_run:
+        log.warning(
+            "dry run: would turn Pulsar's own shedder off (loadBalancerSheddingEnabled=false); nothing sent. "
+            "Until then it may fight the plans this dry run prints"
+        )
+        return "would disable"
     if disable:
         client.set_dynamic_config("loadBalancerSheddingEnabled", "false")
         log.warning(

@@ -7,8 +7,10 @@ import json
 import os
 import random
 import sys
+import threading
 
-from pulsar_lb_operator import files, guard, render
+from pulsar_lb_operator import daemon as daemon_module
+from pulsar_lb_operator import files, guard, render, statefile
 from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.audit import publisher as audit_publisher
 from pulsar_lb_operator.collector import collect, with_namespaces_and_topics
@@ -31,7 +33,11 @@ def settings_from(args: argparse.Namespace, **flags: object) -> tuple[OperatorSe
 
 def connect(settings: OperatorSettings) -> tuple[AdminClient, str]:
     client = AdminClient(
-        settings.adminUrl or "", token=settings.token(), ca_bundle=settings.caBundle, verify=settings.tlsVerify
+        settings.adminUrl or "",
+        token=settings.token(),
+        ca_bundle=settings.caBundle,
+        verify=settings.tlsVerify,
+        max_body_bytes=int(settings.maxResponseMegabytes * 2**20),
     )
     if settings.cluster:
         return client, settings.cluster
@@ -42,57 +48,72 @@ def connect(settings: OperatorSettings) -> tuple[AdminClient, str]:
 
 
 def rebalance(args: argparse.Namespace) -> int:
-    settings, config, explicit = settings_from(args)
-    client, cluster = connect(settings)
-    try:
-        guard.check_builtin_shedding(client, settings.disableBuiltinShedding)
-        state = OperatorState()
-        if args.state and os.path.exists(args.state):
-            state = OperatorState.from_json(files.read_json(args.state, "state file"))
-        placement = args.placement
-        if placement is None and "loadBalancerLoadPlacementStrategy" in explicit:
-            placement = config.loadBalancerLoadPlacementStrategy
-        executor = Executor(client, cluster, settings.safety(config, dry_run=args.dry_run))
-        audit = audit_publisher.from_settings(settings)
+    """One live cycle. Dry run unless dryRun is false (file, environment or --no-dry-run), like the daemon;
+    it shares the daemon's state (cooldowns, pending verifications) and its lock."""
+    settings, config, explicit = settings_from(args, dryRun=args.dry_run)
+    state_path = args.state or settings.stateFile
+    with statefile.InstanceLock(state_path):
+        state = statefile.load(state_path, reset=args.reset_state)
+        client, cluster = connect(settings)
         try:
-            result = run_cycle(
-                client,
-                cluster,
-                config,
-                executor,
-                state,
-                random.Random(args.seed),
-                args.strategy,
-                placement,
-                broker_timeout_s=settings.brokerTimeoutSeconds,
-                audit=audit.publish if audit else None,
-            )
+            return _rebalance(args, settings, config, explicit, client, cluster, state, state_path)
         finally:
-            if audit is not None and not audit.close(flush_s=10.0):
-                print(
-                    f"{audit.spool.backlog()} audit events not yet delivered: they wait in "
-                    f"{audit.spool.directory} for the next run",
-                    file=sys.stderr,
-                )
-        if args.state:
-            files.write_json_atomically(args.state, result.state.to_json())
-        if args.output == "json":
-            doc = result.plan.to_json() if result.plan else {"actions": []}
-            doc["outcomes"] = [r.to_json() for r in result.records]
-            doc["skippedBrokers"] = result.skipped_brokers
-            print(json.dumps(doc, indent=2))
-        else:
-            print(render.plan_table(result.plan, dry_run=args.dry_run))
-            for broker, why in sorted(result.skipped_brokers.items()):
-                print(f"left out of this cycle: {broker}: {why}")
-            if result.records:
-                print("\nOutcomes:")
-                for record in result.records:
-                    kind = "split" if isinstance(record.action, Split) else "unload"
-                    print(f"  {kind} {record.action.bundle}: {record.outcome.value} ({record.detail})")
-        return 1 if result.failed else 0
+            client.close()
+
+
+def _rebalance(
+    args: argparse.Namespace,
+    settings: OperatorSettings,
+    config: LoadBalancerConfig,
+    explicit: set[str],
+    client: AdminClient,
+    cluster: str,
+    state: OperatorState,
+    state_path: str,
+) -> int:
+    guard.check_builtin_shedding(client, settings.disableBuiltinShedding, settings.dryRun)
+    placement = args.placement
+    if placement is None and "loadBalancerLoadPlacementStrategy" in explicit:
+        placement = config.loadBalancerLoadPlacementStrategy
+    executor = Executor(client, cluster, settings.safety(config))
+    audit = audit_publisher.from_settings(settings)
+    try:
+        result = run_cycle(
+            client,
+            cluster,
+            config,
+            executor,
+            state,
+            random.Random(args.seed),
+            args.strategy,
+            placement,
+            broker_timeout_s=settings.brokerTimeoutSeconds,
+            audit=audit.publish if audit else None,
+            save=lambda s: statefile.save(state_path, s),
+        )
     finally:
-        client.close()
+        if audit is not None and not audit.close(flush_s=10.0):
+            print(
+                f"{audit.spool.backlog()} audit events not yet delivered: they wait in "
+                f"{audit.spool.directory} for the next run",
+                file=sys.stderr,
+            )
+    statefile.save(state_path, result.state)
+    if args.output == "json":
+        doc = result.plan.to_json() if result.plan else {"actions": []}
+        doc["outcomes"] = [r.to_json() for r in result.records]
+        doc["skippedBrokers"] = result.skipped_brokers
+        print(json.dumps(doc, indent=2))
+    else:
+        print(render.plan_table(result.plan, dry_run=settings.dryRun))
+        for broker, why in sorted(result.skipped_brokers.items()):
+            print(f"left out of this cycle: {broker}: {why}")
+        if result.records:
+            print("\nOutcomes:")
+            for record in result.records:
+                kind = "split" if isinstance(record.action, Split) else "unload"
+                print(f"  {kind} {record.action.bundle}: {record.outcome.value} ({record.detail})")
+    return 1 if result.failed else 0
 
 
 def snapshot(args: argparse.Namespace) -> int:
@@ -115,15 +136,46 @@ def snapshot(args: argparse.Namespace) -> int:
 
 
 def run_daemon(args: argparse.Namespace) -> int:
-    from pulsar_lb_operator import daemon, logs
+    from pulsar_lb_operator import logs
 
     settings, config, explicit = settings_from(args, dryRun=args.dry_run)
     logs.configure(settings.logLevel, settings.logJson)
-    client, cluster = connect(settings)
     placement = args.placement
     if placement is None and "loadBalancerLoadPlacementStrategy" in explicit:
         placement = config.loadBalancerLoadPlacementStrategy
-    try:
-        return daemon.Daemon(settings, config, client, cluster, args.strategy, placement).serve()
-    finally:
-        client.close()
+    with statefile.InstanceLock(settings.stateFile):
+        client, cluster = connect(settings)
+        try:
+            runner = daemon_module.Daemon(
+                settings,
+                config,
+                client,
+                cluster,
+                args.strategy,
+                placement,
+                elector=_elector(settings),
+                reset_state=args.reset_state,
+            )
+            code = runner.serve()
+        finally:
+            client.close()
+    _exit_now_if_threads_linger(code)
+    return code
+
+
+def _elector(settings: OperatorSettings) -> daemon_module.Elector | None:
+    if not getattr(settings, "leaderElection", False):
+        return None
+    from pulsar_lb_operator.leadership import elector_from_settings
+
+    return elector_from_settings(settings)
+
+
+def _exit_now_if_threads_linger(code: int) -> None:
+    """A call that hung past the shutdown timeout lives on in a worker thread; the process must still end
+    (its attempt is on disk). Python would wait for every non-daemon thread at exit, so end here."""
+    lingering = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    if lingering:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)

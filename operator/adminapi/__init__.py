@@ -1,6 +1,6 @@
 """A thin client for Pulsar's admin REST API (shared/reference/pulsar-admin-api.md §1)."""
 
-from pulsar_lb_operator.adminapi.client import AdminClient, Timeouts
+from pulsar_lb_operator.adminapi.client import AdminClient, Answer, Timeouts
 from pulsar_lb_operator.adminapi.errors import (
     AdminError,
     BadResponse,
@@ -16,6 +16,7 @@ from pulsar_lb_operator.adminapi.errors import (
 __all__ = [
     "AdminClient",
     "AdminError",
+    "Answer",
     "BadResponse",
     "Conflict",
     "NotFound",

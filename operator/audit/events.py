@@ -2,7 +2,8 @@
 
 Kinds, in the order a cycle produces them: ``verified`` (where an earlier unload ended up), ``plan``
 (the cycle's decision with every broker's numbers), ``planned`` (one per action), then one outcome per
-action: ``executed``, ``failed``, ``skipped`` (a safety rail stopped it) or ``dry_run``. Every event
+action: ``executed``, ``unknown`` (sent, no clear answer: counted as done and verified later),
+``failed``, ``skipped`` (a safety rail stopped it) or ``dry_run``. Every event
 carries the cycle id, so a consumer can put a cycle back together; the spool adds ``seq``.
 """
 
@@ -18,12 +19,15 @@ FORMAT = "pulsar-lb-audit/1"
 
 KIND_OF_OUTCOME = {
     Outcome.EXECUTED: "executed",
+    Outcome.UNKNOWN: "unknown",
     Outcome.FAILED: "failed",
     Outcome.SKIPPED: "skipped",
     Outcome.DRY_RUN: "dry_run",
     Outcome.MOVED_AS_PLANNED: "verified",
     Outcome.MOVED_ELSEWHERE: "verified",
     Outcome.NOT_MOVED: "verified",
+    Outcome.SPLIT_DONE: "verified",
+    Outcome.NOT_SPLIT: "verified",
 }
 
 

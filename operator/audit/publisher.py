@@ -22,6 +22,7 @@ import tenacity
 
 from pulsar_lb_operator.audit.spool import Spool
 from pulsar_lb_operator.settings import OperatorSettings
+from strategies.config import ConfigError
 
 log = structlog.get_logger(__name__)
 
@@ -40,7 +41,13 @@ def from_settings(
     service_url = settings.audit_service_url()
     if not settings.auditEnabled or not service_url:
         return None
-    spool = Spool(settings.audit_spool_dir(), int(settings.auditSpoolMaxMegabytes * 2**20))
+    try:
+        spool = Spool(settings.audit_spool_dir(), int(settings.auditSpoolMaxMegabytes * 2**20))
+    except OSError as exc:
+        raise ConfigError(
+            f"auditSpoolDir: {settings.audit_spool_dir()!r} cannot be used as the audit spool directory "
+            f"({exc.strerror or exc}); point auditSpoolDir at a writable directory"
+        ) from None
     return AuditPublisher(
         spool,
         service_url,

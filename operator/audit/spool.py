@@ -68,6 +68,7 @@ class Spool:
             data = "".join(lines).encode("utf-8")
             if self._size() + len(data) > self.max_bytes:
                 raise SpoolFullError(f"audit spool {self._events} is at its cap of {self.max_bytes} bytes")
+            self.directory.mkdir(parents=True, exist_ok=True)  # removed while we run: make it again
             with open(self._events, "ab") as handle:
                 handle.write(data)
                 handle.flush()

@@ -22,7 +22,9 @@ C = "http://broker-c:8080"
 
 
 def client(**kwargs):
-    return AdminClient(A, token="s3cr3t-value", **{"retries": 3, **kwargs})
+    admin = AdminClient(A, token="s3cr3t-value", **{"retries": 3, **kwargs})
+    admin.trust_brokers(["broker-b:8080", "broker-c:8080"])  # as active_brokers() would have listed them
+    return admin
 
 
 @responses.activate
@@ -84,8 +86,52 @@ def test_redirect_loop_and_too_many_hops():
     responses.reset()
     for i in range(12):
         responses.get(f"http://h{i}:8080/x", status=307, headers={"Location": f"http://h{i + 1}:8080/x"})
+    hopping = AdminClient("http://h0:8080", retries=1)
+    hopping.trust_brokers([f"h{i}:8080" for i in range(13)])
     with pytest.raises(RedirectError, match="more than 8 redirects"):
-        AdminClient("http://h0:8080", retries=1).get_json("/x")
+        hopping.get_json("/x")
+
+
+@responses.activate
+def test_the_token_goes_only_to_the_admin_host_and_listed_brokers():
+    """A 307 to a host the cluster never listed is refused before anything is sent there."""
+    responses.get(f"{A}/admin/v2/brokers/c1", json=["broker-b:8080"])
+    responses.put(
+        f"{A}/admin/v2/namespaces/t/ns/0x0_0x1/unload",
+        status=307,
+        headers={"Location": "http://evil.example:8080/admin/v2/namespaces/t/ns/0x0_0x1/unload"},
+    )
+    fresh = AdminClient(A, token="s3cr3t-value", retries=1)
+    with pytest.raises(RedirectError, match="refused to follow a redirect 'evil.example'"):
+        fresh.unload("t/ns/0x0_0x1")
+    assert [c.request.url.split("/")[2] for c in responses.calls] == ["broker-a:8080"]
+    with pytest.raises(RedirectError, match="refused to call 'broker-b'"):  # not listed yet
+        fresh.load_report("broker-b:8080")
+    fresh.active_brokers("c1")  # now it is
+    responses.get(f"{B}/admin/v2/broker-stats/load-report", json={})
+    assert fresh.load_report("broker-b:8080") == {}
+    assert responses.calls[-1].request.headers["Authorization"] == "Bearer s3cr3t-value"
+
+
+@responses.activate
+def test_answers_are_bounded_in_size_and_time():
+    big = AdminClient(A, retries=1, max_body_bytes=1000)
+    responses.get(f"{A}/admin/v2/clusters", body=b"[" + b" " * 5000 + b"]")
+    with pytest.raises(BadResponse, match="larger than"):
+        big.clusters()
+    for body in ("null", "42", '"text"', "[1, 2]"):
+        responses.get(f"{A}/admin/v2/brokers/leaderBroker", body=body)
+        with pytest.raises(BadResponse, match="expected a JSON object"):
+            big.leader()
+        responses.reset()
+    for body in ("null", "7", '"x"', '{"not-a-bundle": {}}'):
+        responses.get(f"{A}/admin/v2/brokers/c1/b:1/ownedNamespaces", body=body)
+        with pytest.raises(BadResponse):
+            big.owned_bundles("c1", "b:1")
+        responses.reset()
+    responses.get(f"{A}/admin/v2/clusters", body=b"\xff\xfe[]")
+    with pytest.raises(BadResponse, match="not JSON"):
+        big.clusters()
 
 
 @responses.activate

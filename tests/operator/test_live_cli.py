@@ -11,8 +11,9 @@ ACT_NOW = ["--set", "loadBalancerAvgShedderHitCountHighThreshold=1"]
 
 
 @pytest.fixture
-def sim(live_served, monkeypatch):
+def sim(live_served, monkeypatch, tmp_path):
     monkeypatch.setenv("PULSAR_ADMIN_URL", live_served.admin_url)
+    monkeypatch.chdir(tmp_path)  # the state file (state/operator-state.json) and its lock go here
     return live_served
 
 
@@ -29,7 +30,7 @@ def test_dry_run_prints_the_plan_and_mutates_nothing(sim, capsys):
 
 
 def test_rebalance_executes_and_reports_outcomes(sim, capsys):
-    code, out, _ = run(capsys, "rebalance", "--output", "json", *ACT_NOW, "--set", "pauseSeconds=0")
+    code, out, _ = run(capsys, "rebalance", "--no-dry-run", "--output", "json", *ACT_NOW, "--set", "pauseSeconds=0")
     doc = json.loads(out)
     executed = [o for o in doc["outcomes"] if o["outcome"] == "executed"]
     assert code == 0 and len(executed) == 5  # the per-broker cap of 5 holds back the rest
@@ -39,8 +40,8 @@ def test_rebalance_executes_and_reports_outcomes(sim, capsys):
 
 def test_failed_actions_exit_1(sim, capsys):
     sim.inject("broker-0", Fault("/unload", status=500, body="--- An unexpected error occurred in the server ---"))
-    code, out, _ = run(capsys, "rebalance", *ACT_NOW, "--set", "pauseSeconds=0")
-    assert code == 1 and "failed (HTTP 500" in out
+    code, out, _ = run(capsys, "rebalance", "--no-dry-run", *ACT_NOW, "--set", "pauseSeconds=0")
+    assert code == 1 and "unknown (HTTP 500" in out
 
 
 def test_conflict_guard_warns_or_turns_the_builtin_shedder_off(sim, capsys):
@@ -49,6 +50,9 @@ def test_conflict_guard_warns_or_turns_the_builtin_shedder_off(sim, capsys):
     code, _, err = run(capsys, "rebalance", "--dry-run")
     assert code == 0 and "PULSAR'S OWN SHEDDER IS ON" in err
     code, _, err = run(capsys, "rebalance", "--dry-run", "--set", "disableBuiltinShedding=true")
+    assert code == 0 and "dry run: would turn Pulsar's own shedder off" in err
+    assert sim.mutating_requests() == []  # a dry run changes no configuration either
+    code, _, err = run(capsys, "rebalance", "--no-dry-run", "--set", "disableBuiltinShedding=true")
     assert code == 0 and "turned Pulsar's own shedder off" in err
     assert sim.cluster.dynamic_config["loadBalancerSheddingEnabled"] == "false"
 

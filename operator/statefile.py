@@ -1,0 +1,97 @@
+"""The operator's state file, and the lock that makes its holder the one active instance on this host.
+
+Read strictly: a state file that exists but is not a complete operator state stops the operator with
+a message naming the file and the fix (``--reset-state``), because starting fresh silently would
+forget every cooldown and every unload awaiting verification — exactly what lets bundles flap.
+Written atomically (temporary file, fsync, rename) before every action the executor sends.
+
+The lock is an exclusive ``flock`` on ``<stateFile>.lock``: a second ``operator run`` or live
+``operator rebalance`` on the same state exits with code 3 instead of acting beside the first. The
+kernel releases it when the process dies, however it dies, so a SIGKILL never leaves it stale.
+Across hosts (two replicas) the Kubernetes Lease does the same job (``leadership.py``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from pathlib import Path
+
+import structlog
+
+from pulsar_lb_operator import files
+from pulsar_lb_operator.cycle import OperatorState
+from strategies import StateError
+
+log = structlog.get_logger(__name__)
+
+
+class StateFileError(files.FileError):
+    """A state file that exists but cannot be used; the message names the file and the fix."""
+
+
+class AnotherInstanceError(RuntimeError):
+    """Another operator process holds the state lock (exit code 3)."""
+
+
+def load(path: str | Path, reset: bool = False) -> OperatorState:
+    """The state in ``path``; a fresh state when it does not exist, or when ``reset`` (the old file is kept)."""
+    target = Path(path)
+    if not target.exists():
+        return OperatorState()
+    if reset:
+        kept = target.with_name(f"{target.name}.reset-{time.strftime('%Y%m%dT%H%M%S')}")
+        os.replace(target, kept)
+        log.warning("state reset on request: starting with no cooldowns or pending verifications", kept=str(kept))
+        return OperatorState()
+    fix = "repair or remove it, or start over with --reset-state (the old file is kept beside it)"
+    try:
+        document = files.read_json(target, "state file")
+        state = OperatorState.from_json(document)
+    except files.FileError as exc:
+        raise StateFileError(f"{exc}; {fix}") from None
+    except StateError as exc:
+        raise StateFileError(f"state file {str(target)!r} is not a valid operator state ({exc}); {fix}") from None
+    log.info("state restored", path=str(target), pending=len(state.executor.pending))
+    return state
+
+
+def save(path: str | Path, state: OperatorState) -> None:
+    files.write_json_atomically(path, state.to_json())
+
+
+class InstanceLock:
+    """``with InstanceLock(state_file):`` — held for the life of the command."""
+
+    def __init__(self, state_file: str | Path) -> None:
+        self.path = Path(f"{state_file}.lock")
+        self._fd: int | None = None
+
+    def acquire(self) -> InstanceLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 64).decode("ascii", errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise AnotherInstanceError(
+                f"another operator instance is active on this state (lock {self.path} held by pid {holder}); "
+                "stop it first, or give this one its own stateFile if it balances another cluster"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing releases the flock
+            self._fd = None
+
+    def __enter__(self) -> InstanceLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
