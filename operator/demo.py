@@ -161,16 +161,45 @@ def run_simulator(
     stop: threading.Event | None = None,
     ready: Callable[[SimulatedPulsar], None] | None = None,
     out: TextIO = sys.stdout,
+    faults: list[str] | tuple[str, ...] = (),
+    request_log: str | None = None,
 ) -> int:
-    """Serve a scenario until stopped, advancing simulated time ``speed`` × real time."""
+    """Serve a scenario until stopped, advancing simulated time ``speed`` × real time.
+
+    ``faults``: --fault specs, armed after the scenario's own ``faults:``; ``request_log``: a file to
+    append one JSON line per request to.
+    """
+    from pulsar_lb_operator.files import FileError
+    from simulator.faults import parse_fault
+
     scenario = load_scenario(scenario_name)
+    rules = [*scenario.faults, *(parse_fault(f, scenario.broker_names, "--fault") for f in faults)]
+    if request_log is not None:
+        try:
+            open(request_log, "a", encoding="utf-8").close()
+        except OSError as exc:
+            raise FileError(f"cannot write request log {request_log!r}: {exc.strerror or exc}") from None
     epoch_ms = int(time.time() * 1000)  # report timestamps start at the wall clock, for a live operator
-    sim = serve(lambda allocate: SimulatedCluster(scenario, allocate, epoch_ms), first_port=port, token=token)
+    sim = serve(
+        lambda allocate: SimulatedCluster(scenario, allocate, epoch_ms),
+        first_port=port,
+        token=token,
+        faults=rules,
+        request_log=request_log,
+    )
     stop = stop or threading.Event()
     try:
         print(f"Simulated Pulsar cluster {scenario.cluster!r} ({scenario.name}): admin URL {sim.admin_url}", file=out)
         for broker in sim.cluster.brokers.values():
             print(f"  {broker.name}: {broker.web_url}", file=out)
+        if rules:
+            print(f"Injected faults ({len(rules)}):", file=out)
+            for rule in rules:
+                print(f"  {rule.spec}", file=out)
+        else:
+            print("Injected faults: none", file=out)
+        if request_log is not None:
+            print(f"Request log: {request_log} (one JSON line per request)", file=out)
         print(f"Simulated time runs at {speed:g}× real time. Ctrl-C stops.", file=out, flush=True)
         if ready is not None:
             ready(sim)
@@ -184,3 +213,5 @@ def run_simulator(
         return 0
     finally:
         sim.stop()
+        if rules:
+            print(f"Faults fired: {sim.faults_fired}", file=out, flush=True)

@@ -159,7 +159,7 @@ def run_daemon(args: argparse.Namespace) -> int:
             code = runner.serve()
         finally:
             client.close()
-    _exit_now_if_threads_linger(code)
+    _exit_now_if_threads_linger(code, runner.abandoned)
     return code
 
 
@@ -171,11 +171,12 @@ def _elector(settings: OperatorSettings) -> daemon_module.Elector | None:
     return elector_from_settings(settings)
 
 
-def _exit_now_if_threads_linger(code: int) -> None:
+def _exit_now_if_threads_linger(code: int, abandoned: bool) -> None:
     """A call that hung past the shutdown timeout lives on in a worker thread; the process must still end
-    (its attempt is on disk). Python would wait for every non-daemon thread at exit, so end here."""
+    (its attempt is on disk). Python would join every non-daemon thread, and every executor's worker,
+    at exit, so end here."""
     lingering = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
-    if lingering:
+    if abandoned or lingering:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

@@ -19,6 +19,7 @@ from pulsar_lb_operator.executor import Safety
 from strategies.config import ConfigError, LoadBalancerConfig, config_keys, convert_value
 
 ENV_PREFIX = "PULSAR_LB_"
+MAY_BE_EMPTY = ("historyUri", "profileUri")  # "" turns the history or the profile off
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,8 @@ class OperatorSettings:
     pauseSeconds: float = 5.0  # between two actions of a cycle
     brokerTimeoutSeconds: float = 20.0  # a broker whose load report takes longer is left out of the cycle
     verifyAfterSeconds: float = 120.0
+    shutdownTimeoutSeconds: float = 50.0  # SIGTERM → exit within this (the pod's terminationGracePeriodSeconds − 10)
+    maxResponseMegabytes: float = 64.0  # a larger admin API answer is cut off with an error, never read whole
     stateFile: str = "state/operator-state.json"
     historyUri: str = "history"  # where every cycle's samples go (Parquet); a directory or s3a://, hdfs://…; "" off
     historyRetentionDays: float = 14.0
@@ -53,6 +56,12 @@ class OperatorSettings:
     auditTopic: str = "persistent://public/default/pulsar-lb-operator-audit"
     auditSpoolDir: str | None = None  # events wait here until the broker has them; default: beside stateFile
     auditSpoolMaxMegabytes: float = 64.0  # past this, new events are dropped and counted, never blocking a cycle
+    leaderElection: bool = False  # act only while holding the Kubernetes Lease leaseName (see leadership.py)
+    leaseName: str = "pulsar-lb-operator"
+    leaseNamespace: str | None = None  # default: the pod's namespace (its service account's namespace file)
+    leaseDurationSeconds: float = 15.0  # a standby takes over an unrenewed lease after this
+    renewDeadlineSeconds: float = 10.0  # the leader stops acting when it could not renew for this long
+    retryPeriodSeconds: float = 2.0  # between two tries to acquire or renew
     logLevel: str = "info"
     logJson: bool = False
     seed: int = 0
@@ -64,6 +73,9 @@ class OperatorSettings:
         for key in ("pauseSeconds", "verifyAfterSeconds"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"{key}: must be >= 0")
+        for key in ("shutdownTimeoutSeconds", "maxResponseMegabytes", "brokerTimeoutSeconds"):
+            if not getattr(self, key) > 0:
+                raise ConfigError(f"{key}: must be > 0")
         if not 0 <= self.metricsPort <= 65535:
             raise ConfigError("metricsPort: must be a port number (0 disables)")
         if self.logLevel.lower() not in ("debug", "info", "warning", "error"):
@@ -80,6 +92,13 @@ class OperatorSettings:
             raise ConfigError("auditSpoolMaxMegabytes: must be > 0")
         if self.auditEnabled and not (self.auditServiceUrl or self.adminUrl):
             raise ConfigError("auditEnabled: needs auditServiceUrl (or an adminUrl to derive it from)")
+        for key in ("leaseDurationSeconds", "renewDeadlineSeconds", "retryPeriodSeconds"):
+            if not getattr(self, key) > 0:
+                raise ConfigError(f"{key}: must be > 0")
+        if not self.renewDeadlineSeconds < self.leaseDurationSeconds:
+            raise ConfigError("renewDeadlineSeconds: must be less than leaseDurationSeconds (no two leaders at once)")
+        if not self.retryPeriodSeconds < self.renewDeadlineSeconds:
+            raise ConfigError("retryPeriodSeconds: must be less than renewDeadlineSeconds")
         for pattern in self.excludedNamespaces:
             try:
                 re.compile(pattern)
@@ -147,5 +166,8 @@ def resolve(
         if _env_name(key) in environ and key != "tokenEnv":
             ours[key] = environ[_env_name(key)]
     ours.update({k: v for k, v in flags.items() if v is not None})
-    converted = {k: convert_value(k, fields[k].type.replace(" | None", ""), v) for k, v in ours.items()}
+    converted = {
+        k: "" if k in MAY_BE_EMPTY and v == "" else convert_value(k, fields[k].type.replace(" | None", ""), v)
+        for k, v in ours.items()
+    }
     return OperatorSettings(**converted), LoadBalancerConfig().replace(pulsar), set(pulsar)

@@ -3,7 +3,9 @@
 Paths, query parameters, status codes, redirects and bodies follow
 shared/reference/pulsar-admin-api.md §2–§3 and §7. Errors with an explicit status carry
 ``{"reason": ...}``; unauthenticated requests get Jetty's HTML 401 page; an unexpected failure is a
-text/plain 500 and never stops the server.
+text/plain 500 and never stops the server. Injected faults (simulator/faults.py) make brokers
+misbehave on purpose; every request, faulted or not, is recorded (``SimulatedPulsar.requests``) and
+optionally appended to a JSON-lines request log.
 """
 
 from __future__ import annotations
@@ -14,13 +16,15 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from pathlib import Path
+from typing import Any, TextIO
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 from simulator.cluster import Broker, SimError, SimulatedCluster
+from simulator.faults import FaultRule, FaultSet, FaultSpecError, parse_fault
 from strategies.bundles import format_boundary, split_bundle_name
 from strategies.config import ConfigError, LoadBalancerConfig, config_keys
 
@@ -29,48 +33,103 @@ STATIC_RUNTIME = {
     "loadManagerClassName": "org.apache.pulsar.broker.loadbalance.impl.ModularLoadManagerImpl",
     "loadBalancerEnabled": "true",
 }
+HTML_401 = "<html><body><h2>HTTP ERROR 401 Authentication required</h2></body></html>"
+# what a ``garbage`` fault answers: not JSON, not even UTF-8 (an invalid sequence right at the start)
+GARBAGE = b'\xc3\x28\xa0\xa1<\x89PNG\r\n\x1a\n{"cpu": \xff\xfe\xfd garbage \xed\xa0\x80\xf8\x88\x80\x80\x80'
 
 
 @dataclass
 class Response:
     status: int
-    body: Any = None  # dict/list → JSON; str → text/plain; None → empty
+    body: Any = None  # dict/list → JSON; str → text/plain; bytes → as is; None → empty
     headers: dict[str, str] | None = None
     content_type: str | None = None
 
 
 @dataclass(frozen=True)
 class Fault:
-    """An injected misbehaviour of one broker for requests whose path contains ``path``."""
+    """The older, path-only form of a fault, for ``SimulatedPulsar.inject`` (any method).
+
+    ``delay_s`` sleeps first; then ``status`` answers that status (with ``body`` as text/plain, or
+    Pulsar's reason JSON), or ``body`` alone answers 200 with it as application/json.
+    """
 
     path: str
     status: int | None = None
     body: str | None = None
     delay_s: float = 0.0
 
+    def rules(self, broker: str) -> list[FaultRule]:
+        out = []
+        if self.delay_s:
+            out.append(FaultRule(broker, "*", self.path, "delay", delay_s=self.delay_s))
+        if self.status is not None:
+            out.append(FaultRule(broker, "*", self.path, "status", self.status, body=self.body))
+        elif self.body is not None:
+            out.append(
+                FaultRule(broker, "*", self.path, "status", 200, body=self.body, content_type="application/json")
+            )
+        return out
+
 
 @dataclass(frozen=True)
 class Request:
-    broker: str
+    """One request a broker received, with what it answered (status 0: the connection was dropped)."""
+
+    broker: str  # the broker's id, host:port
     method: str
     path: str
     query: str
     status: int
+    user_agent: str | None = None
+    fault: str | None = None  # the spec of the fault(s) that fired, joined by " + "; None: none did
+    at_ms: int = 0  # wall clock, epoch ms, when the request was read
+    broker_name: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """The request log's line: at, broker (its name), brokerId, method, path, query, status, userAgent, fault."""
+        return {
+            "at": self.at_ms,
+            "broker": self.broker_name or self.broker,
+            "brokerId": self.broker,
+            "method": self.method,
+            "path": self.path,
+            "query": self.query,
+            "status": self.status,
+            "userAgent": self.user_agent,
+            "fault": self.fault,
+        }
 
 
 class SimulatedPulsar:
     """Serves a SimulatedCluster: starts a listener per broker, and one for each broker added later."""
 
-    def __init__(self, cluster: SimulatedCluster, token: str | None = None, user_token: str | None = None) -> None:
-        """``token``: the super-user's; ``user_token``: a valid token of a role without super-user rights."""
+    def __init__(
+        self,
+        cluster: SimulatedCluster,
+        token: str | None = None,
+        user_token: str | None = None,
+        faults: Iterable[FaultRule | str] | None = None,
+        request_log: str | Path | None = None,
+    ) -> None:
+        """``token``: the super-user's; ``user_token``: a valid token of a role without super-user rights.
+
+        ``faults``: rules or spec strings to arm (None: the scenario's ``faults:``); ``request_log``: a
+        file to append one JSON line per request to (closed by ``stop``).
+        """
         self.cluster = cluster
         self.token = token
         self.user_token = user_token
         self.servers: dict[str, ThreadingHTTPServer] = {}
         self._closing: dict[str, threading.Thread] = {}
         self.requests: list[Request] = []
-        self.faults: dict[str, list[Fault]] = {}
+        self.faults = FaultSet()
+        for fault in getattr(cluster.scenario, "faults", ()) if faults is None else faults:
+            self.add_fault(fault)
         self._log_lock = threading.Lock()
+        self._log_file: TextIO | None = None
+        if request_log is not None:
+            self._log_file = open(request_log, "a", encoding="utf-8")  # noqa: SIM115 - closed by stop()
         cluster.listeners.append(self._on_membership)
         for broker in list(cluster.brokers.values()):
             self._serve(broker)
@@ -119,6 +178,10 @@ class SimulatedPulsar:
         for closer in self._closing.values():
             closer.join()
         self._closing.clear()
+        with self._log_lock:
+            if self._log_file is not None:
+                self._log_file.close()
+                self._log_file = None
 
     def __enter__(self) -> SimulatedPulsar:
         return self
@@ -135,15 +198,62 @@ class SimulatedPulsar:
     def url_of(self, name: str) -> str:
         return self.cluster.by_name(name).web_url
 
+    # ------------------------------------------------------------------ faults
+
+    @property
+    def broker_names(self) -> set[str]:
+        """Names a fault may target: the cluster's brokers and those the scenario's events will add."""
+        names = {b.name for b in self.cluster.brokers.values()}
+        return names | getattr(self.cluster.scenario, "broker_names", set())
+
+    def add_fault(self, fault: FaultRule | str) -> FaultRule:
+        """Arm a fault (a FaultRule or a spec string); FaultSpecError for a bad spec or an unknown broker."""
+        if isinstance(fault, str):
+            rule = parse_fault(fault, self.broker_names)
+        else:
+            rule = fault
+            if rule.broker != "*" and rule.broker not in self.broker_names:
+                raise FaultSpecError(
+                    f"fault {rule.spec!r}: unknown broker {rule.broker!r} "
+                    f"(brokers: {', '.join(sorted(self.broker_names))}; * for all)"
+                )
+        return self.faults.add(rule)
+
+    def remove_fault(self, fault: FaultRule | str) -> bool:
+        """Disarm the first active fault equal to ``fault``; False when none is."""
+        rule = parse_fault(fault, self.broker_names) if isinstance(fault, str) else fault
+        return self.faults.remove(rule)
+
     def inject(self, broker_name: str, fault: Fault) -> None:
-        self.faults.setdefault(self.cluster.by_name(broker_name).id, []).append(fault)
+        """The older form: a Fault (path, status, body, delay_s) on one broker, any method."""
+        name = self.cluster.by_name(broker_name).name
+        for rule in fault.rules(name):
+            self.faults.add(rule)
 
     def clear_faults(self) -> None:
         self.faults.clear()
 
+    @property
+    def active_faults(self) -> list[FaultRule]:
+        return self.faults.rules
+
+    @property
+    def faults_fired(self) -> int:
+        """How many times a fault fired (a request it changed, delays included) since the start."""
+        return self.faults.fired
+
+    def fault_counts(self) -> list[tuple[FaultRule, int]]:
+        """Each active fault with the number of times it fired."""
+        return self.faults.counts()
+
+    # ------------------------------------------------------------------ request log
+
     def log(self, request: Request) -> None:
         with self._log_lock:
             self.requests.append(request)
+            if self._log_file is not None:
+                self._log_file.write(json.dumps(request.to_json()) + "\n")
+                self._log_file.flush()
 
     def mutating_requests(self) -> list[Request]:
         return [r for r in self.requests if r.method in ("PUT", "POST", "DELETE")]
@@ -170,23 +280,60 @@ class _Handler(BaseHTTPRequestHandler):
         self._handle("DELETE")
 
     def _handle(self, method: str) -> None:
+        at_ms = int(time.time() * 1000)
         parts = urlsplit(self.path)
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
-        try:
-            response = self._respond(method, parts.path, parts.query, body)
-        except SimError as exc:
-            response = Response(exc.status, {"reason": exc.reason})
-        except Exception:  # a simulator bug must not take the broker down: answer 500 like Jetty does
-            response = Response(500, f"{UNEXPECTED}\n{traceback.format_exc()}")
-        self.pulsar.log(Request(self.broker_id, method, parts.path, parts.query, response.status))
+        broker = self.pulsar.cluster.brokers.get(self.broker_id)
+        name = broker.name if broker is not None else ""
+        delays: list[FaultRule] = []
+        fault: FaultRule | None = None
+        if broker is not None and broker.alive:
+            delays, fault = self.pulsar.faults.before(name, method, parts.path)
+        fired = list(delays)
+        if delays:
+            time.sleep(sum(d.delay_s for d in delays))
+        response: Response | None
+        if fault is not None and not fault.after:
+            fired.append(fault)
+            response = _fault_response(fault)
+        else:
+            response = self._answer(method, parts.path, parts.query, body)
+            if fault is not None and 200 <= response.status < 300 and self.pulsar.faults.take(fault):
+                fired.append(fault)
+                response = _fault_response(fault)
+        request = Request(
+            self.broker_id,
+            method,
+            parts.path,
+            parts.query,
+            response.status if response is not None else 0,
+            user_agent=self.headers.get("User-Agent"),
+            fault=" + ".join(f.spec for f in fired) or None,
+            at_ms=at_ms,
+            broker_name=name,
+        )
+        self.pulsar.log(request)
+        if response is None:  # reset: drop the connection without a word
+            self.close_connection = True
+            return
         self._send(response)
+
+    def _answer(self, method: str, path: str, query: str, body: bytes) -> Response:
+        try:
+            return self._respond(method, path, query, body)
+        except SimError as exc:
+            return Response(exc.status, {"reason": exc.reason})
+        except Exception:  # a simulator bug must not take the broker down: answer 500 like Jetty does
+            return Response(500, f"{UNEXPECTED}\n{traceback.format_exc()}")
 
     def _send(self, response: Response) -> None:
         if isinstance(response.body, dict | list):
             payload, ctype = json.dumps(response.body).encode(), "application/json"
         elif isinstance(response.body, str):
             payload, ctype = response.body.encode(), response.content_type or "text/plain"
+        elif isinstance(response.body, bytes):
+            payload, ctype = response.body, response.content_type or "application/octet-stream"
         else:
             payload, ctype = b"", None
         self.send_response(response.status)
@@ -206,13 +353,6 @@ class _Handler(BaseHTTPRequestHandler):
         if broker is None or not broker.alive:
             self.close_connection = True
             raise SimError(503, "Broker is not available")
-        for fault in self.pulsar.faults.get(self.broker_id, []):
-            if fault.path in path:
-                time.sleep(fault.delay_s)
-                if fault.status is not None:
-                    return Response(fault.status, fault.body if fault.body is not None else {"reason": "injected"})
-                if fault.body is not None:
-                    return Response(200, fault.body, content_type="application/json")
         if path == "/status.html":
             return Response(200, "OK")
         if self.pulsar.token is not None:
@@ -220,8 +360,7 @@ class _Handler(BaseHTTPRequestHandler):
             if self.pulsar.user_token is not None and auth == f"Bearer {self.pulsar.user_token}":
                 return Response(401, {"reason": "This operation requires super-user access"})
             if auth != f"Bearer {self.pulsar.token}":
-                html = "<html><body><h2>HTTP ERROR 401 Authentication required</h2></body></html>"
-                return Response(401, html, content_type="text/html")
+                return Response(401, HTML_401, content_type="text/html")
         query = parse_qs(query_text, keep_blank_values=True)
         for pattern, methods, handler in _ROUTES:
             match = pattern.fullmatch(path)
@@ -454,6 +593,20 @@ class _Handler(BaseHTTPRequestHandler):
         return Response(200, str(split_bundle_name(bundle)[1]))
 
 
+def _fault_response(fault: FaultRule) -> Response | None:
+    """What a fault answers; None: the connection is dropped without an answer."""
+    if fault.kind in ("reset", "reset-after"):
+        return None
+    if fault.kind == "garbage":
+        return Response(200, GARBAGE, content_type="application/json")
+    if fault.kind == "html401":
+        return Response(401, HTML_401, content_type="text/html")
+    status = fault.status or 500
+    if fault.body is not None:
+        return Response(status, fault.body, content_type=fault.content_type)
+    return Response(status, {"reason": "injected fault"} if status >= 400 else None)
+
+
 def _route(path: str) -> re.Pattern[str]:
     return re.compile(path.replace("{}", "([^/]+)"))
 
@@ -493,7 +646,9 @@ def serve(
     first_port: int | None = None,
     token: str | None = None,
     user_token: str | None = None,
+    faults: Iterable[FaultRule | str] | None = None,
+    request_log: str | Path | None = None,
 ) -> SimulatedPulsar:
-    """Build a cluster whose brokers get free loopback ports, and serve it."""
+    """Build a cluster whose brokers get free loopback ports, and serve it (``faults``: see SimulatedPulsar)."""
     cluster = cluster_factory(SimulatedPulsar.port_allocator(first_port))
-    return SimulatedPulsar(cluster, token, user_token)
+    return SimulatedPulsar(cluster, token, user_token, faults, request_log)

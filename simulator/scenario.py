@@ -11,11 +11,14 @@ import json
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from simulator.traffic import Pattern
+
+if TYPE_CHECKING:
+    from simulator.faults import FaultRule
 
 EVENT_TYPES = ("add_broker", "crash_broker", "remove_broker", "restart_broker", "rolling_restart", "traffic")
 PLACEMENTS = ("LeastLongTermMessageRate", "random")
@@ -80,6 +83,12 @@ class Scenario:
     initial_owners: dict[str, float]
     events: tuple[EventSpec, ...]
     config: dict[str, Any]
+    faults: tuple[FaultRule, ...] = ()  # injected faults (simulator/faults.py), armed when served over HTTP
+
+    @property
+    def broker_names(self) -> set[str]:
+        """Every broker name the scenario knows: its brokers and those its events add."""
+        return {b.name for b in self.brokers} | {e.broker for e in self.events if e.type == "add_broker" and e.broker}
 
 
 def _check_keys(data: dict[str, Any], allowed: set[str], where: str) -> None:
@@ -249,6 +258,7 @@ _TOP_KEYS = {
     "initial_owners",
     "events",
     "config",
+    "faults",
 }
 
 
@@ -281,6 +291,9 @@ def parse_scenario(data: Any, default_name: str = "scenario") -> Scenario:
     config = data.get("config", {}) or {}
     if not isinstance(config, dict):
         raise ScenarioError("config: expected a mapping of Pulsar settings")
+    from simulator.faults import parse_faults  # faults.py builds on this module's ScenarioError
+
+    faults = parse_faults(data.get("faults"), names)  # names now include the brokers events add
     return Scenario(
         name=str(data.get("name", default_name)),
         description=str(data.get("description", "")),
@@ -295,6 +308,7 @@ def parse_scenario(data: Any, default_name: str = "scenario") -> Scenario:
         initial_owners=owners,
         events=tuple(sorted(events, key=lambda e: e.at_s)),
         config=dict(config),
+        faults=faults,
     )
 
 
