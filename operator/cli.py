@@ -146,6 +146,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     simulate.add_argument("--request-log", metavar="FILE", help="append one JSON line per request served to FILE")
 
+    rehearse = commands.add_parser(
+        "rehearse",
+        help="run the operator against a matrix of injected faults and count what went wrong",
+        description="Serve a simulated cluster with faults (every kind on every admin endpoint the operator "
+        "calls, a broker crash mid-cycle, the kill switch, a dry run, kill -9 and restart, two instances) and run "
+        "the operator's cycles against each. Prints faults injected, daemon crashes, rail violations, double "
+        "actions, state lost and secrets in logs; exits 0 only if all but the first are 0. "
+        "Example: operator rehearse --quick",
+    )
+    rehearse.add_argument("--scenario", default="demo", help="a shipped scenario name or a file (default: demo)")
+    rehearse.add_argument("--quick", action="store_true", help="four fault kinds per endpoint instead of nine")
+    rehearse.add_argument("--only", metavar="TEXT", help="run only the cases whose name contains TEXT")
+    rehearse.add_argument("--json", action="store_true", help="print the rows as JSON")
+    rehearse.add_argument("--jobs", type=int, default=4, help="cases run at once, in worker processes (default 4)")
+
     bench = commands.add_parser(
         "benchmark",
         help="compare every strategy on every scenario (PIP-364's table, measured)",
@@ -323,6 +338,18 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
 
 
+def cmd_rehearse(args: argparse.Namespace) -> int:
+    from pulsar_lb_operator import rehearse
+
+    if args.jobs < 1:
+        raise UsageError("--jobs must be at least 1")
+    try:
+        code, _ = rehearse.rehearse(args.scenario, args.quick, as_json=args.json, only=args.only, jobs=args.jobs)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     logs.configure(
@@ -339,6 +366,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "demo": cmd_demo,
             "simulate": cmd_simulate,
             "benchmark": cmd_benchmark,
+            "rehearse": cmd_rehearse,
         }
         return commands[args.command](args)
     except UsageError as exc:

@@ -326,6 +326,7 @@ class Executor:
         records: list[Record] = []
         still: list[dict[str, Any]] = []
         owners: dict[str, str] | None = None
+        owners_read = False  # one attempt per cycle: a broker that cannot answer now is asked next cycle
         for item in state.pending:
             age_s = (self.now_ms() - int(item.get("at", 0))) / 1000
             if age_s < self.safety.verify_after_seconds:
@@ -338,8 +339,8 @@ class Executor:
                 else:
                     records.append(record)
                 continue
-            if owners is None:
-                owners = self._owners()
+            if not owners_read:
+                owners, owners_read = self._owners(), True
             if owners is None:  # cannot read ownership now: try again next cycle
                 still.append(item)
                 continue

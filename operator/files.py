@@ -1,8 +1,16 @@
-"""Reading and writing the operator's files: snapshots, strategy state, configuration."""
+"""Reading and writing the operator's files: snapshots, strategy state, configuration.
+
+Every reader fails with FileError and one line naming the file and the problem: missing, unreadable,
+a directory, not UTF-8 text, not JSON / YAML / TOML, nested too deep, a JSON number that is not
+finite (``NaN``, ``Infinity``, or too large for a double: JSON has no such numbers), or a top-level
+value of the wrong type. What a snapshot or a state holds is checked by their own parsers
+(SnapshotError, StateError), which name the field.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -11,6 +19,7 @@ from typing import Any
 import tomllib
 import yaml
 
+from strategies.documents import describe, type_name
 from strategies.snapshots import ClusterSnapshot, parse_snapshot
 from strategies.state import StrategyState
 
@@ -19,19 +28,89 @@ class FileError(ValueError):
     """A file that cannot be read or parsed; the message names the file."""
 
 
-def read_json(path: str | Path, what: str) -> Any:
+def _name(path: str | Path) -> str:
+    return repr(str(path))
+
+
+def _read_text(path: str | Path, what: str) -> str:
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = Path(path).read_bytes()
     except OSError as exc:
-        raise FileError(f"cannot read {what} {str(path)!r}: {exc.strerror or exc}") from None
+        raise FileError(f"cannot read {what} {_name(path)}: {exc.strerror or exc}") from None
     try:
-        return json.loads(text)
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FileError(
+            f"{what} {_name(path)} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})"
+        ) from None
+
+
+class _NotFinite:
+    """A JSON number the decoder would turn into NaN or ±infinity, kept as written to be reported."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _float(text: str) -> float | _NotFinite:
+    value = float(text)
+    return value if math.isfinite(value) else _NotFinite(text)
+
+
+def _key_path(path: str, key: str) -> str:
+    if not key.isidentifier():
+        return f"{path}[{describe(key, limit=200)}]"
+    return f"{path}.{key}" if path else key
+
+
+def _first_not_finite(document: Any) -> tuple[str, str] | None:
+    """(path, text) of the first NaN / Infinity / overflowing number, walking without recursion."""
+    stack: list[tuple[Any, str]] = [(document, "")]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, _NotFinite):
+            return path or "(top level)", value.text
+        if isinstance(value, dict):
+            stack.extend(reversed([(v, _key_path(path, k)) for k, v in value.items()]))
+        elif isinstance(value, list):
+            stack.extend(reversed([(v, f"{path}[{i}]") for i, v in enumerate(value)]))
+    return None
+
+
+def _parse_json(text: str, path: str | Path, what: str) -> Any:
+    try:
+        document = json.loads(text, parse_constant=_NotFinite, parse_float=_float)
+    except RecursionError:
+        raise FileError(f"{what} {_name(path)} is not valid JSON: nested too deep") from None
     except json.JSONDecodeError as exc:
-        raise FileError(f"{what} {str(path)!r} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+        raise FileError(f"{what} {_name(path)} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    except ValueError as exc:  # an integer of more digits than Python converts
+        raise FileError(f"{what} {_name(path)} is not valid JSON: {str(exc).splitlines()[0]}") from None
+    found = _first_not_finite(document)
+    if found is not None:
+        where, number = found
+        raise FileError(
+            f"{what} {_name(path)}: {where}: expected a finite number, got {number} "
+            "(JSON has no NaN or Infinity, and a double stops at 1.8e308)"
+        )
+    return document
+
+
+def read_json(path: str | Path, what: str) -> Any:
+    """Any JSON document, strictly: valid UTF-8, finite numbers only."""
+    return _parse_json(_read_text(path, what), path, what)
+
+
+def read_json_object(path: str | Path, what: str) -> dict[str, Any]:
+    """A JSON document whose top level must be an object."""
+    document = read_json(path, what)
+    if not isinstance(document, dict):
+        raise FileError(f"{what} {_name(path)} must hold a JSON object, got {type_name(document)}")
+    return document
 
 
 def read_snapshot(path: str | Path) -> ClusterSnapshot:
-    return parse_snapshot(read_json(path, "snapshot"))
+    return parse_snapshot(read_json_object(path, "snapshot"))
 
 
 def write_json_atomically(path: str | Path, document: Any) -> None:
@@ -51,35 +130,49 @@ def write_json_atomically(path: str | Path, document: Any) -> None:
 
 
 def read_state(path: str | Path) -> StrategyState:
-    """The strategy state file, or a fresh state when it does not exist yet."""
-    if not Path(path).exists():
+    """The strategy state file, or a fresh state when there is no file at all.
+
+    Anything else that is not a readable state (a dangling link, no permission, bad content) is an
+    error, never a fresh start: that would silently forget hit counters and grace periods.
+    """
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
         return StrategyState()
-    return StrategyState.from_json(read_json(path, "state file"))
+    except OSError:
+        pass  # reading it says what is wrong
+    return StrategyState.from_json(read_json_object(path, "state file"))
 
 
 def write_state(path: str | Path, state: StrategyState) -> None:
     write_json_atomically(path, state.to_json())
 
 
+def _config_problem(exc: Exception) -> str:
+    problem, mark = getattr(exc, "problem", None), getattr(exc, "problem_mark", None)
+    if problem and mark is not None:  # YAML: say where, not the multi-line excerpt
+        return f"{problem} at line {mark.line + 1}"
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """A YAML, TOML or JSON mapping of settings (Pulsar key names)."""
-    target = Path(path)
-    try:
-        text = target.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise FileError(f"cannot read config file {str(path)!r}: {exc.strerror or exc}") from None
-    try:
-        if target.suffix == ".toml":
-            data = tomllib.loads(text)
-        elif target.suffix == ".json":
-            data = json.loads(text)
-        else:
-            data = yaml.safe_load(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError, yaml.YAMLError) as exc:
-        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise FileError(f"config file {str(path)!r} cannot be parsed: {first_line}") from None
+    text = _read_text(path, "config file")
+    suffix = Path(path).suffix
+    if suffix == ".json":
+        data = _parse_json(text, path, "config file")
+    else:
+        try:
+            data = tomllib.loads(text) if suffix == ".toml" else yaml.safe_load(text)
+        except RecursionError:
+            raise FileError(f"config file {_name(path)} cannot be parsed: nested too deep") from None
+        except (yaml.YAMLError, ValueError) as exc:  # TOMLDecodeError is a ValueError, as is a bad YAML date
+            raise FileError(f"config file {_name(path)} cannot be parsed: {_config_problem(exc)}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise FileError(f"config file {str(path)!r} must hold a mapping of settings")
+        raise FileError(f"config file {_name(path)} must hold a mapping of settings, got {type_name(data)}")
+    for key in data:
+        if not isinstance(key, str):
+            raise FileError(f"config file {_name(path)}: setting names must be strings, got {describe(key)}")
     return data

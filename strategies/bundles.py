@@ -13,6 +13,8 @@ import re
 import zlib
 from dataclasses import dataclass
 
+from strategies.documents import describe
+
 FIRST_BOUNDARY = 0x00000000
 LAST_BOUNDARY = 0xFFFFFFFF
 FULL_RANGE = "0x00000000_0xffffffff"
@@ -39,7 +41,7 @@ def format_boundary(value: int) -> str:
 def parse_boundary(text: str) -> int:
     """Parse a boundary the way ``Long.decode`` does for Pulsar's hex strings."""
     if not isinstance(text, str) or not re.fullmatch(r"0[xX][0-9a-fA-F]{1,8}", text):
-        raise BundleNameError(f"invalid bundle boundary {text!r}")
+        raise BundleNameError(f"invalid bundle boundary {describe(text)}")
     return int(text, 16)
 
 
@@ -58,7 +60,7 @@ class BundleRange:
     def parse(cls, text: str) -> BundleRange:
         match = _RANGE_RE.match(text) if isinstance(text, str) else None
         if not match:
-            raise BundleNameError(f"invalid bundle range {text!r}")
+            raise BundleNameError(f"invalid bundle range {describe(text, limit=200)}")
         return cls(int(match.group(1), 16), int(match.group(2), 16))
 
     def __str__(self) -> str:
@@ -78,7 +80,8 @@ def split_bundle_name(bundle: str) -> tuple[str, BundleRange]:
     """``tenant/ns/0x..._0x...`` → (``tenant/ns``, range); splits at the last '/' like LoadManagerShared."""
     namespace, sep, range_text = bundle.rpartition("/") if isinstance(bundle, str) else ("", "", "")
     if not sep or not namespace:
-        raise BundleNameError(f"invalid bundle name {bundle!r}: expected tenant/namespace/0x..._0x...")
+        shown = describe(bundle, limit=200)
+        raise BundleNameError(f"invalid bundle name {shown}: expected tenant/namespace/0x..._0x...")
     return namespace, BundleRange.parse(range_text)
 
 

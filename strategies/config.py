@@ -3,7 +3,10 @@
 Defaults follow ServiceConfiguration on Pulsar's master after PR #26609 (AvgShedder for shedding
 and placement, maxUnloadPercentage 0.5, loadBalancerDistributeBundlesEvenlyEnabled false); every
 other default is the 3.x/4.x one. Values may be given as strings (``--set key=value``, dynamic
-config) and are converted and range-checked here, so a bad value fails before any planning.
+config) and are converted and range-checked here, so a bad value fails before any planning. Besides
+each setting's own range, numbers are bounded as snapshot figures are (``strategies.documents``):
+at most 1e15 for a float setting and 2**53 − 1 for an integer one, so that no weight or threshold
+can turn a usage, a square or the state into infinity.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from strategies.documents import MAX_AMOUNT, MAX_INTEGER, describe
 from strategies.snapshots import ResourceWeights
 
 SPLIT_ALGORITHMS = (
@@ -119,7 +123,7 @@ class LoadBalancerConfig:
         for raw_key, value in overrides.items():
             key = ALIASES.get(raw_key, raw_key)
             if key not in known:
-                raise ConfigError(f"unknown configuration key {raw_key!r}")
+                raise ConfigError(f"unknown configuration key {describe(raw_key)}")
             changes[key] = convert_value(key, known[key].type, value)
         return dataclasses.replace(self, **changes)
 
@@ -161,15 +165,21 @@ def convert_value(key: str, annotation: Any, value: Any) -> Any:
         if kind.startswith("tuple"):
             items = value.split(",") if isinstance(value, str) else list(value)
             return tuple(str(i).strip() for i in items if str(i).strip())
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer beyond any float
         pass
-    raise ConfigError(f"{key}: invalid value {value!r} (expected {kind})")
+    raise ConfigError(f"{key}: invalid value {describe(value)} (expected {kind})")
 
 
 def _validate(cfg: LoadBalancerConfig) -> None:
     def need(condition: bool, key: str, rule: str) -> None:
         if not condition:
-            raise ConfigError(f"{key}: {getattr(cfg, key)!r} is out of range ({rule})")
+            raise ConfigError(f"{key}: {describe(getattr(cfg, key))} is out of range ({rule})")
+
+    for f in dataclasses.fields(cfg):
+        if f.type == "int":
+            need(abs(getattr(cfg, f.name)) <= MAX_INTEGER, f.name, f"at most {MAX_INTEGER}")
+        elif f.type == "float":
+            need(abs(getattr(cfg, f.name)) <= MAX_AMOUNT, f.name, f"at most {MAX_AMOUNT:g}")
 
     for key in (
         "loadBalancerSheddingIntervalMinutes",
@@ -220,7 +230,7 @@ def _validate(cfg: LoadBalancerConfig) -> None:
     )
     unknown = [a for a in cfg.supportedNamespaceBundleSplitAlgorithms if a not in SPLIT_ALGORITHMS]
     if unknown:
-        raise ConfigError(f"supportedNamespaceBundleSplitAlgorithms: unknown algorithm {unknown[0]!r}")
+        raise ConfigError(f"supportedNamespaceBundleSplitAlgorithms: unknown algorithm {describe(unknown[0])}")
     if cfg.defaultNamespaceBundleSplitAlgorithm not in SPLIT_ALGORITHMS:
         raise ConfigError(
             f"defaultNamespaceBundleSplitAlgorithm: unknown algorithm {cfg.defaultNamespaceBundleSplitAlgorithm!r}"

@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from strategies import bundles as bundle_names
+from strategies.documents import MAX_AVERAGE, Reader, StateError
 from strategies.snapshots import BundleStats, ClusterSnapshot, MessageTotals
 
 if TYPE_CHECKING:  # profile.py imports this module
@@ -56,9 +57,10 @@ class MessageAverage(MessageTotals):
         return [self.num_samples, self.msgRateIn, self.msgRateOut, self.msgThroughputIn, self.msgThroughputOut]
 
     @classmethod
-    def from_json(cls, max_samples: int, data: Any) -> MessageAverage:
-        n, rin, rout, tin, tout = data
-        return cls(max_samples, int(n), float(rin), float(rout), float(tin), float(tout))
+    def from_json(cls, max_samples: int, data: Any, path: str = "average") -> MessageAverage:
+        """``[samples, rate in, rate out, throughput in, throughput out]``; anything else raises StateError."""
+        count, *values = Reader(data, path, StateError).items(length=5)
+        return cls(max_samples, count.integer(maximum=max_samples), *(v.number(maximum=MAX_AVERAGE) for v in values))
 
 
 @dataclass(frozen=True)
@@ -84,12 +86,15 @@ class BundleData:
         }
 
     @classmethod
-    def from_json(cls, data: Any) -> BundleData:
+    def from_json(cls, data: Any, path: str = "bundle data") -> BundleData:
+        """What ``to_json`` wrote; anything else raises StateError naming the field."""
+        reader = Reader(data, path, StateError)
+        short, long = reader.child("short"), reader.child("long")
         return cls(
-            MessageAverage.from_json(NUM_SHORT_SAMPLES, data["short"]),
-            MessageAverage.from_json(NUM_LONG_SAMPLES, data["long"]),
-            int(data.get("topics", 0)),
-            int(data.get("lastSeen", 0)),
+            MessageAverage.from_json(NUM_SHORT_SAMPLES, short.value, short.path),
+            MessageAverage.from_json(NUM_LONG_SAMPLES, long.value, long.path),
+            reader.child("topics", required=False, default=0).integer(),
+            reader.child("lastSeen", required=False, default=0).integer(),
         )
 
 

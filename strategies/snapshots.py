@@ -4,7 +4,10 @@ Field names and units are those of Pulsar's ``LocalBrokerData`` as served by
 ``GET /admin/v2/broker-stats/load-report``: cpu in percent-of-one-core units (limit = 100 × cores),
 memory and directMemory in MiB, bandwidth in kbit/s, rates in msg/s, throughputs in bytes/s.
 A snapshot file (format ``pulsar-lb-snapshot/1``) is what the admin API said, captured; parsing
-validates it once here so strategies can trust every number.
+validates it once here so strategies can trust every number: finite, not negative, and within the
+bounds of ``strategies.documents`` (1e15 for resource figures and bundle or topic rates and
+throughputs, 5e307 for a broker's own totals, 2**53 − 1 for counts and timestamps; a resource limit
+is 0 or at least 1e-6).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from types import MappingProxyType
 from typing import Any
 
 from strategies import bundles as bundle_names
+from strategies.documents import MAX_BROKER_TOTAL, MIN_LIMIT, Reader, describe
 
 SNAPSHOT_FORMAT = "pulsar-lb-snapshot/1"
 RESOURCE_FIELDS = ("cpu", "memory", "directMemory", "bandwidthIn", "bandwidthOut")
@@ -27,8 +31,11 @@ class SnapshotError(ValueError):
 
 
 def _float32(value: float) -> float:
-    # ResourceUsage.percentUsage() is computed in float precision in Pulsar.
-    return struct.unpack("f", struct.pack("f", value))[0]
+    """Java's ``(float)`` cast: ResourceUsage.percentUsage() is computed in float precision in Pulsar."""
+    try:
+        return struct.unpack("f", struct.pack("f", value))[0]
+    except OverflowError:  # beyond Float.MAX_VALUE: Java gives infinity (parsed snapshots never get here)
+        return math.copysign(math.inf, value)
 
 
 @dataclass(frozen=True)
@@ -37,9 +44,10 @@ class ResourceUsage:
     limit: float
 
     def percent_usage(self) -> float:
-        if self.limit <= 0:
+        limit = _float32(self.limit)
+        if limit <= 0:  # not known (or below float precision: parsing accepts no such limit)
             return 0.0
-        return _float32(_float32(_float32(self.usage) / _float32(self.limit)) * 100)
+        return _float32(_float32(_float32(self.usage) / limit) * 100)
 
 
 class MessageTotals:
@@ -189,67 +197,20 @@ class ClusterSnapshot:
 # Parsing: one reader walks the JSON and names the exact path of anything wrong.
 
 
-class _Reader:
-    def __init__(self, value: Any, path: str) -> None:
-        self.value = value
-        self.path = path
-
-    def fail(self, problem: str) -> SnapshotError:
-        return SnapshotError(f"{self.path}: {problem}")
-
-    def obj(self) -> dict[str, Any]:
-        if not isinstance(self.value, dict):
-            raise self.fail(f"expected an object, got {_type_name(self.value)}")
-        return self.value
-
-    def child(self, key: str, *, required: bool = True, default: Any = None) -> _Reader:
-        data = self.obj()
-        if key not in data:
-            if required:
-                raise SnapshotError(f"{self.path}.{key}: missing")
-            return _Reader(default, f"{self.path}.{key}")
-        return _Reader(data[key], f"{self.path}.{key}")
-
-    def number(self, *, non_negative: bool = True) -> float:
-        v = self.value
-        if isinstance(v, bool) or not isinstance(v, int | float):
-            raise self.fail(f"expected a number, got {_type_name(v)}")
-        if not math.isfinite(v):
-            raise self.fail(f"expected a finite number, got {v}")
-        if non_negative and v < 0:
-            raise self.fail(f"must not be negative, got {v}")
-        return float(v)
-
-    def integer(self) -> int:
-        v = self.value
-        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v != int(v):
-            raise self.fail(f"expected an integer, got {_type_name(v)} {v!r}")
-        if v < 0:
-            raise self.fail(f"must not be negative, got {v}")
-        return int(v)
-
-    def string(self) -> str:
-        if not isinstance(self.value, str) or not self.value:
-            raise self.fail(f"expected a non-empty string, got {_type_name(self.value)}")
-        return self.value
-
-    def string_list(self) -> list[str]:
-        if not isinstance(self.value, list):
-            raise self.fail(f"expected a list, got {_type_name(self.value)}")
-        return [_Reader(v, f"{self.path}[{i}]").string() for i, v in enumerate(self.value)]
+def _reader(value: Any, path: str) -> Reader:
+    return Reader(value, path, SnapshotError)
 
 
-def _type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    return {dict: "object", list: "list", str: "string", bool: "boolean"}.get(type(value), "number")
+def _resource(reader: Reader) -> ResourceUsage:
+    usage = reader.child("usage").number()
+    limit_reader = reader.child("limit")
+    limit = limit_reader.number()
+    if 0 < limit < MIN_LIMIT:
+        raise limit_reader.fail(f"must be 0 (not known) or at least {MIN_LIMIT:g}, got {limit!r}")
+    return ResourceUsage(usage, limit)
 
 
-def _resource(reader: _Reader) -> ResourceUsage:
-    return ResourceUsage(reader.child("usage").number(), reader.child("limit").number())
-
-
-def _bundle_stats(reader: _Reader) -> BundleStats:
+def _bundle_stats(reader: Reader) -> BundleStats:
     reader.obj()
 
     def num(key: str) -> float:
@@ -272,18 +233,14 @@ def _bundle_stats(reader: _Reader) -> BundleStats:
 
 def parse_broker_load(broker_id: str, report: Any, path: str = "load-report") -> BrokerLoad:
     """Validate one ``LocalBrokerData`` JSON document (what a broker's load-report returned)."""
-    reader = _Reader(report, path)
+    reader = _reader(report, path)
     data = reader.obj()
     report_type = data.get("loadReportType", "LocalBrokerData")
     if report_type != "LocalBrokerData":
         raise reader.child("loadReportType").fail(
-            f"unsupported report type {report_type!r} (only the modular load manager's LocalBrokerData)"
+            f"unsupported report type {describe(report_type)} (only the modular load manager's LocalBrokerData)"
         )
-    last_stats_reader = reader.child("lastStats")
-    last_stats = {
-        name: _bundle_stats(_Reader(stats, f"{last_stats_reader.path}[{name!r}]"))
-        for name, stats in last_stats_reader.obj().items()
-    }
+    last_stats = {name: _bundle_stats(stats) for name, stats in reader.child("lastStats").entries()}
     bundle_list = reader.child("bundles").string_list()
     for name in [*last_stats, *bundle_list]:
         try:
@@ -298,10 +255,10 @@ def parse_broker_load(broker_id: str, report: Any, path: str = "load-report") ->
         directMemory=_resource(reader.child("directMemory")),
         bandwidthIn=_resource(reader.child("bandwidthIn")),
         bandwidthOut=_resource(reader.child("bandwidthOut")),
-        msgRateIn=reader.child("msgRateIn").number(),
-        msgRateOut=reader.child("msgRateOut").number(),
-        msgThroughputIn=reader.child("msgThroughputIn").number(),
-        msgThroughputOut=reader.child("msgThroughputOut").number(),
+        msgRateIn=reader.child("msgRateIn").number(maximum=MAX_BROKER_TOTAL),
+        msgRateOut=reader.child("msgRateOut").number(maximum=MAX_BROKER_TOTAL),
+        msgThroughputIn=reader.child("msgThroughputIn").number(maximum=MAX_BROKER_TOTAL),
+        msgThroughputOut=reader.child("msgThroughputOut").number(maximum=MAX_BROKER_TOTAL),
         lastUpdate=reader.child("lastUpdate").integer(),
         lastStats=MappingProxyType(last_stats),
         bundles=frozenset(bundle_list),
@@ -310,7 +267,7 @@ def parse_broker_load(broker_id: str, report: Any, path: str = "load-report") ->
     )
 
 
-def _boundaries(reader: _Reader) -> tuple[int, ...]:
+def _boundaries(reader: Reader) -> tuple[int, ...]:
     texts = reader.child("boundaries").string_list()
     try:
         values = [bundle_names.parse_boundary(t) for t in texts]
@@ -320,7 +277,7 @@ def _boundaries(reader: _Reader) -> tuple[int, ...]:
     return tuple(values)
 
 
-def _topic_stats(reader: _Reader) -> TopicStats:
+def _topic_stats(reader: Reader) -> TopicStats:
     reader.obj()
     return TopicStats(
         **{
@@ -332,32 +289,28 @@ def _topic_stats(reader: _Reader) -> TopicStats:
 
 def parse_snapshot(document: Any) -> ClusterSnapshot:
     """Validate a ``pulsar-lb-snapshot/1`` document and build the snapshot."""
-    root = _Reader(document, "snapshot")
+    root = _reader(document, "snapshot")
     root.obj()
     fmt = root.child("format").value
     if fmt != SNAPSHOT_FORMAT:
-        raise root.child("format").fail(f"expected {SNAPSHOT_FORMAT!r}, got {fmt!r}")
+        raise root.child("format").fail(f"expected {SNAPSHOT_FORMAT!r}, got {describe(fmt)}")
     cluster = root.child("cluster").string()
     taken_at = root.child("takenAt").integer()
     brokers_reader = root.child("brokers")
     brokers: dict[str, BrokerLoad] = {}
-    for broker_id, report in brokers_reader.obj().items():
+    for broker_id, report in brokers_reader.entries():
         if ":" not in broker_id:
-            raise brokers_reader.fail(f"broker id {broker_id!r} is not host:port")
-        brokers[broker_id] = parse_broker_load(broker_id, report, f"{brokers_reader.path}[{broker_id!r}]")
+            raise brokers_reader.fail(f"broker id {describe(broker_id)} is not host:port")
+        brokers[broker_id] = parse_broker_load(broker_id, report.value, report.path)
     ns_reader = root.child("namespaces", required=False, default={})
-    namespaces = {ns: _boundaries(_Reader(v, f"{ns_reader.path}[{ns!r}]")) for ns, v in ns_reader.obj().items()}
-    topics_reader = root.child("topics", required=False, default={})
+    namespaces = {ns: _boundaries(bounds) for ns, bounds in ns_reader.entries()}
     topics: dict[str, Mapping[str, TopicStats]] = {}
-    for bundle, per_topic in topics_reader.obj().items():
-        bundle_reader = _Reader(per_topic, f"{topics_reader.path}[{bundle!r}]")
+    for bundle, bundle_reader in root.child("topics", required=False, default={}).entries():
         try:
             bundle_names.split_bundle_name(bundle)
         except bundle_names.BundleNameError as exc:
             raise bundle_reader.fail(str(exc)) from None
-        topics[bundle] = MappingProxyType(
-            {t: _topic_stats(_Reader(s, f"{bundle_reader.path}[{t!r}]")) for t, s in bundle_reader.obj().items()}
-        )
+        topics[bundle] = MappingProxyType({t: _topic_stats(s) for t, s in bundle_reader.entries()})
     return ClusterSnapshot(
         cluster=cluster,
         taken_at=taken_at,

@@ -3,22 +3,22 @@
 Pulsar keeps these in the leader's memory (and loses them on a leader change); we keep them in a
 value the planner returns and the daemon writes to its state file, so a restart does not reset hit
 counters, history averages or grace periods. Strategies never mutate a state: they return a new one.
+
+Reading one back is strict: a document that is not a well-formed state raises StateError naming the
+field, never a fresh (reset) state. Keys an older version did not write are optional.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
+from strategies.documents import MAX_AVERAGE, MAX_FINITE, Reader, StateError, describe, type_name
 from strategies.loaddata import BundleData
 
 STATE_FORMAT = "pulsar-lb-state/1"
-
-
-class StateError(ValueError):
-    """A state document that cannot be read back."""
 
 
 def _frozen(mapping: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
@@ -47,8 +47,10 @@ class PendingMove:
         return [self.source, self.destination, self.planned_at, list(self.traffic)]
 
     @classmethod
-    def from_json(cls, doc: Any) -> PendingMove:
-        return cls(str(doc[0]), str(doc[1]), int(doc[2]), tuple(float(v) for v in doc[3]))  # type: ignore[arg-type]
+    def from_json(cls, doc: Any, path: str = "pending move") -> PendingMove:
+        source, destination, planned_at, traffic = Reader(doc, path, StateError).items(length=4)
+        rate, thr_in, thr_out = (v.number(maximum=MAX_AVERAGE) for v in traffic.items(length=3))
+        return cls(source.string(), destination.string(), planned_at.integer(), (rate, thr_in, thr_out))
 
 
 @dataclass(frozen=True)
@@ -110,27 +112,40 @@ class StrategyState:
 
     @classmethod
     def from_json(cls, doc: Any) -> StrategyState:
-        if not isinstance(doc, dict) or doc.get("format") != STATE_FORMAT:
-            raise StateError(f"not a {STATE_FORMAT} document")
-        try:
-            return cls().evolve(
-                bundle_data={b: BundleData.from_json(d) for b, d in doc.get("bundleData", {}).items()},
-                recently_unloaded={b: int(t) for b, t in doc.get("recentlyUnloaded", {}).items()},
-                threshold_ema={b: float(v) for b, v in doc.get("thresholdEma", {}).items()},
-                placement_ema={b: float(v) for b, v in doc.get("placementEma", {}).items()},
-                avg_hits_high={b: int(v) for b, v in doc.get("avgHitsHigh", {}).items()},
-                avg_hits_low={b: int(v) for b, v in doc.get("avgHitsLow", {}).items()},
-                transfer_hit_count=int(doc.get("transferHitCount", 0)),
-                transfer_recent_brokers={b: int(t) for b, t in doc.get("transferRecentBrokers", {}).items()},
-                transfer_ema={
-                    b: TransferBrokerEma(float(v[0]), float(v[1]), int(v[2]))
-                    for b, v in doc.get("transferEma", {}).items()
-                },
-                predictive_pending={b: PendingMove.from_json(m) for b, m in doc.get("predictivePending", {}).items()},
-                predictions={b: (float(v[0]), int(v[1])) for b, v in doc.get("predictions", {}).items()},
-                prediction_errors={b: float(v) for b, v in doc.get("predictionErrors", {}).items()},
-                predictive_members=frozenset(str(b) for b in doc.get("predictiveMembers", [])),
-                predictive_changed_at=int(doc.get("predictiveChangedAt", 0)),
-            )
-        except (AttributeError, KeyError, TypeError, ValueError, IndexError) as exc:
-            raise StateError(f"malformed state document: {exc}") from None
+        """What ``to_json`` wrote; anything else raises StateError naming the field (never a fresh state)."""
+        if not isinstance(doc, dict):
+            raise StateError(f"not a {STATE_FORMAT} document: expected an object, got {type_name(doc)}")
+        if doc.get("format") != STATE_FORMAT:
+            raise StateError(f"not a {STATE_FORMAT} document: format is {describe(doc.get('format'))}")
+        root = Reader(doc, "state", StateError)
+
+        def table(key: str, read: Callable[[Reader], Any]) -> dict[str, Any]:
+            return {name: read(entry) for name, entry in root.child(key, required=False, default={}).entries()}
+
+        def ema(reader: Reader) -> float:
+            return reader.number(maximum=MAX_FINITE)
+
+        def transfer_ema(reader: Reader) -> TransferBrokerEma:
+            weighted, throughput, updated_at = reader.items(length=3)
+            return TransferBrokerEma(ema(weighted), ema(throughput), updated_at.integer())
+
+        def prediction(reader: Reader) -> tuple[float, int]:
+            usage, planned_at = reader.items(length=2)
+            return ema(usage), planned_at.integer()
+
+        return cls().evolve(
+            bundle_data=table("bundleData", lambda r: BundleData.from_json(r.value, r.path)),
+            recently_unloaded=table("recentlyUnloaded", Reader.integer),
+            threshold_ema=table("thresholdEma", ema),
+            placement_ema=table("placementEma", ema),
+            avg_hits_high=table("avgHitsHigh", Reader.integer),
+            avg_hits_low=table("avgHitsLow", Reader.integer),
+            transfer_hit_count=root.child("transferHitCount", required=False, default=0).integer(),
+            transfer_recent_brokers=table("transferRecentBrokers", Reader.integer),
+            transfer_ema=table("transferEma", transfer_ema),
+            predictive_pending=table("predictivePending", lambda r: PendingMove.from_json(r.value, r.path)),
+            predictions=table("predictions", prediction),
+            prediction_errors=table("predictionErrors", lambda r: r.number(maximum=MAX_FINITE, non_negative=False)),
+            predictive_members=frozenset(root.child("predictiveMembers", required=False, default=[]).string_list()),
+            predictive_changed_at=root.child("predictiveChangedAt", required=False, default=0).integer(),
+        )

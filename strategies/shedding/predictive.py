@@ -318,6 +318,11 @@ def shed(load: LoadData, config: LoadBalancerConfig, state: StrategyState) -> Sh
     return SheddingResult(tuple(unloads), next_state, tuple(notes))
 
 
+def _square(x: float) -> float:
+    """x², as infinity rather than OverflowError when a cost model predicts beyond 1e154 points."""
+    return x * x
+
+
 def _best_move(
     load: LoadData,
     forecast: Forecast,
@@ -343,10 +348,10 @@ def _best_move(
             if new_destination > new_source or new_destination > limit:
                 continue  # over-placement: the destination would end hotter than the source
             gain = (
-                (u_source - mean) ** 2
-                + (u_destination - mean) ** 2
-                - (new_source - mean) ** 2
-                - (new_destination - mean) ** 2
+                _square(u_source - mean)
+                + _square(u_destination - mean)
+                - _square(new_source - mean)
+                - _square(new_destination - mean)
             )
             if gain > best_gain or (gain == best_gain and best is not None and (bundle, destination) < best[:2]):
                 best_gain = gain

@@ -67,6 +67,11 @@ def update_emas(load: LoadData, config: LoadBalancerConfig, state: StrategyState
     return {b: e for b, e in emas.items() if b in load.snapshot.brokers}
 
 
+def _square(x: float) -> float:
+    """x², as infinity rather than OverflowError when a (state-given) load is beyond 1e154."""
+    return x * x
+
+
 @dataclass
 class _LoadStats:
     """Running avg/std of broker load; ``offload`` moves load between two brokers (avg unchanged)."""
@@ -81,11 +86,11 @@ class _LoadStats:
 
     @property
     def std(self) -> float:
-        return math.sqrt(max(self.squares / self.n - self.avg**2, 0.0))
+        return math.sqrt(max(self.squares / self.n - _square(self.avg), 0.0))
 
     def offload(self, max_load: float, min_load: float, amount: float) -> None:
         new_max, new_min = max(0.0, max_load - amount), min_load + amount
-        self.squares += new_max**2 + new_min**2 - max_load**2 - min_load**2
+        self.squares += _square(new_max) + _square(new_min) - _square(max_load) - _square(min_load)
 
 
 def shed(load: LoadData, config: LoadBalancerConfig, state: StrategyState) -> SheddingResult:
@@ -111,7 +116,7 @@ def shed(load: LoadData, config: LoadBalancerConfig, state: StrategyState) -> Sh
                 return skip(f"CoolDown: {broker} has not reported since its last unload", state.transfer_hit_count)
             del recent_brokers[broker]
         value = emas[broker].weighted_max_ema
-        n, total, squares = n + 1, total + value, squares + value**2
+        n, total, squares = n + 1, total + value, squares + _square(value)
     if n == 0:
         return skip("OutDatedData" if outdated else "NoBrokers", state.transfer_hit_count)
     stats = _LoadStats(n, total, squares)

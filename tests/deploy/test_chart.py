@@ -12,9 +12,11 @@ import pytest
 import yaml
 
 from pulsar_lb_operator.cli import main
+from pulsar_lb_operator.leadership import LeaseClient, LeaseElector, elector_from_settings
 from pulsar_lb_operator.settings import OperatorSettings, resolve
 from strategies import PLACEMENT, SHEDDING
 from strategies.config import config_keys
+from tests.kube_api import FakeKubeApi
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "pulsar-lb-operator"
 KUBE = "1.30.0"
@@ -30,8 +32,12 @@ COMBINATIONS = {
         "spark": {"master": "spark://spark-master:7077", "conf": {"spark.executor.memory": "4g"}},
         "history": {"uri": "s3a://pulsar-lb/history", "profileUri": "s3a://pulsar-lb/profile"},
     },
+    "ha": {"replicaCount": 2, "podDisruptionBudget": {"enabled": True}},
     "everything": {
         "dryRun": False,
+        "leaderElection": {"enabled": True},
+        "podDisruptionBudget": {"enabled": True},
+        "terminationGracePeriodSeconds": 90,
         "auth": {"token": {"enabled": True, "role": "lb-operator"}},
         "tls": {"enabled": True, "ca": {"enabled": True, "secretName": "my-ca"}},
         "pulsar": {"release": "prod", "cluster": "east"},
@@ -50,6 +56,10 @@ def render(values=None):
     notes = rendered.pop("pulsar-lb-operator/templates/NOTES.txt")
     docs = [d for text in rendered.values() for d in yaml.safe_load_all(text) if d]
     return {d["kind"]: d for d in docs}, docs, notes
+
+
+def env_of(manifests):
+    return {e["name"]: e for e in container(manifests)["env"]}
 
 
 def settings_file(manifests):
@@ -111,6 +121,8 @@ def test_the_rendered_settings_file_is_read_by_the_operator_with_every_setting_i
     assert set(settings) >= {f.name for f in dataclasses.fields(OperatorSettings)}, "every operator setting"
     ours, config, explicit = resolve(settings, {}, {})
     assert ours.dryRun is False and ours.auditEnabled is True and ours.cluster == "east"
+    assert ours.leaderElection is True and ours.leaseName == manifests["Deployment"]["metadata"]["name"]
+    assert ours.shutdownTimeoutSeconds == 80.0
     assert ours.auditServiceUrl == "pulsar+ssl://prod-broker:6651" and ours.adminUrl == "https://prod-broker:8443"
     assert config.loadBalancerLoadSheddingStrategy == "PredictivePairingShedder" and explicit
     assert volume(manifests, "data")["persistentVolumeClaim"]["claimName"] == "lb-data"
@@ -188,10 +200,108 @@ def test_an_external_spark_master_gets_the_driver_reachable_from_its_executors()
         ({"spark": {"master": "local[two]"}}, "/spark/master"),
         ({"metrics": {"port": 70000}}, "/metrics/port"),
         ({"pulsar": {"adminUrl": "pulsar-broker:8080"}}, "/pulsar/adminUrl"),
+        ({"replicaCount": 0}, "/replicaCount"),
+        ({"replicaCount": 1.5}, "/replicaCount"),
+        ({"leaderElection": {"enabled": "yes"}}, "/leaderElection/enabled"),
+        ({"leaderElection": {"leaseDurationSeconds": 0}}, "/leaderElection/leaseDurationSeconds"),
+        ({"leaderElection": {"retryPeriodSeconds": -1}}, "/leaderElection/retryPeriodSeconds"),
+        ({"terminationGracePeriodSeconds": 10}, "/terminationGracePeriodSeconds"),
+        ({"updateStrategy": {"type": "OnDelete"}}, "/updateStrategy/type"),
     ],
 )
 def test_a_bad_value_is_rejected_with_the_key_named(values, where):
     with helm.Chart.load(CHART) as chart, pytest.raises(helm.HelmValuesError, match=re.escape(where)):
+        chart.render(values=values, name="lb", namespace="pulsar")
+
+
+def test_two_replicas_elect_a_leader_over_a_lease_the_pod_may_read_create_and_update():
+    manifests, _, notes = render({"replicaCount": 2})
+    fullname = manifests["Deployment"]["metadata"]["name"]
+    deployment = manifests["Deployment"]["spec"]
+    assert deployment["replicas"] == 2
+    assert deployment["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    pod = deployment["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is True, "leader election calls the API with the account's token"
+    assert env_of(manifests)["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+
+    role, binding = manifests["Role"], manifests["RoleBinding"]
+    assert all(r["apiGroups"] == ["coordination.k8s.io"] and r["resources"] == ["leases"] for r in role["rules"])
+    verbs = {verb: rule.get("resourceNames") for rule in role["rules"] for verb in rule["verbs"]}
+    assert verbs == {"create": None, "get": [fullname], "update": [fullname]}
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": role["metadata"]["name"],
+    }
+    account = manifests["ServiceAccount"]["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": "pulsar"}]
+    assert pod["serviceAccountName"] == account
+
+    settings = settings_file(manifests)
+    assert settings["leaderElection"] is True and settings["leaseName"] == fullname
+    assert settings["leaseNamespace"] == "pulsar" and settings["shutdownTimeoutSeconds"] == 50
+    ours, _, _ = resolve(settings, {}, {})
+    assert (ours.leaseDurationSeconds, ours.renewDeadlineSeconds, ours.retryPeriodSeconds) == (15.0, 10.0, 2.0)
+    assert f"kubectl -n pulsar get lease {fullname} -o jsonpath='{{.spec.holderIdentity}}'" in notes
+    assert "each replica keeps its own state" in notes
+
+    budget = render({"replicaCount": 2, "podDisruptionBudget": {"enabled": True}})[0]["PodDisruptionBudget"]["spec"]
+    assert budget["maxUnavailable"] == 1
+    assert budget["selector"]["matchLabels"].items() <= deployment["template"]["metadata"]["labels"].items()
+
+
+def test_the_rendered_lease_settings_drive_an_elector_that_takes_the_lease():
+    manifests, _, _ = render({"replicaCount": 2})
+    ours, _, _ = resolve(settings_file(manifests), {}, {})
+    with FakeKubeApi() as api:
+        elector = elector_from_settings(ours, client=LeaseClient(api.url, token=api.token), identity="lb-0")
+        assert isinstance(elector, LeaseElector)
+        assert elector.try_acquire_or_renew() and elector.is_leader()
+        lease = api.lease("pulsar", manifests["Deployment"]["metadata"]["name"])
+    assert lease["spec"]["holderIdentity"] == "lb-0" and lease["spec"]["leaseDurationSeconds"] == 15
+
+
+def test_leader_election_is_off_for_one_replica_unless_asked_for():
+    manifests, _, _ = render()
+    assert "Role" not in manifests and "RoleBinding" not in manifests
+    assert settings_file(manifests)["leaderElection"] is False
+    assert "POD_NAME" in env_of(manifests)
+    one = render({"leaderElection": {"enabled": True}, "terminationGracePeriodSeconds": 120})[0]
+    assert one["Deployment"]["spec"]["replicas"] == 1 and {"Role", "RoleBinding"} <= set(one)
+    assert one["Deployment"]["spec"]["template"]["spec"]["automountServiceAccountToken"] is True
+    assert one["Deployment"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 120
+    assert settings_file(one)["leaderElection"] is True and settings_file(one)["shutdownTimeoutSeconds"] == 110
+    own = render({"replicaCount": 2, "serviceAccount": {"create": False, "name": "ops"}})[0]
+    assert "ServiceAccount" not in own and own["RoleBinding"]["subjects"][0]["name"] == "ops"
+    recreate = render({"replicaCount": 2, "updateStrategy": {"type": "Recreate"}})[0]
+    assert recreate["Deployment"]["spec"]["strategy"] == {"type": "Recreate"}
+    claim = render(COMBINATIONS["everything"])[0]["Deployment"]["spec"]
+    assert claim["strategy"] == {"type": "Recreate"}, "the state file's lock admits one pod: never two on a claim"
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"replicaCount": 2, "leaderElection": {"enabled": False}}, "leaderElection.enabled: replicaCount 2 needs"),
+        ({"leaderElection": {"renewDeadlineSeconds": 15}}, "leaderElection.renewDeadlineSeconds: must be less"),
+        ({"leaderElection": {"retryPeriodSeconds": 10}}, "leaderElection.retryPeriodSeconds: must be less"),
+        ({"updateStrategy": {"type": "RollingUpdate"}}, "updateStrategy.type: RollingUpdate needs leader election"),
+        (
+            {
+                "leaderElection": {"enabled": True},
+                "persistence": {"enabled": True},
+                "updateStrategy": {"type": "RollingUpdate"},
+            },
+            "updateStrategy.type: RollingUpdate with persistence.enabled",
+        ),
+        (
+            {"replicaCount": 2, "persistence": {"enabled": True}},
+            "persistence.enabled: one claim cannot serve replicaCount 2",
+        ),
+    ],
+)
+def test_values_that_would_let_two_operators_act_at_once_are_refused(values, message):
+    with helm.Chart.load(CHART) as chart, pytest.raises(helm.HelmRenderError, match=re.escape(message)):
         chart.render(values=values, name="lb", namespace="pulsar")
 
 

@@ -102,10 +102,10 @@ def test_the_token_goes_only_to_the_admin_host_and_listed_brokers():
         headers={"Location": "http://evil.example:8080/admin/v2/namespaces/t/ns/0x0_0x1/unload"},
     )
     fresh = AdminClient(A, token="s3cr3t-value", retries=1)
-    with pytest.raises(RedirectError, match="refused to follow a redirect 'evil.example'"):
+    with pytest.raises(RedirectError, match=r"refused to follow a redirect 'evil\.example'"):
         fresh.unload("t/ns/0x0_0x1")
     assert [c.request.url.split("/")[2] for c in responses.calls] == ["broker-a:8080"]
-    with pytest.raises(RedirectError, match="refused to call 'broker-b'"):  # not listed yet
+    with pytest.raises(RedirectError, match=r"refused to call 'broker-b'"):  # not listed yet
         fresh.load_report("broker-b:8080")
     fresh.active_brokers("c1")  # now it is
     responses.get(f"{B}/admin/v2/broker-stats/load-report", json={})

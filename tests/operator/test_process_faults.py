@@ -203,3 +203,51 @@ def test_the_audit_spool_directory_problems(live_served, tmp_path, kind):
         shutil.rmtree(tmp_path / "spool")
         assert spool.append([{"kind": "planned"}]) == [2]  # written again, numbering goes on
         assert [seq for seq, _ in spool.pending()] == [2]
+
+
+def test_operator_run_against_simulate_with_a_500_after_each_unload(tmp_path):
+    """The issue's own check: `operator simulate demo --fault 'broker-0:PUT:/unload:status-after=500'` and
+    `operator run --no-dry-run` against it: no cap exceeded, and every bundle it moved is in cooldown."""
+    from tests.builders import free_port
+
+    port, log = free_port(), tmp_path / "requests.jsonl"
+    fault = ["--fault", "broker-0:PUT:/unload:status-after=500", "--request-log", str(log)]
+    simulate = subprocess.Popen(
+        [operator_script(), "simulate", "demo", "--port", str(port), "--speed", "60", *fault],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: log.exists() or simulate.poll() is not None)
+        env = {"PULSAR_ADMIN_URL": f"http://127.0.0.1:{port}"}
+        daemon = Operator(_Served(port), tmp_path, "run", *ACT, **env)
+        wait_for(lambda: daemon.events("plan") >= 4, 60)
+        code, _, err = daemon.finish(signal.SIGTERM)
+    finally:
+        simulate.terminate()
+        simulate.communicate(timeout=30)
+    assert code == 0, err
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    fired = [e for e in entries if e["fault"]]
+    calls = [e for e in entries if e["method"] == "PUT" and e["path"].endswith("/unload") and e["status"] != 307]
+    assert fired and all(e["status"] == 500 for e in fired)  # the unloads took effect, then answered 500
+    actions = [json.loads(line) for line in daemon.lines if '"event": "action"' in line]
+    sent = [a for a in actions if a["result"] in ("executed", "unknown", "failed") and a["reason"] != "verification"]
+    assert len(sent) == len(calls)  # every call the cluster saw is one the operator counted
+    per_cycle: dict[str, list[dict]] = {}
+    for action in sent:
+        per_cycle.setdefault(action["cycle_id"], []).append(action)
+    for cycle_actions in per_cycle.values():
+        assert len(cycle_actions) <= 10
+        sources = [a["source"] for a in cycle_actions]
+        assert max(sources.count(s) for s in sources) <= 5
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert {a["bundle"] for a in sent} <= set(state["executor"]["lastMoved"])
+
+
+class _Served:
+    """What Operator() needs of a served cluster: its admin URL (here, an ``operator simulate`` process)."""
+
+    def __init__(self, port):
+        self.admin_url = f"http://127.0.0.1:{port}"

@@ -67,6 +67,45 @@ app.kubernetes.io/part-of: pulsar
 {{- default (printf "%s-ca-tls" .Values.pulsar.release) .Values.tls.ca.secretName }}
 {{- end }}
 
+{{/* "true" when leader election is on: leaderElection.enabled, or, when that is null, replicaCount > 1. */}}
+{{- define "plbo.leaderElection" -}}
+{{- $enabled := .Values.leaderElection.enabled -}}
+{{- if kindIs "invalid" $enabled }}
+{{- if gt (int .Values.replicaCount) 1 }}true{{ end }}
+{{- else if $enabled }}true
+{{- end }}
+{{- end }}
+
+{{/* Rules across values that the schema cannot express; each failure names the key. */}}
+{{- define "plbo.validate" -}}
+{{- $le := .Values.leaderElection -}}
+{{- if and (gt (int .Values.replicaCount) 1) (not (include "plbo.leaderElection" .)) }}
+{{- fail (printf "leaderElection.enabled: replicaCount %v needs leader election, or every replica would act" .Values.replicaCount) }}
+{{- end }}
+{{- if and (gt (int .Values.replicaCount) 1) .Values.persistence.enabled }}
+{{- fail (printf "persistence.enabled: one claim cannot serve replicaCount %v: the lock on the state file admits one pod and the others would exit; keep the emptyDir (each replica its own state) or run one replica" .Values.replicaCount) }}
+{{- end }}
+{{- if eq (.Values.updateStrategy.type | default "") "RollingUpdate" }}
+{{- if not (include "plbo.leaderElection" .) }}
+{{- fail "updateStrategy.type: RollingUpdate needs leader election, or the old and the new pod would both act" }}
+{{- else if .Values.persistence.enabled }}
+{{- fail "updateStrategy.type: RollingUpdate with persistence.enabled would start the new pod beside the old one on a state file whose lock admits one; use Recreate" }}
+{{- end }}
+{{- end }}
+{{- if not (lt (float64 $le.renewDeadlineSeconds) (float64 $le.leaseDurationSeconds)) }}
+{{- fail "leaderElection.renewDeadlineSeconds: must be less than leaderElection.leaseDurationSeconds (the leader must stop acting before a standby may take over)" }}
+{{- end }}
+{{- if not (lt (float64 $le.retryPeriodSeconds) (float64 $le.renewDeadlineSeconds)) }}
+{{- fail "leaderElection.retryPeriodSeconds: must be less than leaderElection.renewDeadlineSeconds" }}
+{{- end }}
+{{- end }}
+
+{{/* "true" when an upgrade may run the new pod beside the old one: only the Lease holder acts, and no
+claim is shared (the state file's lock admits one pod). */}}
+{{- define "plbo.rollingUpdate" -}}
+{{- if and (include "plbo.leaderElection" .) (not .Values.persistence.enabled) }}true{{ end }}
+{{- end }}
+
 {{- define "plbo.dataDir" -}}/var/lib/pulsar-lb-operator{{- end }}
 {{- define "plbo.configDir" -}}/etc/pulsar-lb-operator{{- end }}
 
@@ -97,6 +136,13 @@ app.kubernetes.io/part-of: pulsar
 {{- $_ := set $s "auditTopic" .Values.audit.topic -}}
 {{- $_ := set $s "auditSpoolDir" (printf "%s/audit-spool" $data) -}}
 {{- $_ := set $s "auditSpoolMaxMegabytes" .Values.audit.spoolMaxMegabytes -}}
+{{- $_ := set $s "shutdownTimeoutSeconds" (sub (int .Values.terminationGracePeriodSeconds) 10) -}}
+{{- $_ := set $s "leaderElection" (eq (include "plbo.leaderElection" .) "true") -}}
+{{- $_ := set $s "leaseName" (include "plbo.fullname" .) -}}
+{{- $_ := set $s "leaseNamespace" .Release.Namespace -}}
+{{- $_ := set $s "leaseDurationSeconds" .Values.leaderElection.leaseDurationSeconds -}}
+{{- $_ := set $s "renewDeadlineSeconds" .Values.leaderElection.renewDeadlineSeconds -}}
+{{- $_ := set $s "retryPeriodSeconds" .Values.leaderElection.retryPeriodSeconds -}}
 {{- toYaml (merge $s .Values.loadBalancer) }}
 {{- end }}
 
