@@ -11,6 +11,7 @@ restart). ``/healthz``, ``/readyz`` and Prometheus ``/metrics`` are served on ``
 
 from __future__ import annotations
 
+import json
 import random
 import signal
 import threading
@@ -29,8 +30,9 @@ from pulsar_lb_operator import guard, statefile
 from pulsar_lb_operator.adminapi import AdminClient, AdminError
 from pulsar_lb_operator.audit import publisher as audit_publisher
 from pulsar_lb_operator.cycle import CycleResult, OperatorState, run_cycle
-from pulsar_lb_operator.executor import Executor
+from pulsar_lb_operator.executor import Executor, ExecutorState, ExecutorStateError
 from pulsar_lb_operator.history import HistoryStore
+from pulsar_lb_operator.leadership import STATE_ANNOTATION
 from pulsar_lb_operator.profile import read_profile
 from pulsar_lb_operator.settings import OperatorSettings
 from strategies import LoadBalancerConfig, Split
@@ -40,13 +42,17 @@ log = structlog.get_logger(__name__)
 
 
 class Elector(Protocol):
-    """Leader election (operator/leadership.py): only the leader acts."""
+    """Leader election (operator/leadership.py): only the leader acts, and it keeps its record on the Lease."""
 
     def start(self) -> None: ...
 
     def stop(self) -> None: ...
 
     def is_leader(self) -> bool: ...
+
+    def publish(self, key: str, value: str) -> bool: ...
+
+    def inherited(self, key: str) -> str | None: ...
 
 
 class Metrics:
@@ -172,14 +178,46 @@ class Daemon:
         if leading != self._was_leader:
             self.metrics.leader.set(1 if leading else 0)
             log.warning("leading: this instance acts on the cluster" if leading else "standby: another instance leads")
+            if leading:
+                self._inherit()
             self._was_leader = leading
         return leading
+
+    def _inherit(self) -> None:
+        """Take over the previous leader's record from the Lease: its cooldowns and unverified actions."""
+        text = self.elector.inherited(STATE_ANNOTATION) if self.elector is not None else None
+        if not text:
+            return
+        try:
+            inherited = ExecutorState.from_json(json.loads(text))
+        except (ValueError, ExecutorStateError) as exc:
+            log.error("the previous leader's record on the Lease is unreadable; ignored", reason=str(exc))
+            return
+        executor = self.state.executor.merged(inherited)
+        self.state = OperatorState(self.state.strategy, executor)
+        log.warning(
+            "inherited the previous leader's record",
+            cooldowns=len(inherited.last_moved),
+            pending=len(inherited.pending),
+        )
 
     def _fence(self) -> str | None:
         return None if self.elector is None or self.elector.is_leader() else "no longer the leader"
 
     def _save(self, state: OperatorState) -> None:
+        """The state file, and with leader election the Lease too: written before each call is sent.
+
+        The Lease write is also the fence: it fails once another instance holds the Lease (409 on our
+        resourceVersion), and then nothing more is sent (the executor stops on the OSError).
+        """
         statefile.save(self.settings.stateFile, state)
+        publish = getattr(self.elector, "publish", None)
+        if publish is None:
+            return
+        keep_ms = self.executor.safety.cooldown_minutes * 60_000
+        record = state.executor.recent(self.executor.now_ms(), keep_ms).to_json()
+        if not publish(STATE_ANNOTATION, json.dumps(record, separators=(",", ":"), sort_keys=True)):
+            raise OSError("the Lease did not take the record of this action (no longer the leader?)")
 
     def run_once(self) -> CycleResult | None:
         """One cycle; any failure is logged and counted, never raised (the daemon must keep running)."""

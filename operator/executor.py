@@ -108,6 +108,20 @@ class ExecutorState:
     def awaiting(self) -> set[str]:
         return {p["bundle"] for p in self.pending}
 
+    def merged(self, other: ExecutorState) -> ExecutorState:
+        """Both records at once: the later move of each bundle, every pending action (a new leader
+        inheriting the previous leader's record must honour its cooldowns and verify what it sent)."""
+        moved = dict(self.last_moved)
+        for bundle, at in other.last_moved.items():
+            moved[bundle] = max(at, moved.get(bundle, at))
+        seen = {(p["bundle"], p["at"]) for p in self.pending}
+        pending = [*self.pending, *(p for p in other.pending if (p["bundle"], p["at"]) not in seen)]
+        return ExecutorState(moved, tuple(pending))
+
+    def recent(self, now_ms: int, keep_ms: float) -> ExecutorState:
+        """Only what still matters: cooldowns younger than ``keep_ms``, and every pending action."""
+        return ExecutorState({b: t for b, t in self.last_moved.items() if now_ms - t < keep_ms}, self.pending)
+
     def to_json(self) -> dict[str, Any]:
         return {"lastMoved": dict(sorted(self.last_moved.items())), "pending": list(self.pending)}
 

@@ -57,6 +57,10 @@ log = structlog.get_logger(__name__)
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 LEASES_PATH = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+# The leader's record of what it sent (cooldowns, actions awaiting verification), kept on the Lease
+# itself so that a standby taking over inherits it (see ``publish``).
+STATE_ANNOTATION = "pulsar-lb-operator/executor-state"
+MAX_ANNOTATIONS_BYTES = 256 * 1024  # the API server's limit on all of an object's annotations
 
 
 class LeaseApiError(Exception):
@@ -243,6 +247,10 @@ class LeaseElector:
         self._on_change = on_change
         self._clock = clock
         self._lock = threading.RLock()
+        self._round = threading.Lock()  # one read-then-write of the Lease at a time: rounds and publish()
+        self._annotations: dict[str, str] = {}  # what we keep on the Lease while we hold it
+        self._observed_annotations: dict[str, str] = {}
+        self._inherited: dict[str, str] = {}  # the Lease's annotations when we took it over
         self._observed_spec: dict[str, Any] | None = None
         self._observed_version: str | None = None
         self._observed_at = 0.0  # our clock when the Lease was last seen to change
@@ -299,6 +307,35 @@ class LeaseElector:
         if release:
             self._release()
 
+    def publish(self, key: str, value: str) -> bool:
+        """Write ``key: value`` onto the Lease now (it is renewed by the same write) — only while we hold it.
+
+        True once the API server has it. False when we do not lead, the Lease changed hands (409 on our
+        resourceVersion: a fencing token), or the API server cannot be reached: the caller must then not
+        act. The value stays on the Lease through every later renewal and our release, so the next
+        leader reads it with :meth:`inherited`.
+        """
+        if len(key) + len(value) > MAX_ANNOTATIONS_BYTES - 1024:
+            log.error("lease annotation too large; not written", key=key, bytes=len(value))
+            return False
+        with self._round:
+            if not self.is_leader():
+                return False
+            previous = self._annotations.get(key)
+            self._annotations[key] = value
+            if self._attempt(require_ours=True):
+                return True
+            if previous is None:
+                self._annotations.pop(key, None)
+            else:
+                self._annotations[key] = previous
+            return False
+
+    def inherited(self, key: str) -> str | None:
+        """The value ``key`` had on the Lease when we took it over (the previous leader's record)."""
+        with self._lock:
+            return self._inherited.get(key)
+
     def wait_until_leader(self, timeout: float | None = None) -> bool:
         """Block until we lead (True), or ``timeout`` passes or the elector stops (False)."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -321,6 +358,10 @@ class LeaseElector:
 
     def try_acquire_or_renew(self) -> bool:
         """Read the Lease; create, take over or renew it when we may. True when we hold it afterwards."""
+        with self._round:
+            return self._attempt(require_ours=False)
+
+    def _attempt(self, require_ours: bool) -> bool:
         try:
             lease = self.client.get(self.namespace, self.name, timeout=self.request_timeout)
         except LeaseApiError as exc:
@@ -343,6 +384,9 @@ class LeaseElector:
         if holder != seen_before and holder not in ("", self.identity):
             log.info("lease held by another instance", lease=f"{self.namespace}/{self.name}", holder=holder)
         ours = holder == self.identity
+        if require_ours and not ours:
+            self._not_holding(f"held by {holder or 'nobody'}")
+            return False
         if holder and not ours:
             duration = max(self.lease_duration, _number(spec.get("leaseDurationSeconds")))
             if self._clock() < observed_at + duration:
@@ -357,10 +401,20 @@ class LeaseElector:
             "acquireTime": (spec.get("acquireTime") or now) if ours else now,
             "leaseTransitions": int(_number(spec.get("leaseTransitions"))) + (0 if ours else 1),
         }
+        annotations = dict(metadata.get("annotations") or {})
+        if ours:
+            annotations.update(self._annotations)
+        else:  # taking over: keep the previous leader's record, and hand it to our caller
+            with self._lock:
+                self._inherited = dict(annotations)
+                self._annotations = {}
         body = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
-            "metadata": {k: v for k, v in metadata.items() if k != "managedFields"},
+            "metadata": {
+                **{k: v for k, v in metadata.items() if k != "managedFields"},
+                **({"annotations": annotations} if annotations else {}),
+            },
             "spec": new_spec,
         }
         sent_at = self._clock()
@@ -405,6 +459,7 @@ class LeaseElector:
     def _won(self, written: dict[str, Any], sent_at: float, took_over: bool, previous: str) -> bool:
         spec = dict(written.get("spec") or {})
         with self._lock:
+            self._observed_annotations = dict((written.get("metadata") or {}).get("annotations") or {})
             self._observed_spec = spec
             self._observed_version = (written.get("metadata") or {}).get("resourceVersion")
             self._observed_at = self._clock()
@@ -450,13 +505,17 @@ class LeaseElector:
     def _release(self) -> None:
         with self._lock:
             spec, version = self._observed_spec, self._observed_version
+            annotations = {**self._observed_annotations, **self._annotations}
         if not spec or spec.get("holderIdentity") != self.identity:
             return
         now = _micro_time()
+        metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace, "resourceVersion": version}
+        if annotations:  # a PUT replaces the object: what we recorded must go with it to the next leader
+            metadata["annotations"] = annotations
         body = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
-            "metadata": {"name": self.name, "namespace": self.namespace, "resourceVersion": version},
+            "metadata": metadata,
             "spec": {
                 **spec,
                 "holderIdentity": "",
@@ -549,6 +608,13 @@ class AlwaysLeader:
         self._stopped = True
         if self._on_change is not None:
             self._on_change(False)
+
+    def publish(self, key: str, value: str) -> bool:
+        """No Lease to write to: the state file is the whole record. True while leading."""
+        return self.is_leader()
+
+    def inherited(self, key: str) -> str | None:
+        return None
 
     def wait_until_leader(self, timeout: float | None = None) -> bool:
         return self.is_leader()

@@ -155,8 +155,16 @@ class FakeKubeApi:
                         f'Operation cannot be fulfilled on leases.coordination.k8s.io "{name}": the object has been '
                         "modified; please apply your changes to the latest version and try again",
                     )
+                annotations = body["metadata"].get("annotations") or {}
+                if sum(len(k) + len(str(v)) for k, v in annotations.items()) > 256 * 1024:
+                    return 422, _status(
+                        422, "Invalid", "metadata.annotations: Too long: must have at most 262144 bytes"
+                    )
                 lease = copy.deepcopy(found)
                 lease["metadata"]["labels"] = body["metadata"].get("labels") or found["metadata"].get("labels")
+                lease["metadata"].pop("annotations", None)
+                if annotations:  # a PUT replaces the object's annotations with the ones sent
+                    lease["metadata"]["annotations"] = copy.deepcopy(annotations)
                 lease["spec"] = copy.deepcopy(body.get("spec") or {})
                 return 200, copy.deepcopy(self._stored(namespace, name, lease))
         return 405, _status(405, "MethodNotAllowed", f"{method} is not supported on {path}")
