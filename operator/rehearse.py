@@ -400,7 +400,8 @@ def _operator(sim: SimulatedPulsar, tmp: Path, token: str, *args: str) -> subpro
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp)
 
 
-def _wait(condition: Callable[[], Any], timeout_s: float) -> Any:
+def wait_until(condition: Callable[[], Any], timeout_s: float) -> Any:
+    """The condition's first true value within ``timeout_s``, else None."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         value = condition()
@@ -410,7 +411,7 @@ def _wait(condition: Callable[[], Any], timeout_s: float) -> Any:
     return None
 
 
-def _pending_on_disk(path: Path) -> list[dict[str, Any]] | None:
+def pending_on_disk(path: Path) -> list[dict[str, Any]] | None:
     try:
         return json.loads(path.read_text())["executor"]["pending"] or None
     except (OSError, ValueError, KeyError, TypeError):
@@ -447,7 +448,7 @@ def sigkill_and_restart(scenario: Scenario) -> Tally:
         clock.start()
         try:
             first = _operator(sim, tmp, token)
-            in_flight = _wait(lambda: _pending_on_disk(tmp / "state.json"), 60)
+            in_flight = wait_until(lambda: pending_on_disk(tmp / "state.json"), 60)
             time.sleep(0.3)  # the call has reached the broker, which sits on it
             code, text = _finish(first, signal.SIGKILL)
             if code != -signal.SIGKILL:

@@ -9,10 +9,10 @@ import signal
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
+from pulsar_lb_operator.rehearse import pending_on_disk, wait_until
 from simulator.http import Fault
 from tests.builders import operator_script
 
@@ -86,21 +86,9 @@ class Operator:
 
 
 def wait_for(condition, timeout_s=20.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
-
-
-def pending_on_disk(path: Path):
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return doc["executor"]["pending"] or None
+    value = wait_until(condition, timeout_s)
+    assert value, "condition not met in time"
+    return value
 
 
 def unload_calls(sim):
