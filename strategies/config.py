@@ -90,6 +90,9 @@ class LoadBalancerConfig:
     loadBalancerBrokerLoadTargetStd: float = 0.25
     loadBalancerSheddingConditionHitCountThreshold: int = 3
     loadBalancerTransferEnabled: bool = True
+    # ExtensibleLoadManagerImpl.debug(): besides logging, TransferShedder counts the traffic a swap brings
+    # back to the max broker (trafficMarkedToGain) only in debug mode
+    loadBalancerDebugModeEnabled: bool = False
     loadBalancerMaxNumberOfBrokerSheddingPerCycle: int = 3
     loadBalanceSheddingDelayInSeconds: int = 180
     loadBalancerBrokerLoadDataTTLInSeconds: int = 1800

@@ -147,8 +147,13 @@ def build_load_data(
     recently_unloaded: Mapping[str, int],
     grace_period_ms: int,
 ) -> tuple[LoadData, dict[str, BundleData], dict[str, int]]:
-    """Sample this snapshot and drop grace-period entries that expired (doLoadShedding step 2)."""
+    """Sample this snapshot and drop grace-period entries that expired (doLoadShedding step 2).
+
+    ModularLoadManagerImpl.doLoadShedding removes an entry when ``unloadedAt < now − grace``: one
+    unloaded exactly a grace period ago is still in its grace period.
+    """
     bundle_data = update_bundle_data(previous_bundle_data, snapshot)
-    recent = {b: t for b, t in recently_unloaded.items() if t > snapshot.taken_at - grace_period_ms}
+    timeout = snapshot.taken_at - grace_period_ms
+    recent = {b: t for b, t in recently_unloaded.items() if not t < timeout}
     load = LoadData(snapshot, MappingProxyType(dict(bundle_data)), MappingProxyType(dict(recent)))
     return load, bundle_data, recent

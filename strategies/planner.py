@@ -1,9 +1,12 @@
 """One planning cycle, as Pulsar's leader runs it: shed, place each unloaded bundle, then split.
 
 Pure: snapshot + config + state + seeded RNG in, (plan, next state) out. It mirrors
-ModularLoadManagerImpl.doLoadShedding (a destination is chosen before unloading and the unload is
-dropped when there is none or it is the current owner) and selectBrokerForAssignment (topic-count
-filter, even distribution per namespace, re-selection away from overloaded brokers, preallocation).
+ModularLoadManagerImpl.doLoadShedding (a destination is chosen by ``selectBroker`` before unloading
+and the unload is dropped when there is none or it is the current owner) and ``selectBroker``
+itself (brokers that load persistent topics, topic-count filter, even distribution per namespace,
+re-selection away from overloaded brokers). ``selectBroker`` does not preallocate: only
+``selectBrokerForAssignment`` (a lookup) does, so the destinations of one cycle's unloads are chosen
+independently of each other (``select_broker_for_assignment`` is that lookup path).
 """
 
 from __future__ import annotations
@@ -33,23 +36,52 @@ def _namespace_bundles(load: LoadData, broker: str, namespace: str, ctx: Placeme
     return sum(1 for b in owned if bundle_names.namespace_of(b) == namespace)
 
 
+def placement_candidates(load: LoadData) -> list[str]:
+    """LoadManagerShared.applyNamespacePolicies for a namespace without isolation policies.
+
+    A broker is a candidate when its report says it loads persistent topics. The bundle of an unload
+    is built from its name (LoadManagerShared.getNamespaceBundle), so its ``hasNonPersistentTopic``
+    is false and ``persistentTopicsEnabled`` is the flag that counts; ``nonPersistentTopicsEnabled``
+    only matters for a lookup of a non-persistent topic, which an unload never is. With no isolation
+    policy at all in the cluster every broker is a shared broker.
+    """
+    return sorted(b for b, data in load.snapshot.brokers.items() if data.persistentTopicsEnabled)
+
+
 def select_broker(bundle: str, placer: registry.Placer, ctx: PlacementContext) -> str | None:
-    """selectBrokerForAssignment: filters, the placement strategy, and the overload re-check."""
+    """ModularLoadManagerImpl.selectBroker: filters, the placement strategy, and the overload re-check.
+
+    Each filter that would leave no broker is skipped, and an empty result falls back to the brokers
+    applyNamespacePolicies allows (never to a broker that does not load persistent topics).
+    """
     load, config = ctx.load, ctx.config
-    candidates = sorted(load.snapshot.brokers)
+    candidates = placement_candidates(load)
+    if not candidates:
+        return None
     filtered = [b for b in candidates if _broker_topics(load, b, ctx) <= config.loadBalancerBrokerMaxTopics]
-    filtered = filtered or candidates
+    filtered = filtered or candidates  # LoadManagerShared.filterBrokersWithLargeTopicCount
     if config.loadBalancerDistributeBundlesEvenlyEnabled:
         namespace = bundle_names.namespace_of(bundle)
         counts = {b: _namespace_bundles(load, b, namespace, ctx) for b in filtered}
         fewest = min(counts.values(), default=0)
-        filtered = [b for b in filtered if counts[b] == fewest]
+        filtered = [b for b in filtered if counts[b] == fewest]  # removeMostServicingBrokersForNamespace
     chosen = placer(filtered or candidates, bundle, ctx)
     if (
         chosen is not None
         and load.snapshot.brokers[chosen].max_resource_usage_with_weight(config.weights) > config.overload_threshold
     ):
+        # Every broker of the filtered list may have been overloaded: choose again among all candidates.
         chosen = placer(candidates, bundle, ctx) or chosen
+    return chosen
+
+
+def select_broker_for_assignment(bundle: str, placer: registry.Placer, ctx: PlacementContext) -> str | None:
+    """ModularLoadManagerImpl.selectBrokerForAssignment (a lookup): an already preallocated bundle keeps
+    its broker; otherwise ``select_broker``, and the bundle is preallocated to the broker chosen."""
+    for broker, preallocated in ctx.preallocated.items():
+        if bundle in preallocated:
+            return broker
+    chosen = select_broker(bundle, placer, ctx)
     if chosen is not None:
         ctx.preallocate(chosen, bundle)
     return chosen
@@ -99,12 +131,20 @@ def plan_cycle(
     """Plan one shedding cycle. Raises UnknownStrategyError for a name not in the registry."""
     shedding_name = registry.shedding_name(shedding or config.loadBalancerLoadSheddingStrategy)
     placement_name = registry.placement_name(placement or registry.default_placement(shedding_name))
+    notes: list[str] = []
+    paired = registry.paired_placement(shedding_name, placement_name)
+    if paired != placement_name:
+        notes.append(
+            f"loadBalancerLoadPlacementStrategy {placement_name} works only with the {placement_name} shedder "
+            f"(its destinations are the shedder's plan); with {shedding_name} Pulsar places with {paired}, "
+            "and so do we (ModularLoadManagerImpl.createLoadBalanceStrategies)"
+        )
+        placement_name = paired
     load, bundle_data, recent = build_load_data(
         snapshot, state.bundle_data, state.recently_unloaded, config.grace_period_ms
     )
     if profile is not None:
         load = load.with_profile(profile)
-    notes: list[str] = []
     result = registry.SHEDDING[shedding_name](load, config, state) if len(snapshot.brokers) > 1 else None
     if result is None:
         notes.append(f"{len(snapshot.brokers)} broker(s): nothing to balance")
@@ -130,6 +170,9 @@ def plan_cycle(
         if self_placing and unload.destination is not None:
             destination: str | None = unload.destination
             how = "destination chosen by the shedder"
+            if destination not in placement_candidates(load):
+                notes.append(f"skip {unload.bundle}: its destination {destination} does not load persistent topics")
+                continue
         else:
             destination = select_broker(unload.bundle, placer, ctx)
             how = f"destination by {placement_name}"
@@ -138,11 +181,16 @@ def plan_cycle(
             continue
         actions.append(Unload(unload.bundle, unload.source, destination, f"{unload.reason}; {how}"))
         recent[unload.bundle] = snapshot.taken_at
-    splits, split_notes = find_bundles_to_split(
-        load, config, skip=frozenset(seen), sustained=None if profile is None else profile.hot
-    )
-    actions.extend(splits)
-    notes.extend(split_notes)
+    if len(snapshot.brokers) > 1:
+        splits, split_notes = find_bundles_to_split(
+            load, config, skip=frozenset(seen), sustained=None if profile is None else profile.hot
+        )
+        actions.extend(splits)
+        notes.extend(split_notes)
+    elif config.loadBalancerAutoBundleSplitEnabled:
+        # ModularLoadManagerImpl.checkNamespaceBundleSplit returns early with one broker (PR #20190):
+        # a split would only unload the halves back onto the same broker.
+        notes.append(f"split: skipped with {len(snapshot.brokers)} broker(s) (Pulsar splits only with more than one)")
     plan = Plan(
         shedding=shedding_name,
         placement="(transfer)" if self_placing else placement_name,

@@ -64,3 +64,18 @@ def default_placement(shedding: str) -> str:
     if shedding == transfer.NAME:
         return least_resource_usage_with_weight.NAME
     return least_long_term_message_rate.NAME
+
+
+def paired_placement(shedding: str, placement: str) -> str:
+    """The placement Pulsar actually uses for a (shedding, placement) pair.
+
+    AvgShedder's placement half only follows the plan its own shedding half made, so Pulsar's
+    ModularLoadManagerImpl.createLoadBalanceStrategies pairs them (one instance) only when both are
+    AvgShedder; with any other shedder, loadBalancerLoadPlacementStrategy=AvgShedder (also the default
+    after PR #26609) falls back to LeastLongTermMessageRate (ModularLoadManagerImplStrategyTest.
+    testExplicitClassicShedderFallsBackToLeastLongTermMessageRatePlacement). Ours (PredictivePairingShedder)
+    plans like AvgShedder and keeps it; TransferShedder falls back to its own default.
+    """
+    if placement == avg_placement.NAME and shedding not in (avg.NAME, predictive.NAME):
+        return default_placement(shedding)
+    return placement

@@ -114,6 +114,10 @@ class BrokerLoad(MessageTotals):
     bundles: frozenset[str]
     webServiceUrl: str | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # The broker's enablePersistentTopics / enableNonPersistentTopics, as its report carries them
+    # (LocalBrokerData defaults both to true); placement filters on them (LoadManagerShared.applyNamespacePolicies).
+    persistentTopicsEnabled: bool = True
+    nonPersistentTopicsEnabled: bool = True
 
     def max_resource_usage(self) -> float:
         """Unweighted max over all five resources, as a fraction (LocalBrokerData.getMaxResourceUsage)."""
@@ -248,6 +252,12 @@ def parse_broker_load(broker_id: str, report: Any, path: str = "load-report") ->
         except bundle_names.BundleNameError as exc:
             raise reader.fail(str(exc)) from None
     url = data.get("webServiceUrl")
+    topic_modes = {}
+    for key in ("persistentTopicsEnabled", "nonPersistentTopicsEnabled"):
+        flag = reader.child(key, required=False, default=True)
+        if not isinstance(flag.value, bool):
+            raise flag.fail(f"expected true or false, got {describe(flag.value)}")
+        topic_modes[key] = flag.value
     return BrokerLoad(
         broker=broker_id,
         cpu=_resource(reader.child("cpu")),
@@ -264,6 +274,7 @@ def parse_broker_load(broker_id: str, report: Any, path: str = "load-report") ->
         bundles=frozenset(bundle_list),
         webServiceUrl=url if isinstance(url, str) else None,
         raw=MappingProxyType(dict(data)),
+        **topic_modes,
     )
 
 

@@ -172,7 +172,10 @@ def shed(load: LoadData, config: LoadBalancerConfig, state: StrategyState) -> Sh
         target = max_thr * offload / max_load
         top = tops[hi]
         if len(top) <= 1:
-            notes.append(f"{NAME}: NoBundles on {hi} ({'sole bundle' if top else 'no top bundles'})")
+            if top:
+                notes.append(f"{NAME}: NoBundles on {hi} (sole bundle)")
+            else:  # TopBundlesLoadData empty (TopKBundles reports no zero-traffic bundle): NoLoadData
+                notes.append(f"{NAME}: NoLoadData for {hi} (no top bundles)")
             continue
         why = (
             f"{NAME} {reason}: avg {stats.avg:.3f}, std {stats.std:.3f} (target {target_std:g}); "
@@ -183,6 +186,10 @@ def shed(load: LoadData, config: LoadBalancerConfig, state: StrategyState) -> Sh
         remaining = len(top)
         for bundle, stats_e in top:
             if bundle in load.recently_unloaded:
+                continue
+            if not brokers[lo].persistentTopicsEnabled:
+                # TransferShedder.isTransferable: the broker filters (applyNamespacePolicies with the
+                # brokers' topic modes) must keep the min broker, or no bundle of this pair can move.
                 continue
             if remaining <= 1:
                 break
@@ -197,6 +204,8 @@ def shed(load: LoadData, config: LoadBalancerConfig, state: StrategyState) -> Sh
                     max_new = max_thr - marked + gained - size
                     min_new = min_thr + marked - gained + size
                     for other, other_stats in min_iter:
+                        if not brokers[hi].persistentTopicsEnabled:
+                            continue  # isTransferable(minBundle, minBroker → maxBroker)
                         other_size = other_stats.msg_throughput
                         if other_size == 0:
                             continue
@@ -213,7 +222,10 @@ def shed(load: LoadData, config: LoadBalancerConfig, state: StrategyState) -> Sh
             if config.loadBalancerTransferEnabled:
                 if swapped:
                     unloads.extend(swaps)
-                    gained += swap_thr
+                    if config.loadBalancerDebugModeEnabled:
+                        # TransferShedder.findBundlesForUnloading adds the swap to trafficMarkedToGain only
+                        # inside its `if (debugMode)` block: without debug mode a swap earns no credit.
+                        gained += swap_thr
                 unloads.append(Unload(bundle, hi, lo, f"{why}; bundle {fmt_bytes(size)}"))
             else:
                 unloads.append(Unload(bundle, hi, None, f"{why}; bundle {fmt_bytes(size)}"))

@@ -1,67 +1,13 @@
-"""UniformLoadShedder (§8.3)."""
+"""UniformLoadShedder beyond Pulsar's own tests (those are in tests/conformance/test_uniform_load_shedder.py)."""
 
-from tests.builders import MIB, broker_report, cfg, cli_shedder, run_shedder, snapshot, stats
-
-
-def test_max_unload_bundle_num_per_shedding(shed):
-    bundles = {f"t/ns/0x{i:08x}_0x{i + 1:08x}": stats(thr_in=MIB, thr_out=MIB) for i in range(1, 21)}
-    snap = snapshot({"broker-1:8080": broker_report(bundles=bundles), "broker2:8080": broker_report()})
-    result = shed("UniformLoadShedder", snap, cfg(maxUnloadBundleNumPerShedding=2, maxUnloadPercentage=0.2))
-    assert len(result.unloads) == 2
+from strategies.shedding.uniform import java_int
+from tests.builders import MIB, broker_report, cfg, run_shedder, snapshot, stats
 
 
-def test_broker_with_multiple_bundles(shed):
-    bundles = {f"t/ns/0x{i:08x}_0x{i + 1:08x}": stats(thr_in=i * MIB, thr_out=i * MIB) for i in range(1, 11)}
-    snap = snapshot({"broker-1:8080": broker_report(bundles=bundles), "broker2:8080": broker_report()})
-    assert shed("UniformLoadShedder", snap).unloads
-
-
-def _five_brokers():
-    rates = [50000, 60000, 70000, 10000, 20000]
-    thrs = [50, 60, 70, 80, 10]
-    brokers = {}
-    for i, (rate, thr) in enumerate(zip(rates, thrs)):
-        bundles = {f"t/b{i}/0x{j:08x}_0x{j + 1:08x}": stats(rate_in=rate / 5, thr_in=thr * MIB / 5) for j in range(5)}
-        brokers[f"broker{i}:8080"] = broker_report(bundles=bundles)
-    return snapshot(brokers)
-
-
-def test_overload_broker_select_by_rate_or_throughput():
-    snap = _five_brokers()
-    base = {"maxUnloadBundleNumPerShedding": 1, "maxUnloadPercentage": 0.5}
-    by_rate = run_shedder(
-        "UniformLoadShedder",
-        snap,
-        cfg(
-            **base,
-            loadBalancerMsgRateDifferenceShedderThreshold=50,
-            loadBalancerMsgThroughputMultiplierDifferenceShedderThreshold=0,
-        ),
-    )
-    assert [u.source for u in by_rate.unloads] == ["broker2:8080"]
-    by_thr = run_shedder(
-        "UniformLoadShedder",
-        snap,
-        cfg(
-            **base,
-            loadBalancerMsgRateDifferenceShedderThreshold=0,
-            loadBalancerMsgThroughputMultiplierDifferenceShedderThreshold=2,
-        ),
-    )
-    assert [u.source for u in by_thr.unloads] == ["broker3:8080"]
-    both = run_shedder(
-        "UniformLoadShedder",
-        snap,
-        cfg(
-            **base,
-            loadBalancerMsgRateDifferenceShedderThreshold=50,
-            loadBalancerMsgThroughputMultiplierDifferenceShedderThreshold=2,
-        ),
-    )
-    assert [u.source for u in both.unloads] == ["broker2:8080"]  # the rate path wins
-
-
-def test_filter_out_non_traffic_bundles(shed):
+def test_zero_traffic_bundles_are_candidates_as_on_master(shed):
+    """Pulsar 3.x filtered bundles without traffic out and added a slack of 1000 to the amount
+    (testFilterOutNonTrafficBundlesForUnloading); master does neither. Need 45 000 msg/s (or 45 MiB/s):
+    60k does not fit, 20k + 20k do (5 000 left), and then both idle bundles (0 ≤ 5 000) go too."""
     rates = [60000, 20000, 20000, 0, 0]
     b1 = {f"t/b1/0x{j:08x}_0x{j + 1:08x}": stats(rate_in=r, thr_in=r / 1000 * MIB) for j, r in enumerate(rates)}
     snap = snapshot(
@@ -83,8 +29,24 @@ def test_filter_out_non_traffic_bundles(shed):
                 loadBalancerMsgThroughputMultiplierDifferenceShedderThreshold=thr_t,
             ),
         )
-        # need 45 000 (or 45 MiB): 60k does not fit, 20k + 20k do, zero-traffic bundles are never picked
-        assert sorted(u.bundle for u in result.unloads) == ["t/b1/0x00000001_0x00000002", "t/b1/0x00000002_0x00000003"]
+        assert sorted(u.bundle for u in result.unloads) == [
+            "t/b1/0x00000001_0x00000002",
+            "t/b1/0x00000002_0x00000003",
+            "t/b1/0x00000003_0x00000004",
+            "t/b1/0x00000004_0x00000005",
+        ]
+
+
+def test_amount_is_truncated_like_a_java_int():
+    """The amount is a MutableInt: (int) ((603 − 1.0) × 0.5) = 301, and each bundle subtracts its value
+    truncated (MutableInt.add(-100.9) adds -100): 301 → 201 → 101, so a third 100.9 msg/s bundle
+    still fits (101 ≥ 100.9); with exact arithmetic only two would (301 − 2 × 100.9 = 99.2)."""
+    bundles = {f"t/ns/0x{i:08x}_0x{i + 1:08x}": stats(rate_in=100.9) for i in range(5)}
+    bundles["t/ns/0x000000f0_0x000000f1"] = stats(rate_in=98.5)
+    snap = snapshot({"a:8080": broker_report(bundles=bundles, rate_in=603), "b:8080": broker_report()})
+    result = run_shedder("UniformLoadShedder", snap, cfg(minUnloadMessage=0, maxUnloadPercentage=0.5))
+    assert len(result.unloads) == 3
+    assert "move 301 msg/s" in result.unloads[0].reason
 
 
 def test_heterogeneous_10_50_70_moves_load_onto_the_busy_machine(shed):
@@ -101,15 +63,10 @@ def test_heterogeneous_10_50_70_moves_load_onto_the_busy_machine(shed):
     assert result.unloads and {u.source for u in result.unloads} == {"broker2:8080"}
 
 
-def test_throughput_path_with_rate_based_placement_sends_the_bundle_home(tmp_path):
-    """Uniform sheds broker3 for its throughput, but LeastLongTermMessageRate ranks by msg rate and
-    broker3 has the lowest: the destination is the owner, so the modular manager drops the unload."""
-    config = cfg(
-        maxUnloadBundleNumPerShedding=1,
-        maxUnloadPercentage=0.5,
-        loadBalancerMsgRateDifferenceShedderThreshold=0,
-        loadBalancerMsgThroughputMultiplierDifferenceShedderThreshold=2,
-    )
-    result = cli_shedder(tmp_path, "UniformLoadShedder", _five_brokers(), config)
-    assert result.unloads == ()
-    assert any("no broker other than its owner broker3:8080" in n for n in result.notes)
+def test_java_int_cast():
+    """(int) of a double: truncated toward zero, saturated at the int range, NaN → 0."""
+    assert java_int(249.9) == 249
+    assert java_int(-0.5) == 0
+    assert java_int(1e12) == 2**31 - 1
+    assert java_int(-1e12) == -(2**31)
+    assert java_int(float("nan")) == 0
