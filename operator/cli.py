@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from pulsar_lb_operator import files, logs, render
+from pulsar_lb_operator import control_cli, files, logs, render
 from pulsar_lb_operator.adminapi import AdminError
 from pulsar_lb_operator.settings import resolve
 from pulsar_lb_operator.statefile import AnotherInstanceError
@@ -145,6 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
         "status=CODE, status-after=CODE, delay=SECONDS, reset, reset-after, garbage, html401; repeatable",
     )
     simulate.add_argument("--request-log", metavar="FILE", help="append one JSON line per request served to FILE")
+
+    control_cli.add_commands(commands, _config_options)
 
     rehearse = commands.add_parser(
         "rehearse",
@@ -367,6 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "simulate": cmd_simulate,
             "benchmark": cmd_benchmark,
             "rehearse": cmd_rehearse,
+            **control_cli.dispatch(),
         }
         return commands[args.command](args)
     except UsageError as exc:

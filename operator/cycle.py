@@ -6,6 +6,7 @@ run and a real run take the same path up to the executor.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import uuid
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.collector import collect
 from pulsar_lb_operator.executor import Executor, ExecutorState, ExecutorStateError, Outcome, Record
 from strategies import ClusterSnapshot, LoadBalancerConfig, Plan, StateError, StrategyState, Unload, plan_cycle
+from strategies.drain import plan_drain
 from strategies.profile import LoadProfile
 
 log = structlog.get_logger(__name__)
@@ -82,9 +84,15 @@ def run_cycle(
     profile: LoadProfile | None = None,
     audit: Callable[[list[dict[str, Any]]], None] | None = None,
     save: Callable[[OperatorState], None] | None = None,
+    draining: frozenset[str] = frozenset(),
+    propose_only: bool = False,
 ) -> CycleResult:
     """``audit`` receives the cycle's audit events as they happen (verified, plan, planned, outcomes);
-    ``save`` puts the operator state on disk, and is called before each action is sent (write-ahead)."""
+    ``save`` puts the operator state on disk, and is called before each action is sent (write-ahead).
+
+    ``draining``: brokers being drained — the strategy plans without them (they give nothing and take
+    nothing), and their bundles move first, placed among the others. ``propose_only``: plan, execute
+    nothing (``approval: manual``: the plan becomes a proposal for a person to approve)."""
     cycle_id = uuid.UUID(int=rng.getrandbits(128)).hex[:12]
     strategy = shedding or config.loadBalancerLoadSheddingStrategy
     context = audit_events.CycleContext(cycle_id, cluster, strategy, executor.safety.dry_run)
@@ -102,9 +110,23 @@ def run_cycle(
             now_ms=now_ms,
             broker_timeout_s=broker_timeout_s,
         )
+        snapshot = collection.snapshot
         plan, strategy_state = plan_cycle(
-            collection.snapshot, config, state.strategy, rng, shedding, placement, profile=profile
+            snapshot.without_brokers(draining) if draining else snapshot,
+            config,
+            state.strategy,
+            rng,
+            shedding,
+            placement,
+            profile=profile,
         )
+        if draining:
+            moves, notes = plan_drain(
+                snapshot, config, state.strategy, rng, draining, executor.safety.max_unloads_per_broker, placement
+            )
+            moved = {m.bundle for m in moves}
+            rest = tuple(a for a in plan.actions if a.bundle not in moved)
+            plan = dataclasses.replace(plan, actions=moves + rest, notes=plan.notes + notes)
         log.info(
             "plan",
             strategy=plan.shedding,
@@ -122,10 +144,15 @@ def run_cycle(
                 sent = {p["bundle"] for p in attempted.pending}
                 save(OperatorState(strategy_state.forget_unloads(planned_unloads - sent), attempted))
 
-        records, executor_state = executor.apply(plan, executor_state, on_record, persist)
+        if propose_only:
+            records: list[Record] = []
+        else:
+            records, executor_state = executor.apply(plan, executor_state, on_record, persist)
         # A planned unload that was not carried out (skipped, refused, dry run) must not sit in the
         # strategy's grace period: nothing moved. One whose outcome is unknown counts as done.
         not_done = {r.action.bundle for r in records if isinstance(r.action, Unload) and r.outcome not in DONE}
+        if propose_only:  # nothing was sent: a proposal's unloads enter the grace period when executed
+            not_done = planned_unloads
         strategy_state = strategy_state.forget_unloads(not_done)
         return CycleResult(
             cycle_id,

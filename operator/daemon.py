@@ -16,6 +16,7 @@ import random
 import signal
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -26,9 +27,10 @@ import structlog
 from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from pulsar_lb_operator import guard, statefile
+from pulsar_lb_operator import guard, statefile, status_page, workflows
 from pulsar_lb_operator.adminapi import AdminClient, AdminError
 from pulsar_lb_operator.audit import publisher as audit_publisher
+from pulsar_lb_operator.control import ControlFile
 from pulsar_lb_operator.cycle import CycleResult, OperatorState, run_cycle
 from pulsar_lb_operator.executor import Executor, ExecutorState, ExecutorStateError
 from pulsar_lb_operator.history import HistoryStore
@@ -39,6 +41,9 @@ from strategies import LoadBalancerConfig, Split
 from strategies.snapshots import SnapshotError
 
 log = structlog.get_logger(__name__)
+
+RECENT_CYCLES = 20  # cycles the status page lists
+USAGE_POINTS = 240  # per-cycle usage samples kept for the status page (an hour at 15 s cycles)
 
 
 class Elector(Protocol):
@@ -55,52 +60,81 @@ class Elector(Protocol):
     def inherited(self, key: str) -> str | None: ...
 
 
+class _PerCluster:
+    """A metric whose first label, ``cluster``, is filled in: ``labels(*rest)``; ``clear()`` drops this cluster's."""
+
+    def __init__(self, metric: Counter | Gauge, cluster: str) -> None:
+        self.metric = metric
+        self.cluster = cluster
+        self._seen: set[tuple[str, ...]] = set()
+
+    def labels(self, *values: str) -> Counter | Gauge:
+        self._seen.add(values)
+        return self.metric.labels(self.cluster, *values)
+
+    def clear(self) -> None:
+        for values in self._seen:
+            self.metric.remove(self.cluster, *values)
+        self._seen.clear()
+
+
 class Metrics:
-    def __init__(self) -> None:
+    """The operator's Prometheus metrics: every name starts with ``pulsar_lb_operator_`` (Pulsar's brokers
+    export their own load balancer's as ``pulsar_lb_*``) and every series carries the ``cluster`` label."""
+
+    PREFIX = "pulsar_lb_operator_"
+
+    def __init__(self, cluster: str = "") -> None:
         self.registry = CollectorRegistry()
-        self.cycles = Counter("pulsar_lb_cycles", "Balancing cycles run, by result", ["result"], registry=self.registry)
-        self.duration = Histogram("pulsar_lb_cycle_duration_seconds", "Duration of a cycle", registry=self.registry)
-        self.brokers_seen = Gauge("pulsar_lb_brokers_seen", "Brokers whose report was used", registry=self.registry)
-        self.brokers_skipped = Gauge(
-            "pulsar_lb_brokers_skipped", "Brokers left out of the last cycle", registry=self.registry
+        self.cluster = cluster
+
+        def metric(kind, name, doc, labels=()):  # one per cluster: bound to it when it has no other label
+            made = kind(self.PREFIX + name, doc, ["cluster", *labels], registry=self.registry)
+            return _PerCluster(made, cluster) if labels else made.labels(cluster)
+
+        self.cycles = metric(Counter, "cycles", "Balancing cycles run, by result (ok, error)", ["result"])
+        for result in ("ok", "error"):
+            self.cycles.labels(result)
+        self.duration = metric(Histogram, "cycle_duration_seconds", "Duration of a cycle")
+        self.interval = metric(Gauge, "cycle_interval_seconds", "Seconds between two cycles")
+        self.last_success = metric(
+            Gauge,
+            "last_success_timestamp_seconds",
+            "End of the last successful cycle (epoch seconds); when this instance became the leader until then",
         )
-        self.planned = Counter(
-            "pulsar_lb_actions_planned", "Actions planned", ["type", "strategy"], registry=self.registry
+        self.brokers_seen = metric(Gauge, "brokers_seen", "Brokers whose report was used")
+        self.brokers_skipped = metric(Gauge, "brokers_skipped", "Brokers left out of the last cycle")
+        self.planned = metric(Counter, "actions_planned", "Actions planned", ["type", "strategy"])
+        self.outcomes = metric(Counter, "actions", "Actions by outcome", ["type", "strategy", "outcome"])
+        self.score = metric(
+            Gauge, "broker_usage_percent", "Weighted max resource usage per broker, last cycle", ["broker"]
         )
-        self.outcomes = Counter(
-            "pulsar_lb_actions", "Actions by outcome", ["type", "strategy", "outcome"], registry=self.registry
+        self.leader = metric(Gauge, "leader", "1 while this instance leads (acts on the cluster), 0 on a standby")
+        self.kill_switch = metric(
+            Gauge,
+            "kill_switch",
+            "1 while the kill switch is on (killSwitchFile exists or PULSAR_LB_KILL_SWITCH is set): nothing is sent",
         )
-        self.score = Gauge(
-            "pulsar_lb_broker_usage_percent",
-            "Weighted max resource usage per broker, last cycle",
-            ["broker"],
-            registry=self.registry,
-        )
-        self.leader = Gauge(
-            "pulsar_lb_leader",
-            "1 while this instance leads (acts on the cluster), 0 on a standby",
-            registry=self.registry,
-        )
-        self.prediction_error = Gauge(
-            "pulsar_lb_prediction_error_points",
+        self.prediction_error = metric(
+            Gauge,
+            "prediction_error_points",
             "PredictivePairingShedder: reported minus predicted usage after its moves, per broker (last measured)",
             ["broker"],
-            registry=self.registry,
         )
+        self.audit_published = metric(Counter, "audit_events_published", "Audit events the broker acknowledged")
+        self.audit_dropped = metric(
+            Counter, "audit_events_dropped", "Audit events lost: the spool was full or not writable"
+        )
+        self.audit_backlog = metric(Gauge, "audit_events_spooled", "Audit events waiting in the spool for the broker")
 
-        self.audit_published = Counter(
-            "pulsar_lb_audit_events_published", "Audit events the broker acknowledged", registry=self.registry
-        )
-        self.audit_dropped = Counter(
-            "pulsar_lb_audit_events_dropped", "Audit events lost: the spool was not writable", registry=self.registry
-        )
-        self.audit_backlog = Gauge(
-            "pulsar_lb_audit_events_spooled", "Audit events waiting in the spool for the broker", registry=self.registry
-        )
+    def names(self) -> set[str]:
+        """Every series name the registry exposes (``_total``, ``_bucket``, … included)."""
+        return {sample.name for family in self.registry.collect() for sample in family.samples}
 
     def observe(self, result: CycleResult, seconds: float) -> None:
         self.cycles.labels("ok").inc()
         self.duration.observe(seconds)
+        self.last_success.set(time.time())
         plan = result.plan
         self.brokers_skipped.set(len(result.skipped_brokers))
         if plan is None:
@@ -117,6 +151,11 @@ class Metrics:
         for broker, error in result.state.strategy.prediction_errors.items():
             self.prediction_error.labels(broker).set(error)
 
+    def standby(self) -> None:
+        """A standby reports no broker usage: the leader's is the cluster's."""
+        self.score.clear()
+        self.prediction_error.clear()
+
 
 @dataclass
 class Daemon:
@@ -129,7 +168,7 @@ class Daemon:
     interval_s: float | None = None
     clock_ms: object = None  # a callable returning epoch ms; None: the wall clock
     stop: threading.Event = field(default_factory=threading.Event)
-    metrics: Metrics = field(default_factory=Metrics)
+    metrics: Metrics | None = None  # None: the daemon's own, labelled with its cluster
     state: OperatorState = field(default_factory=OperatorState)
     last_ok: float | None = None
     cycles: int = 0
@@ -138,6 +177,8 @@ class Daemon:
     abandoned: bool = False  # set when shutdown gave up waiting for a hung call
 
     def __post_init__(self) -> None:
+        if self.metrics is None:
+            self.metrics = Metrics(self.cluster)
         self.rng = random.Random(self.settings.seed)
         clock = (lambda: self.clock_ms() / 1000) if callable(self.clock_ms) else time.time
         self.executor = Executor(
@@ -148,7 +189,12 @@ class Daemon:
             sleep=self.stop.wait,
             stop_requested=self.stop.is_set,
             fence=self._fence,
+            draining=lambda: self.draining,
         )
+        self.control = ControlFile(self.settings.stateFile)
+        self.draining: frozenset[str] = frozenset()
+        self.recent: deque[CycleResult] = deque(maxlen=RECENT_CYCLES)  # for the status page
+        self.usage: deque[tuple[int, dict[str, float]]] = deque(maxlen=USAGE_POINTS)
         # a state file that exists but is unusable stops the daemon here (StateFileError, exit 2)
         self.state = statefile.load(Path(self.settings.stateFile), reset=self.reset_state)
         self._guarded = False
@@ -164,6 +210,8 @@ class Daemon:
         )
         if self.audit is not None:
             self.metrics.audit_backlog.set_function(self.audit.spool.backlog)
+        self.metrics.interval.set(self.period_s)
+        self.metrics.last_success.set(time.time())
 
     @property
     def period_s(self) -> float:
@@ -179,7 +227,10 @@ class Daemon:
             self.metrics.leader.set(1 if leading else 0)
             log.warning("leading: this instance acts on the cluster" if leading else "standby: another instance leads")
             if leading:
+                self.metrics.last_success.set(time.time())  # "no successful cycle" counts from here
                 self._inherit()
+            else:
+                self.metrics.standby()
             self._was_leader = leading
         return leading
 
@@ -221,6 +272,7 @@ class Daemon:
 
     def run_once(self) -> CycleResult | None:
         """One cycle; any failure is logged and counted, never raised (the daemon must keep running)."""
+        self.metrics.kill_switch.set(1 if self.executor.safety.killed() else 0)
         if self.stop.is_set() or not self.leads():
             return None
         if not self._lock.acquire(blocking=False):
@@ -232,6 +284,9 @@ class Daemon:
                 guard.check_builtin_shedding(self.client, self.settings.disableBuiltinShedding, self.settings.dryRun)
                 self._guarded = True
             now_ms = self.clock_ms() if callable(self.clock_ms) else None
+            self._execute_approved()
+            self.draining = frozenset(self.control.read().drains)
+            manual = self.settings.approval == "manual"
             profile = read_profile(self.settings.profileUri) if self.settings.profileUri else None
             result = run_cycle(
                 self.client,
@@ -247,9 +302,24 @@ class Daemon:
                 profile=profile,
                 audit=self.audit.publish if self.audit else None,
                 save=self._save,
+                draining=self.draining,
+                propose_only=manual,
             )
             self.state = result.state
             self._save(self.state)
+            if manual:
+                proposal = workflows.propose(self.control, result, self.executor.now_ms(), self.period_s * 1000)
+                if proposal is not None:
+                    log.warning(
+                        "proposal waiting for approval",
+                        proposal=proposal["id"],
+                        actions=len(proposal["actions"]),
+                        spread_before=proposal["spreadBefore"],
+                        spread_after=proposal["spreadAfter"],
+                    )
+            self.recent.append(result)
+            if result.plan is not None:
+                self.usage.append((result.plan.taken_at, {b.broker: b.usage_before for b in result.plan.brokers}))
             self._record_history(result)
             self.metrics.observe(result, time.monotonic() - started)
             self.last_ok = time.monotonic()
@@ -265,6 +335,31 @@ class Daemon:
             return None
         finally:
             self._lock.release()
+
+    def approvals_due(self) -> None:
+        """The scheduler's frequent job (manual approval): run approved proposals without waiting a cycle."""
+        if self.stop.is_set() or not self.leads() or not self._lock.acquire(blocking=False):
+            return
+        try:
+            self._execute_approved()
+        except Exception:
+            log.exception("approved proposals could not be executed")
+        finally:
+            self._lock.release()
+
+    def _execute_approved(self) -> None:
+        """Approved, unexpired proposals, each behind the same rails as a cycle (called under the cycle lock)."""
+        for proposal in workflows.take_approved(self.control, self.executor.now_ms()):
+            plan = workflows.plan_of(proposal)
+            log.warning("executing approved proposal", proposal=proposal["id"], actions=len(plan.actions))
+            records, executor_state = self.executor.apply(
+                plan,
+                self.state.executor,
+                persist=lambda attempted: self._save(OperatorState(self.state.strategy, attempted)),
+            )
+            self.state = OperatorState(self.state.strategy, executor_state)
+            self._save(self.state)
+            workflows.record_outcomes(self.control, proposal["id"], records)
 
     def aggregate(self) -> None:
         """Run the Spark load-profile job in-process; failures are logged, the daemon goes on."""
@@ -329,6 +424,8 @@ class Daemon:
             coalesce=True,
             next_run_time=datetime.now(timezone.utc),
         )
+        if self.settings.approval == "manual":
+            scheduler.add_job(self.approvals_due, "interval", seconds=2, max_instances=1, coalesce=True)
         if self.settings.aggregateEveryMinutes and self.settings.historyUri and self.settings.profileUri:
             # its own job thread: a long aggregation never delays a decision cycle
             scheduler.add_job(
@@ -385,10 +482,17 @@ class Daemon:
                 elif self.path == "/metrics":
                     self._send(200, generate_latest(daemon.metrics.registry), CONTENT_TYPE_LATEST)
                 else:
-                    self._send(404, b"not found", "text/plain")
+                    self._send(*status_page.handle(daemon, "GET", self.path, self.headers, b""))
 
-            def _send(self, status: int, body: bytes, ctype: str) -> None:
+            def do_POST(self) -> None:
+                length = min(int(self.headers.get("Content-Length") or 0), 65536)
+                body = self.rfile.read(length) if length else b""
+                self._send(*status_page.handle(daemon, "POST", self.path, self.headers, body))
+
+            def _send(self, status: int, body: bytes, ctype: str, headers: dict[str, str] | None = None) -> None:
                 self.send_response(status)
+                for key, value in (headers or {}).items():
+                    self.send_header(key, value)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()

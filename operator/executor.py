@@ -21,7 +21,7 @@ import enum
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -165,6 +165,8 @@ class Executor:
     stop_requested: Callable[[], bool] = lambda: False
     # a reason not to send anything right now (e.g. "not the leader"), checked right before each call
     fence: Callable[[], str | None] = lambda: None
+    # brokers being drained: never a destination
+    draining: Callable[[], Collection[str]] = frozenset
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -286,6 +288,8 @@ class Executor:
                 return "destination is the source"
             if action.destination in self.safety.excluded_brokers:
                 return f"destination {action.destination} is excluded"
+            if action.destination in self.draining():
+                return f"destination {action.destination} is being drained"
             try:
                 active = set(self.client.active_brokers(self.cluster))
             except AdminError as exc:

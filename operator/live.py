@@ -14,6 +14,7 @@ from pulsar_lb_operator import files, guard, render, statefile
 from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.audit import publisher as audit_publisher
 from pulsar_lb_operator.collector import collect, with_namespaces_and_topics
+from pulsar_lb_operator.control import ControlFile
 from pulsar_lb_operator.cycle import OperatorState, run_cycle
 from pulsar_lb_operator.executor import Executor
 from pulsar_lb_operator.settings import OperatorSettings, resolve
@@ -75,7 +76,8 @@ def _rebalance(
     placement = args.placement
     if placement is None and "loadBalancerLoadPlacementStrategy" in explicit:
         placement = config.loadBalancerLoadPlacementStrategy
-    executor = Executor(client, cluster, settings.safety(config))
+    draining = frozenset(ControlFile(state_path).read().drains)  # `operator drain` requests
+    executor = Executor(client, cluster, settings.safety(config), draining=lambda: draining)
     audit = audit_publisher.from_settings(settings)
     try:
         result = run_cycle(
@@ -90,6 +92,7 @@ def _rebalance(
             broker_timeout_s=settings.brokerTimeoutSeconds,
             audit=audit.publish if audit else None,
             save=lambda s: statefile.save(state_path, s),
+            draining=draining,
         )
     finally:
         if audit is not None and not audit.close(flush_s=10.0):

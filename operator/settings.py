@@ -50,6 +50,7 @@ class OperatorSettings:
     metricsPort: int = 8090  # /healthz, /readyz, /metrics; 0 disables
     metricsHost: str = "0.0.0.0"
     cycleIntervalSeconds: float = 0.0  # 0: loadBalancerSheddingIntervalMinutes
+    approval: str = "auto"  # "manual": each cycle's plan waits as a proposal for `operator approve`
     disableBuiltinShedding: bool = False  # set loadBalancerSheddingEnabled=false on the cluster at start
     auditEnabled: bool = False  # publish every plan and action outcome to auditTopic
     auditServiceUrl: str | None = None  # pulsar:// or pulsar+ssl:// URL; default: adminUrl's host on 6650/6651
@@ -78,6 +79,8 @@ class OperatorSettings:
                 raise ConfigError(f"{key}: must be > 0")
         if not 0 <= self.metricsPort <= 65535:
             raise ConfigError("metricsPort: must be a port number (0 disables)")
+        if self.approval not in ("auto", "manual"):
+            raise ConfigError(f"approval: {self.approval!r} is not auto or manual")
         if self.logLevel.lower() not in ("debug", "info", "warning", "error"):
             raise ConfigError(f"logLevel: {self.logLevel!r} is not debug, info, warning or error")
         if self.adminUrl is not None and not re.match(r"^https?://[^/\s]+/?$", self.adminUrl):

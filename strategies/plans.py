@@ -103,3 +103,19 @@ class Plan:
             "brokers": [b.to_json() for b in self.brokers],
             "notes": list(self.notes),
         }
+
+
+def action_from_json(doc: Any) -> Action:
+    """An action back from its ``to_json`` (a proposal waiting for approval is stored this way)."""
+    if not isinstance(doc, dict) or doc.get("type") not in ("unload", "split"):
+        raise ValueError(f"not an action: {doc!r}"[:200])
+    if doc["type"] == "unload":
+        return Unload(str(doc["bundle"]), str(doc["source"]), doc.get("destination"), str(doc.get("reason", "")))
+    return Split(
+        str(doc["bundle"]),
+        str(doc["source"]),
+        str(doc["algorithm"]),
+        tuple(bundle_names.parse_boundary(b) for b in doc.get("boundaries", [])),
+        str(doc.get("reason", "")),
+        bool(doc.get("unload", True)),
+    )

@@ -1,0 +1,130 @@
+"""What operators ask of a running daemon — proposals to approve or reject, brokers to drain — on disk.
+
+The daemon and the commands (``operator approve``, ``operator drain``, the status page's buttons)
+share one small JSON file beside the state file, ``<stateFile>.control.json``. Every change is a
+read-modify-write under an exclusive ``flock`` of its own (held for milliseconds, unlike the
+instance lock the daemon holds for its life), written atomically, so a command never waits for a
+cycle and nothing is lost when two write at once. It survives restarts: a drain or an approval
+outlives the process that made it.
+
+A proposal is a cycle's plan the daemon did not execute (``approval: manual``): it waits for a
+person, and expires after one shedding interval — by then the cluster has moved on and the plan was
+made for a cluster that no longer exists.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pulsar_lb_operator import files
+
+FORMAT = "pulsar-lb-control/1"
+PENDING, APPROVED, REJECTED, EXPIRED, EXECUTED = "pending", "approved", "rejected", "expired", "executed"
+
+
+class ControlError(files.FileError):
+    """A request that cannot be carried out (unknown proposal, already decided, …): one line, exit 2."""
+
+
+@dataclass
+class Control:
+    """The document: proposals by id, drains by broker id."""
+
+    proposals: dict[str, dict[str, Any]] = field(default_factory=dict)
+    drains: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": FORMAT, "proposals": self.proposals, "drains": self.drains}
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str) -> Control:
+        ok = (
+            isinstance(doc, dict)
+            and doc.get("format") == FORMAT
+            and isinstance(doc.get("proposals", {}), dict)
+            and isinstance(doc.get("drains", {}), dict)
+            and all(isinstance(p, dict) and isinstance(p.get("status"), str) for p in doc.get("proposals", {}).values())
+            and all(isinstance(d, dict) for d in doc.get("drains", {}).values())
+        )
+        if not ok:
+            raise ControlError(f"{where} is not a {FORMAT} document; repair or remove it")
+        return cls(dict(doc.get("proposals", {})), dict(doc.get("drains", {})))
+
+    # ------------------------------------------------------------------ proposals
+
+    def expire(self, now_ms: int) -> list[str]:
+        """Pending or approved-but-not-executed proposals past their time: expired. Returns their ids."""
+        gone = [
+            pid
+            for pid, p in self.proposals.items()
+            if p["status"] in (PENDING, APPROVED) and now_ms >= int(p.get("expiresAt", 0))
+        ]
+        for pid in gone:
+            self.proposals[pid]["status"] = EXPIRED
+        return gone
+
+    def decide(self, proposal_id: str, approve: bool, now_ms: int, by: str) -> dict[str, Any]:
+        self.expire(now_ms)
+        proposal = self.proposals.get(proposal_id)
+        if proposal is None:
+            known = ", ".join(sorted(self.proposals)[-5:]) or "none"
+            raise ControlError(f"no proposal {proposal_id!r} (latest: {known})")
+        if proposal["status"] != PENDING:
+            raise ControlError(f"proposal {proposal_id} is {proposal['status']}, not pending")
+        proposal.update(status=APPROVED if approve else REJECTED, decidedAt=now_ms, decidedBy=by)
+        return proposal
+
+    def approved(self) -> list[dict[str, Any]]:
+        return [p for _, p in sorted(self.proposals.items()) if p["status"] == APPROVED]
+
+    def prune(self, keep: int = 50) -> None:
+        """Keep the newest ``keep`` decided proposals; pending ones always stay."""
+        decided = sorted(
+            (p.get("createdAt", 0), pid) for pid, p in self.proposals.items() if p["status"] not in (PENDING, APPROVED)
+        )
+        for _, pid in decided[: max(0, len(decided) - keep)]:
+            del self.proposals[pid]
+
+
+class ControlFile:
+    """``with control.change() as doc:`` — read, change and write back under the file's own lock."""
+
+    def __init__(self, state_file: str | Path) -> None:
+        self.path = Path(f"{state_file}.control.json")
+        self._lock_path = Path(f"{state_file}.control.lock")
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def _read(self) -> Control:
+        if not self.path.exists():
+            return Control()
+        return Control.from_json(files.read_json(self.path, "control file"), str(self.path))
+
+    def read(self) -> Control:
+        with self._locked():
+            return self._read()
+
+    @contextmanager
+    def change(self) -> Iterator[Control]:
+        with self._locked():
+            doc = self._read()
+            yield doc
+            files.write_json_atomically(self.path, doc.to_json())
+
+    def update(self, change: Callable[[Control], Any]) -> Any:
+        with self.change() as doc:
+            return change(doc)

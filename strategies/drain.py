@@ -1,0 +1,74 @@
+"""Draining brokers before maintenance: move every bundle off them, placed as the placement strategy would.
+
+Pure, like every strategy: the snapshot, the configuration, the brokers to drain and a seeded RNG in;
+unloads out. Destinations are chosen among the other brokers only, as a lookup would place the
+bundles (``select_broker_for_assignment``: each choice is preallocated, so one cycle's moves spread
+instead of piling onto the broker that looked emptiest first). At most ``per_broker`` bundles leave
+each drained broker per cycle — the executor's rails would stop more anyway — hottest first, so the
+load the remaining brokers must absorb is spread while the most capacity is free. System namespaces
+(the broker's own heartbeat namespaces) never move.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Collection
+
+from strategies import bundles as bundle_names
+from strategies import registry
+from strategies.config import LoadBalancerConfig
+from strategies.loaddata import build_load_data
+from strategies.placement.common import PlacementContext
+from strategies.planner import select_broker_for_assignment
+from strategies.plans import Unload
+from strategies.snapshots import ClusterSnapshot
+from strategies.state import StrategyState
+
+
+def plan_drain(
+    snapshot: ClusterSnapshot,
+    config: LoadBalancerConfig,
+    state: StrategyState,
+    rng: random.Random,
+    draining: Collection[str],
+    per_broker: int,
+    placement: str | None = None,
+    skip: Collection[str] = (),
+) -> tuple[tuple[Unload, ...], tuple[str, ...]]:
+    """(unloads, notes) that move bundles off the ``draining`` brokers onto the others."""
+    draining = sorted(b for b in draining if b in snapshot.brokers)
+    if not draining:
+        return (), ()
+    others = snapshot.without_brokers(draining)
+    if not others.brokers:
+        return (), (f"drain of {', '.join(draining)}: no other broker to move bundles to",)
+    shedding_name = registry.shedding_name(config.loadBalancerLoadSheddingStrategy)
+    placement_name = registry.placement_name(placement or registry.default_placement(shedding_name))
+    load, _, _ = build_load_data(others, state.bundle_data, state.recently_unloaded, config.grace_period_ms)
+    ctx = PlacementContext(load, config, rng)
+    placer = registry.PLACEMENT[placement_name]
+    unloads: list[Unload] = []
+    notes: list[str] = []
+    for broker in draining:
+        report = snapshot.brokers[broker]
+        movable = [
+            b
+            for b in sorted(report.owned_bundles())
+            if not bundle_names.is_system_namespace(bundle_names.namespace_of(b)) and b not in skip
+        ]
+        stats = report.lastStats
+
+        def heat(bundle: str, stats=stats) -> tuple[float, str]:
+            data = stats.get(bundle)
+            return (-(data.msg_rate if data else 0.0), bundle)
+
+        movable.sort(key=heat)
+        for bundle in movable[:per_broker]:
+            destination = select_broker_for_assignment(bundle, placer, ctx)
+            if destination is None:
+                notes.append(f"drain {broker}: no destination for {bundle}")
+                continue
+            reason = f"drain {broker}: {len(movable)} bundle(s) left; destination by {placement_name}"
+            unloads.append(Unload(bundle, broker, destination, reason))
+        notes.append(f"drain {broker}: {len(movable)} bundle(s) left, {min(len(movable), per_broker)} this cycle")
+    return tuple(unloads), tuple(notes)
