@@ -4,10 +4,12 @@
 #   docker build -t pulsar-lb-operator .
 FROM python:3.11.7-slim-bookworm
 
+# /metrics and the probes listen on every interface in a container (metricsHost is 127.0.0.1 for local runs).
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    MPLCONFIGDIR=/tmp/matplotlib
+    MPLCONFIGDIR=/tmp/matplotlib \
+    PULSAR_LB_METRICS_HOST=0.0.0.0
 
 # Debian's JRE 17 for PySpark, and procps: Spark's launch scripts call ps. The man directory must
 # exist for the JRE's post-install step on slim images.

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from pulsar_lb_operator import control_cli, files, logs, render
+from pulsar_lb_operator import __version__, control_cli, elm, files, hints, logs, render
 from pulsar_lb_operator.adminapi import AdminError
 from pulsar_lb_operator.settings import resolve
 from pulsar_lb_operator.statefile import AnotherInstanceError
@@ -43,6 +43,40 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+class _Formatter(argparse.HelpFormatter):
+    """Wraps descriptions as usual, and prints the "example:" epilogs line by line, as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.lower().startswith("example"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+# Shown at the end of each command's --help.
+EXAMPLES = {
+    "rebalance": [
+        "operator rebalance --snapshot examples/unbalanced-after-restart.json        # offline, from a snapshot",
+        "operator rebalance --admin-url http://127.0.0.1:8080                       # one live cycle, dry run",
+        "operator rebalance --admin-url http://pulsar-broker:8080 --token-file /pulsar/tokens/admin/token --no-dry-run",
+    ],
+    "snapshot": ["operator snapshot --admin-url http://127.0.0.1:8080 --out snap.json --with-topics"],
+    "run": [
+        "operator run --config /etc/pulsar-lb-operator/settings.yaml",
+        "operator run --admin-url http://127.0.0.1:8080 --no-dry-run --set metricsPort=8090",
+    ],
+    "aggregate": ["operator aggregate --history history/ --out profile/"],
+    "demo": [
+        "operator demo",
+        "operator demo --scenario heterogeneous-10-50-70 --strategy ThresholdShedder --minutes 15",
+    ],
+    "simulate": [
+        "operator simulate demo --port 8080 --speed 60      # then: export PULSAR_ADMIN_URL=http://127.0.0.1:8080"
+    ],
+    "rehearse": ["operator rehearse --quick"],
+    "benchmark": ["operator benchmark --scenario demo --strategy AvgShedder --no-plots"],
+}
+
+
 def _key_value(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
@@ -50,8 +84,34 @@ def _key_value(text: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (1-65535)") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port number: choose one from 1 to 65535")
+    return port
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a positive number, e.g. 15")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="operator", description="Keeps an Apache Pulsar cluster's brokers evenly loaded.")
+    parser = _Parser(
+        prog="operator",
+        description="Keeps an Apache Pulsar cluster's brokers evenly loaded.",
+        epilog="example: operator demo      # a simulated, unbalanced cluster balanced on this machine",
+        formatter_class=_Formatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     rebalance = commands.add_parser(
@@ -118,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--scenario", default="demo", help="a shipped scenario name or a scenario file (default: demo)")
     _strategy_options(demo)
-    demo.add_argument("--minutes", type=float, help="simulated minutes to run (default: until converged)")
+    demo.add_argument("--minutes", type=_positive, help="simulated minutes to run (default: until converged)")
     demo.add_argument("--audit-url", metavar="URL", help="also publish audit events to this pulsar:// broker")
     demo.add_argument(
         "--audit-topic",
@@ -126,6 +186,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="topic of the audit events (default: %(default)s)",
     )
     demo.add_argument("--audit-spool", default="state/audit-spool", help="audit spool directory (default: %(default)s)")
+    demo.add_argument(
+        "--load-manager",
+        choices=("modular", "extensible"),
+        help="the brokers' load manager (default: the scenario's loadManager, else modular); extensible: no load "
+        "reports, their load on its system topics on a pulsar-lite broker on loopback",
+    )
 
     simulate = commands.add_parser(
         "simulate",
@@ -133,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve a scenario's brokers on 127.0.0.1 for your own experiments.",
     )
     simulate.add_argument("scenario", help=f"a scenario file or a shipped one: {', '.join(shipped_scenarios())}")
-    simulate.add_argument("--port", type=int, help="port of the first broker (the others take free ports)")
+    simulate.add_argument("--port", type=_port, help="port of the first broker (the others take free ports)")
     simulate.add_argument("--speed", type=float, default=60.0, help="simulated seconds per real second (default 60)")
     simulate.add_argument("--token", help="require 'Authorization: Bearer TOKEN' on admin calls")
     simulate.add_argument(
@@ -145,6 +211,12 @@ def build_parser() -> argparse.ArgumentParser:
         "status=CODE, status-after=CODE, delay=SECONDS, reset, reset-after, garbage, html401; repeatable",
     )
     simulate.add_argument("--request-log", metavar="FILE", help="append one JSON line per request served to FILE")
+    simulate.add_argument(
+        "--load-manager",
+        choices=("modular", "extensible"),
+        help="the brokers' load manager (default: the scenario's loadManager, else modular); extensible: no load "
+        "reports, their load on its system topics on a pulsar-lite broker on loopback",
+    )
 
     control_cli.add_commands(commands, _config_options)
 
@@ -179,6 +251,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     bench.add_argument("--out", default="benchmark-report", help="report directory (default benchmark-report)")
     bench.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    for name, command in commands.choices.items():  # every command's --help ends with an example
+        command.formatter_class = _Formatter
+        if name in EXAMPLES and not command.epilog:
+            command.epilog = "examples:\n" + "\n".join(f"  {line}" for line in EXAMPLES[name])
     return parser
 
 
@@ -237,14 +313,17 @@ def cmd_rebalance(args: argparse.Namespace) -> int:
     placement = args.placement
     if placement is None and "loadBalancerLoadPlacementStrategy" in explicit:
         placement = config.loadBalancerLoadPlacementStrategy
+    # a snapshot of a cluster on the extensible load manager holds only each broker's top bundles (operator/elm.py)
+    shedding, placement, notes = elm.resolve_strategies(elm.of_snapshot(snapshot), config, args.strategy, placement)
     plan, next_state = plan_cycle(
         snapshot,
         config,
         state,
         random.Random(args.seed),
-        shedding=args.strategy,
+        shedding=shedding,
         placement=placement,
     )
+    plan = elm.with_notes(plan, notes)
     if args.state:
         files.write_state(args.state, next_state)
     if args.output == "json":
@@ -303,6 +382,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         audit_url=args.audit_url,
         audit_topic=args.audit_topic,
         audit_spool=args.audit_spool,
+        load_manager=args.load_manager,
     )
 
 
@@ -312,7 +392,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.speed <= 0:
         raise UsageError("--speed must be positive")
     return demo.run_simulator(
-        args.scenario, args.port, args.speed, args.token, faults=args.fault, request_log=args.request_log
+        args.scenario,
+        args.port,
+        args.speed,
+        args.token,
+        faults=args.fault,
+        request_log=args.request_log,
+        load_manager=args.load_manager,
     )
 
 
@@ -358,8 +444,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ.get("PULSAR_LB_LOG_LEVEL", "warning"),
         os.environ.get("PULSAR_LB_LOG_JSON", "").lower() in ("1", "true", "yes"),
     )
+    args: argparse.Namespace | None = None
     try:
-        args = parser.parse_args(argv)
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # --help and --version print and end here
+            return exc.code if isinstance(exc.code, int) else 0
         commands = {
             "rebalance": cmd_rebalance,
             "snapshot": cmd_snapshot,
@@ -379,13 +469,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"operator: error: {exc}", file=sys.stderr)
         return 2
     except AdminError as exc:
-        print(f"operator: error: the cluster's admin API: {exc}", file=sys.stderr)
+        print(f"operator: error: the cluster's admin API: {_admin_error(exc, args)}", file=sys.stderr)
         return 1
     except AnotherInstanceError as exc:
         print(f"operator: error: {exc}", file=sys.stderr)
         return 3
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `operator … | head`: the reader has gone; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except OSError as exc:  # a port, a file, a directory the command needs: one line, never a traceback
+        where = f" ({exc.filename})" if exc.filename else ""
+        fix = hints.file_fix(exc, exc.filename) if exc.filename else ""
+        print(hints.with_fix(f"operator: error: {exc.strerror or exc}{where}", fix), file=sys.stderr)
+        return 2
+    except Exception as exc:  # a bug: still one line for the user; PULSAR_LB_TRACEBACK=1 shows where
+        if os.environ.get("PULSAR_LB_TRACEBACK"):
+            raise
+        print(
+            f"operator: internal error: {type(exc).__name__}: {exc} — this is a bug; please report it with the "
+            "output of the same command run with PULSAR_LB_TRACEBACK=1",
+            file=sys.stderr,
+        )
+        return 1
+
+
+def _admin_error(exc: AdminError, args: argparse.Namespace | None) -> str:
+    """Pulsar's meaning of a 401/403 and where the token came from (never the token); else the error as is."""
+    try:
+        from pulsar_lb_operator import live
+
+        settings = live.settings_from(args)[0]  # the same inputs the command read
+    except Exception:
+        return str(exc)
+    meaning = hints.admin_auth(exc, settings)
+    return f"{meaning} ({exc.url})" if meaning else str(exc)
 
 
 def run() -> NoReturn:

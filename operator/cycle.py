@@ -16,6 +16,7 @@ from typing import Any
 import structlog
 
 from pulsar_lb_operator import audit as audit_events
+from pulsar_lb_operator import elm
 from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.collector import collect
 from pulsar_lb_operator.executor import Executor, ExecutorState, ExecutorStateError, Outcome, Record
@@ -63,6 +64,7 @@ class CycleResult:
     skipped_brokers: dict[str, str]
     state: OperatorState
     snapshot: ClusterSnapshot | None = None
+    load_manager: elm.LoadManager | None = None  # what the cluster runs (detected this cycle; None: not asked)
 
     @property
     def failed(self) -> int:
@@ -86,14 +88,23 @@ def run_cycle(
     save: Callable[[OperatorState], None] | None = None,
     draining: frozenset[str] = frozenset(),
     propose_only: bool = False,
+    load_manager: elm.Session | None = None,
 ) -> CycleResult:
     """``audit`` receives the cycle's audit events as they happen (verified, plan, planned, outcomes);
     ``save`` puts the operator state on disk, and is called before each action is sent (write-ahead).
 
     ``draining``: brokers being drained — the strategy plans without them (they give nothing and take
     nothing), and their bundles move first, placed among the others. ``propose_only``: plan, execute
-    nothing (``approval: manual``: the plan becomes a proposal for a person to approve)."""
+    nothing (``approval: manual``: the plan becomes a proposal for a person to approve).
+
+    ``load_manager``: the session that detects the cluster's load manager this cycle, reads the load where it
+    runs (load reports, or the extensible load manager's topics: operator/elm.py) and runs the conflict guard;
+    None: load reports, no detection, no guard."""
     cycle_id = uuid.UUID(int=rng.getrandbits(128)).hex[:12]
+    detected, elm_notes = None, ()
+    if load_manager is not None:
+        detected = load_manager.begin(client)
+        shedding, placement, elm_notes = elm.resolve_strategies(detected, config, shedding, placement)
     strategy = shedding or config.loadBalancerLoadSheddingStrategy
     context = audit_events.CycleContext(cycle_id, cluster, strategy, executor.safety.dry_run)
     publish = audit or (lambda _events: None)
@@ -103,13 +114,18 @@ def run_cycle(
 
     with structlog.contextvars.bound_contextvars(cycle_id=cycle_id, strategy=strategy):
         verifications, executor_state = executor.verify(state.executor, on_record)
-        collection = collect(
-            client,
-            cluster,
-            stale_after_s=config.loadBalancerBrokerLoadDataTTLInSeconds,
-            now_ms=now_ms,
-            broker_timeout_s=broker_timeout_s,
-        )
+        if load_manager is not None:
+            collection = load_manager.collect(
+                client, cluster, config, detected, now_ms=now_ms, broker_timeout_s=broker_timeout_s
+            )
+        else:
+            collection = collect(
+                client,
+                cluster,
+                stale_after_s=config.loadBalancerBrokerLoadDataTTLInSeconds,
+                now_ms=now_ms,
+                broker_timeout_s=broker_timeout_s,
+            )
         snapshot = collection.snapshot
         plan, strategy_state = plan_cycle(
             snapshot.without_brokers(draining) if draining else snapshot,
@@ -120,6 +136,7 @@ def run_cycle(
             placement,
             profile=profile,
         )
+        plan = elm.with_notes(plan, elm_notes)
         if draining:
             moves, notes = plan_drain(
                 snapshot, config, state.strategy, rng, draining, executor.safety.max_unloads_per_broker, placement
@@ -162,4 +179,5 @@ def run_cycle(
             collection.skipped,
             OperatorState(strategy_state, executor_state),
             collection.snapshot,
+            detected,
         )

@@ -27,7 +27,7 @@ import structlog
 from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from pulsar_lb_operator import guard, statefile, status_page, workflows
+from pulsar_lb_operator import elm, guard, hints, statefile, status_page, workflows
 from pulsar_lb_operator.adminapi import AdminClient, AdminError
 from pulsar_lb_operator.audit import publisher as audit_publisher
 from pulsar_lb_operator.control import ControlFile
@@ -38,6 +38,7 @@ from pulsar_lb_operator.leadership import STATE_ANNOTATION
 from pulsar_lb_operator.profile import read_profile
 from pulsar_lb_operator.settings import OperatorSettings
 from strategies import LoadBalancerConfig, Split
+from strategies.config import ConfigError
 from strategies.snapshots import SnapshotError
 
 log = structlog.get_logger(__name__)
@@ -126,6 +127,12 @@ class Metrics:
             Counter, "audit_events_dropped", "Audit events lost: the spool was full or not writable"
         )
         self.audit_backlog = metric(Gauge, "audit_events_spooled", "Audit events waiting in the spool for the broker")
+        self.load_manager = metric(
+            Gauge,
+            "load_manager_info",
+            "1 for the cluster's load manager (modular, extensible, …) and broker version, as last detected",
+            ["load_manager", "version"],
+        )
 
     def names(self) -> set[str]:
         """Every series name the registry exposes (``_total``, ``_bucket``, … included)."""
@@ -150,11 +157,16 @@ class Metrics:
             self.score.labels(broker.broker).set(broker.usage_before)
         for broker, error in result.state.strategy.prediction_errors.items():
             self.prediction_error.labels(broker).set(error)
+        if result.load_manager is not None:  # operator/elm.py detects it every cycle
+            self.load_manager.clear()
+            self.load_manager.labels(result.load_manager.kind, result.load_manager.version or "").set(1)
 
     def standby(self) -> None:
-        """A standby reports no broker usage: the leader's is the cluster's."""
+        """A standby reports no brokers and no usage: the leader's are the cluster's (dashboards take the max)."""
         self.score.clear()
         self.prediction_error.clear()
+        self.brokers_seen.set(0)
+        self.brokers_skipped.set(0)
 
 
 @dataclass
@@ -197,7 +209,14 @@ class Daemon:
         self.usage: deque[tuple[int, dict[str, float]]] = deque(maxlen=USAGE_POINTS)
         # a state file that exists but is unusable stops the daemon here (StateFileError, exit 2)
         self.state = statefile.load(Path(self.settings.stateFile), reset=self.reset_state)
-        self._guarded = False
+        # detects the load manager every cycle, reads ELM's topics on ELM clusters, runs the conflict guard once
+        # (only the leader cycles, so only the leader touches the cluster's configuration)
+        self.load_manager = elm.Session.from_settings(
+            self.settings,
+            guard=lambda: guard.check_builtin_shedding(
+                self.client, self.settings.disableBuiltinShedding, self.settings.dryRun
+            ),
+        )
         self._was_leader: bool | None = None
         self._lock = threading.Lock()
         self.history = (
@@ -280,9 +299,6 @@ class Daemon:
             return None
         started = time.monotonic()
         try:
-            if not self._guarded:  # only the leader touches the cluster's configuration
-                guard.check_builtin_shedding(self.client, self.settings.disableBuiltinShedding, self.settings.dryRun)
-                self._guarded = True
             now_ms = self.clock_ms() if callable(self.clock_ms) else None
             self._execute_approved()
             self.draining = frozenset(self.control.read().drains)
@@ -304,6 +320,7 @@ class Daemon:
                 save=self._save,
                 draining=self.draining,
                 propose_only=manual,
+                load_manager=self.load_manager,
             )
             self.state = result.state
             self._save(self.state)
@@ -325,9 +342,10 @@ class Daemon:
             self.last_ok = time.monotonic()
             self.cycles += 1
             return result
-        except (AdminError, SnapshotError, OSError) as exc:
+        # elm.py: ELM's topics unreadable is a ConnectionError (an OSError); a strategy ELM cannot feed a ConfigError
+        except (AdminError, SnapshotError, OSError, ConfigError) as exc:
             self.metrics.cycles.labels("error").inc()
-            log.error("cycle failed", reason=str(exc))
+            log.error("cycle failed", reason=hints.admin_auth(exc, self.settings) or str(exc))
             return None
         except Exception:  # a bug must not kill the daemon; the next cycle tries again
             self.metrics.cycles.labels("error").inc()
@@ -460,6 +478,7 @@ class Daemon:
 
     def close(self, flush_s: float = 5.0) -> None:
         """Give the audit publisher a few seconds to send what is spooled; the rest waits for the next start."""
+        self.load_manager.close()  # the readers of the extensible load manager's topics, if any
         if self.audit is not None:
             self.audit.close(flush_s)
 
@@ -498,6 +517,12 @@ class Daemon:
                 self.end_headers()
                 self.wfile.write(body)
 
-        server = ThreadingHTTPServer((self.settings.metricsHost, self.settings.metricsPort), Probes)
+        host, port = self.settings.metricsHost, self.settings.metricsPort
+        try:
+            server = ThreadingHTTPServer((host, port), Probes)
+        except OSError as exc:  # one line for the user (exit 2), never a traceback
+            self.close(flush_s=0.0)
+            fix = "set another with --set metricsPort=N (or PULSAR_LB_METRICS_PORT; 0 turns /metrics off)"
+            raise ConfigError(hints.port_in_use("metricsPort", host, port, exc, fix)) from None
         threading.Thread(target=server.serve_forever, args=(0.1,), daemon=True).start()
         return server

@@ -15,15 +15,18 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
+from pulsar_lb_operator import elm, hints
 from pulsar_lb_operator.adminapi import AdminClient, AdminError
 from pulsar_lb_operator.audit import AuditPublisher, Spool
 from pulsar_lb_operator.cycle import OperatorState, run_cycle
 from pulsar_lb_operator.executor import Executor, Outcome, Safety
+from simulator import elm as sim_elm
 from simulator.cluster import SimulatedCluster
-from simulator.http import SimulatedPulsar, serve
+from simulator.http import ServeError, SimulatedPulsar, serve
 from simulator.metrics import RunMetrics
 from simulator.scenario import load_scenario
 from strategies import LoadBalancerConfig, Split
+from strategies.config import ConfigError
 from strategies.snapshots import SnapshotError
 
 CONVERGED_SPREAD = 10.0  # points of usage between the busiest and the idlest broker
@@ -44,9 +47,14 @@ def run_demo(
     audit_url: str | None = None,
     audit_topic: str = "persistent://public/default/pulsar-lb-operator-audit",
     audit_spool: str = "state/audit-spool",
+    load_manager: str | None = None,
 ) -> int:
-    """With ``audit_url`` (a pulsar:// URL), every cycle's audit events go to ``audit_topic`` as well."""
-    scenario = load_scenario(scenario_name)
+    """With ``audit_url`` (a pulsar:// URL), every cycle's audit events go to ``audit_topic`` as well.
+
+    ``load_manager``: ``extensible`` serves the brokers as the extensible load manager's (no load report; their
+    load on its system topics, on a pulsar-lite broker on loopback, read with pulsar-client); None: the scenario's.
+    """
+    scenario = sim_elm.with_load_manager(load_scenario(scenario_name), load_manager)
     delivered: list[int] = []
     audit = (
         AuditPublisher(Spool(audit_spool), audit_url, audit_topic, on_sent=lambda: delivered.append(1)).start()
@@ -60,6 +68,20 @@ def run_demo(
     state = OperatorState()
     rng = random.Random(seed)
     client = AdminClient(sim.admin_url)
+    session, reporters = elm.Session(read_timeout_s=10.0), None
+    if sim_elm.is_extensible(cluster):  # the brokers publish their load; the operator reads it from the start
+        try:
+            reporters = sim_elm.ElmBrokers(cluster).start()
+            session.service_url = reporters.service_url
+            session.connect(client)  # before the first publication: the topics are non-persistent
+            reporters.publish(force=True)
+        except BaseException:
+            session.close()
+            if reporters is not None:
+                reporters.close()
+            client.close()
+            sim.stop()
+            raise
     sim_clock = lambda: cluster.now_ms / 1000  # noqa: E731 - the executor runs on simulated time
     safety = Safety(dry_run=False, cooldown_minutes=config.loadBalancerSheddingGracePeriodMinutes)
     executor = Executor(client, scenario.cluster, safety, clock=sim_clock, sleep=lambda _s: None)
@@ -84,11 +106,19 @@ def run_demo(
             f"and {safety.max_unloads_per_broker} per broker; usage = weighted max resource usage, true value.\n",
             file=out,
         )
+        if reporters is not None:
+            print(
+                f"Load manager: extensible (ExtensibleLoadManagerImpl): no load reports; each broker's load is read "
+                f"from its system topics with pulsar-client at {reporters.service_url}.\n",
+                file=out,
+            )
         print(_row(["cycle", "time", *shown, "spread", "moves"], widths), file=out)
         calm = 0
         cycle = 0
         while cluster.now_s < total_s:
             cycle += 1
+            if reporters is not None:  # what the brokers published has reached the operator's readers
+                session.connect(client).caught_up(reporters.sent, 10.0)
             try:
                 result = run_cycle(
                     client,
@@ -101,8 +131,9 @@ def run_demo(
                     placement,
                     now_ms=cluster.now_ms,
                     audit=audit.publish if audit else None,
+                    load_manager=session,
                 )
-            except (AdminError, SnapshotError) as exc:  # e.g. the admin URL's broker is restarting
+            except (AdminError, SnapshotError, elm.ElmDataUnreadable) as exc:  # e.g. the admin URL's broker restarts
                 result = None
                 failure = str(exc)
             else:
@@ -149,6 +180,9 @@ def run_demo(
     finally:
         if audit is not None:
             audit.close()
+        session.close()
+        if reporters is not None:
+            reporters.close()
         client.close()
         sim.stop()
 
@@ -163,6 +197,7 @@ def run_simulator(
     out: TextIO = sys.stdout,
     faults: list[str] | tuple[str, ...] = (),
     request_log: str | None = None,
+    load_manager: str | None = None,
 ) -> int:
     """Serve a scenario until stopped, advancing simulated time ``speed`` × real time.
 
@@ -172,26 +207,44 @@ def run_simulator(
     from pulsar_lb_operator.files import FileError
     from simulator.faults import parse_fault
 
-    scenario = load_scenario(scenario_name)
+    scenario = sim_elm.with_load_manager(load_scenario(scenario_name), load_manager)
     rules = [*scenario.faults, *(parse_fault(f, scenario.broker_names, "--fault") for f in faults)]
     if request_log is not None:
         try:
             open(request_log, "a", encoding="utf-8").close()
         except OSError as exc:
-            raise FileError(f"cannot write request log {request_log!r}: {exc.strerror or exc}") from None
+            message = f"cannot write request log {request_log!r}: {exc.strerror or exc}"
+            raise FileError(hints.with_fix(message, hints.file_fix(exc, request_log, writing=True))) from None
     epoch_ms = int(time.time() * 1000)  # report timestamps start at the wall clock, for a live operator
-    sim = serve(
-        lambda allocate: SimulatedCluster(scenario, allocate, epoch_ms),
-        first_port=port,
-        token=token,
-        faults=rules,
-        request_log=request_log,
-    )
-    stop = stop or threading.Event()
     try:
+        sim = serve(
+            lambda allocate: SimulatedCluster(scenario, allocate, epoch_ms),
+            first_port=port,
+            token=token,
+            faults=rules,
+            request_log=request_log,
+        )
+    except ServeError as exc:  # the simulator's one line (exit 2); the fix when it is about --port
+        if port is None or f":{port} " not in str(exc):
+            raise
+        raise ServeError(f"{exc}: choose another --port, or leave --port out to take a free one") from None
+    except OSError as exc:  # one line for the user (exit 2), never a traceback
+        fix = "choose another with --port, or leave --port out to take a free one"
+        raise ConfigError(hints.port_in_use("--port", "127.0.0.1", port or 0, exc, fix)) from None
+    stop = stop or threading.Event()
+    reporters = None
+    try:
+        if sim_elm.is_extensible(sim.cluster):  # ``sim.elm_brokers``: the brokers' ELM reporters
+            reporters = sim.elm_brokers = sim_elm.ElmBrokers(sim.cluster).start()  # type: ignore[attr-defined]
         print(f"Simulated Pulsar cluster {scenario.cluster!r} ({scenario.name}): admin URL {sim.admin_url}", file=out)
         for broker in sim.cluster.brokers.values():
             print(f"  {broker.name}: {broker.web_url}", file=out)
+        if reporters is not None:
+            print(
+                f"Load manager: extensible — no load reports; each broker publishes its load on its system topics "
+                f"at {reporters.service_url} (the operator: --set elmServiceUrl={reporters.service_url})",
+                file=out,
+            )
         if rules:
             print(f"Injected faults ({len(rules)}):", file=out)
             for rule in rules:
@@ -212,6 +265,8 @@ def run_simulator(
     except KeyboardInterrupt:
         return 0
     finally:
+        if reporters is not None:
+            reporters.close()
         sim.stop()
         if rules:
             print(f"Faults fired: {sim.faults_fired}", file=out, flush=True)

@@ -29,8 +29,11 @@ from typing import Any
 import structlog
 
 from pulsar_lb_operator.adminapi import AdminClient, AdminError, Conflict, ServerError, TransportError
+from pulsar_lb_operator.collector import read_isolation_policies
 from strategies import bundles as bundle_names
+from strategies import policies as ns_policies
 from strategies.plans import Action, Plan, Split, Unload
+from strategies.snapshots import SnapshotError
 
 log = structlog.get_logger(__name__)
 
@@ -296,7 +299,25 @@ class Executor:
                 return f"cannot confirm the destination is active: {exc.reason}"
             if action.destination not in active:
                 return f"destination {action.destination} is not an active broker"
+            return self._isolation_rail(action, active)
         return None
+
+    def _isolation_rail(self, action: Unload, active: set[str]) -> str | None:
+        """The cluster's isolation policies as they are now must allow the destination: one read right
+        before the unload, applyNamespacePolicies over the active brokers (the topic-mode flags and the
+        anti-affinity spread are the planner's). Policies that cannot be read refuse the unload."""
+        try:
+            isolation = read_isolation_policies(self.client, self.cluster)
+        except (AdminError, SnapshotError) as exc:
+            reason = exc.reason if isinstance(exc, AdminError) else str(exc)
+            return f"cannot confirm the namespace isolation policies allow {action.destination}: {reason}"
+        namespace = bundle_names.namespace_of(action.bundle)
+        policies = ns_policies.NamespacePolicies(isolation)
+        if action.destination in ns_policies.apply_namespace_policies(namespace, active, policies):
+            return None
+        policy = policies.policy_for(namespace)
+        which = f"isolation policy {policy.name}" if policy else "it is another namespace's primary broker"
+        return f"destination {action.destination} is excluded by the isolation policies of {namespace} ({which})"
 
     def _execute(self, action: Action) -> Record:
         try:
@@ -317,9 +338,14 @@ class Executor:
                 return self._record(action, Outcome.EXECUTED, detail)
             return self._record(action, Outcome.UNKNOWN, f"no answer ({exc.reason}): counted as done, to verify")
         except (ServerError, Conflict) as exc:
-            detail = f"HTTP {exc.status}: {exc.reason}: the broker may have acted; counted as done, to verify"
-            return self._record(action, Outcome.UNKNOWN, detail)
+            if exc.in_transition:  # another unload or transfer of it is under way: it may go either way
+                detail = f"HTTP {exc.status}: in transition (already being unloaded or moved): {exc.reason}"
+            else:
+                detail = f"HTTP {exc.status}: {exc.reason}: the broker may have acted"
+            return self._record(action, Outcome.UNKNOWN, f"{detail}; counted as done, to verify")
         except AdminError as exc:
+            if not exc.sent:  # e.g. no OAuth2 token could be had: nothing left this process
+                return self._record(action, Outcome.FAILED, f"not sent: {exc.reason}")
             if exc.status in REFUSED_STATUSES:
                 return self._record(action, Outcome.FAILED, f"HTTP {exc.status}: {exc.reason}")
             status = f"HTTP {exc.status}: " if exc.status else ""

@@ -1,4 +1,10 @@
-"""Conflict guard: two balancers must not fight. Pulsar's own shedder is on by default."""
+"""Conflict guard: two balancers must not fight. Pulsar's own shedder is on by default.
+
+``loadBalancerSheddingEnabled`` (dynamic) stops both load managers' shedders: the modular one's doLoadShedding
+and the extensible one's UnloadScheduler (``loadBalancerEnabled && loadBalancerSheddingEnabled``). The cycle
+runs this guard (operator/elm.py): on a modular cluster first, on the extensible load manager only once its load
+data was read — never when the operator is not going to balance instead.
+"""
 
 from __future__ import annotations
 
@@ -18,10 +24,10 @@ def check_builtin_shedding(client: AdminClient, disable: bool, dry_run: bool) ->
         runtime = client.runtime_config()
         enabled = str(runtime.get("loadBalancerSheddingEnabled", "true")).strip().lower() == "true"
     except AdminError as exc:
-        log.warning(
-            "cannot read loadBalancerSheddingEnabled; assuming Pulsar's own shedder is on",
-            reason=getattr(exc, "reason", str(exc)),
-        )
+        reason = getattr(exc, "reason", str(exc))
+        if exc.status in (401, 403) and reason.startswith("HTTP "):  # Jetty's HTML page says nothing more
+            reason = f"HTTP {exc.status}: the token was not accepted"
+        log.warning("cannot read loadBalancerSheddingEnabled; assuming Pulsar's own shedder is on", reason=reason)
         enabled = True
     if not enabled:
         return "off"

@@ -10,10 +10,10 @@ import sys
 import threading
 
 from pulsar_lb_operator import daemon as daemon_module
-from pulsar_lb_operator import files, guard, render, statefile
-from pulsar_lb_operator.adminapi import AdminClient
+from pulsar_lb_operator import elm, files, guard, hints, render, statefile
+from pulsar_lb_operator.adminapi import AdminClient, auth
 from pulsar_lb_operator.audit import publisher as audit_publisher
-from pulsar_lb_operator.collector import collect, with_namespaces_and_topics
+from pulsar_lb_operator.collector import with_namespaces_and_topics
 from pulsar_lb_operator.control import ControlFile
 from pulsar_lb_operator.cycle import OperatorState, run_cycle
 from pulsar_lb_operator.executor import Executor
@@ -33,12 +33,21 @@ def settings_from(args: argparse.Namespace, **flags: object) -> tuple[OperatorSe
 
 
 def connect(settings: OperatorSettings) -> tuple[AdminClient, str]:
+    if settings.caBundle:  # requests would only say so on the first call, with a traceback
+        try:
+            with open(settings.caBundle, "rb"):
+                pass
+        except OSError as exc:
+            message = f"caBundle: cannot read {settings.caBundle!r}: {exc.strerror or exc}"
+            raise ConfigError(hints.with_fix(message, hints.file_fix(exc, settings.caBundle))) from None
     client = AdminClient(
         settings.adminUrl or "",
-        token=settings.token(),
+        credentials=auth.from_settings(settings),  # token, TLS client certificate or OAuth2, files checked
         ca_bundle=settings.caBundle,
         verify=settings.tlsVerify,
         max_body_bytes=int(settings.maxResponseMegabytes * 2**20),
+        broker_urls=settings.broker_web_service_urls(),
+        broker_url_template=settings.brokerWebServiceUrlTemplate,
     )
     if settings.cluster:
         return client, settings.cluster
@@ -58,6 +67,9 @@ def rebalance(args: argparse.Namespace) -> int:
         client, cluster = connect(settings)
         try:
             return _rebalance(args, settings, config, explicit, client, cluster, state, state_path)
+        except elm.ElmDataUnreadable as exc:  # what could not be read, in one line; nothing was changed
+            print(f"operator: error: {exc}", file=sys.stderr)
+            return 1
         finally:
             client.close()
 
@@ -72,7 +84,10 @@ def _rebalance(
     state: OperatorState,
     state_path: str,
 ) -> int:
-    guard.check_builtin_shedding(client, settings.disableBuiltinShedding, settings.dryRun)
+    # the conflict guard runs in the cycle: at once on a modular cluster, after the load was read otherwise (elm.py)
+    session = elm.Session.from_settings(
+        settings, guard=lambda: guard.check_builtin_shedding(client, settings.disableBuiltinShedding, settings.dryRun)
+    )
     placement = args.placement
     if placement is None and "loadBalancerLoadPlacementStrategy" in explicit:
         placement = config.loadBalancerLoadPlacementStrategy
@@ -93,8 +108,10 @@ def _rebalance(
             audit=audit.publish if audit else None,
             save=lambda s: statefile.save(state_path, s),
             draining=draining,
+            load_manager=session,
         )
     finally:
+        session.close()
         if audit is not None and not audit.close(flush_s=10.0):
             print(
                 f"{audit.spool.backlog()} audit events not yet delivered: they wait in "
@@ -106,6 +123,7 @@ def _rebalance(
         doc = result.plan.to_json() if result.plan else {"actions": []}
         doc["outcomes"] = [r.to_json() for r in result.records]
         doc["skippedBrokers"] = result.skipped_brokers
+        doc["loadManager"] = result.load_manager.to_json() if result.load_manager else None
         print(json.dumps(doc, indent=2))
     else:
         print(render.plan_table(result.plan, dry_run=settings.dryRun))
@@ -120,10 +138,11 @@ def _rebalance(
 
 
 def snapshot(args: argparse.Namespace) -> int:
-    settings, _, _ = settings_from(args)
+    settings, config, _ = settings_from(args)
     client, cluster = connect(settings)
+    session = elm.Session.from_settings(settings)
     try:
-        collection = collect(client, cluster)
+        collection = session.collect(client, cluster, config, guard=False)  # load reports, or ELM's topics
         snap = with_namespaces_and_topics(client, collection.snapshot, topics=args.with_topics)
         files.write_json_atomically(args.out, snap.to_json())
         print(
@@ -134,7 +153,11 @@ def snapshot(args: argparse.Namespace) -> int:
         for broker, why in sorted(collection.skipped.items()):
             print(f"left out: {broker}: {why}", file=sys.stderr)
         return 0
+    except elm.ElmDataUnreadable as exc:
+        print(f"operator: error: {exc}", file=sys.stderr)
+        return 1
     finally:
+        session.close()
         client.close()
 
 

@@ -47,7 +47,7 @@ from pulsar_lb_operator.daemon import Daemon
 from pulsar_lb_operator.settings import OperatorSettings
 from simulator.cluster import SimulatedCluster
 from simulator.http import Request, SimulatedPulsar, serve
-from simulator.scenario import Scenario, load_scenario
+from simulator.scenario import IsolationPolicySpec, Scenario, load_scenario
 from strategies import LoadBalancerConfig, StateError
 
 KINDS = (
@@ -73,6 +73,8 @@ def endpoints(cluster: str) -> tuple[tuple[str, str, str], ...]:
         ("load report", "GET", "/broker-stats/load-report"),
         ("owned bundles", "GET", "/ownedNamespaces"),
         ("namespace bundles", "GET", "/bundles"),
+        ("isolation policies", "GET", "/namespaceIsolationPolicies"),
+        ("anti-affinity group", "GET", "/antiAffinity"),
         ("runtime config", "GET", "/configuration/runtime"),
         ("dynamic config", "POST", "/admin/v2/brokers/configuration/"),
         ("unload", "PUT", "/unload"),
@@ -212,7 +214,21 @@ def rehearsal_scenario(name: str) -> Scenario:
         "loadBalancerNamespaceBundleMaxMsgRate": 1500,
         "loadBalancerAvgShedderHitCountHighThreshold": 1,
     }
-    return dataclasses.replace(scenario, config=config, faults=())
+    # Policies, so the collector's reads of them answer 200 and every fault kind fires there too: acme/*
+    # isolated on broker-1 and broker-2 (the others stay shared), and its namespaces in one group.
+    isolated = IsolationPolicySpec("rehearsal", ("acme/.*",), ("broker-1", "broker-2"))
+    namespaces = tuple(
+        dataclasses.replace(n, anti_affinity_group="rehearsal") if n.name.startswith("acme/") else n
+        for n in scenario.namespaces
+    )
+    return dataclasses.replace(
+        scenario,
+        config=config,
+        faults=(),
+        addresses="distinct",
+        isolation_policies=(isolated,),
+        namespaces=namespaces,
+    )
 
 
 def _settings(tmp: Path, **overrides: Any) -> OperatorSettings:

@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import datetime
+import re
 import textwrap
 
 from strategies.plans import Plan, Split, Unload
+
+# AvgShedder's note on a pair it is still counting (strategies/shedding/avg.py; PredictivePairingShedder falls
+# back to it): "AvgShedder: pair HI (76.7) / LO (16.0) diff 60.7; high hits 1/2, low hits 1/8"
+_COUNTING = re.compile(
+    r"^(?P<strategy>\w+): pair (?P<hi>\S+) \((?P<hi_score>[\d.]+)\) / (?P<lo>\S+) \((?P<lo_score>[\d.]+)\) "
+    r"diff (?P<diff>[\d.]+); high hits (?P<high>\d+)/(?P<high_needed>\d+), low hits (?P<low>\d+)/(?P<low_needed>\d+)"
+)
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
@@ -39,7 +47,9 @@ def plan_table(plan: Plan, dry_run: bool = True) -> str:
             out.append(line)
             out.extend(textwrap.wrap(reason, 108, initial_indent="     why: ", subsequent_indent="          "))
     else:
-        out.append("No action: the cluster is within the strategy's thresholds.")
+        out.append(counting_hits(plan) or "No action: the cluster is within the strategy's thresholds.")
+    if plan.actions and not plan.unloads and counting_hits(plan):
+        out.append(f"No unload yet: {counting_hits(plan, headline=False)}")
     out.append("")
     out.append("Brokers (usage = weighted max resource usage in % of capacity; 'after' is an estimate):")
     out.extend(
@@ -68,3 +78,25 @@ def plan_table(plan: Plan, dry_run: bool = True) -> str:
         out.append("Notes:")
         out.extend(f"  - {n}" for n in plan.notes)
     return "\n".join(out)
+
+
+def counting_hits(plan: Plan, headline: bool = True) -> str | None:
+    """Why there is no unload while AvgShedder still counts hits on a pair ("1 of 2 hits"), or None."""
+    pairs = [m for m in map(_COUNTING.match, plan.notes) if m]
+    counted = []
+    for m in pairs:
+        for level in ("high", "low"):
+            hits, needed = int(m[level]), int(m[f"{level}_needed"])
+            if 0 < hits < needed:
+                counted.append((needed - hits, hits, needed, level, m))
+    if not counted:
+        return None
+    _, hits, needed, level, m = min(counted, key=lambda c: c[0])
+    key = f"loadBalancerAvgShedderHitCount{level.capitalize()}Threshold"
+    more = f" ({len(pairs) - 1} more pair(s) in the notes)" if len(pairs) > 1 else ""
+    text = (
+        f"{m['strategy']} is counting hits on {m['hi']} ({m['hi_score']}) / {m['lo']} ({m['lo_score']}), "
+        f"{m['diff']} points apart: {hits} of {needed} hits. It unloads once the gap is seen in {needed} "
+        f"consecutive cycles ({key}){more}."
+    )
+    return f"No action yet: {text}" if headline else text

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pulsar_lb_operator import hints
+from pulsar_lb_operator.adminapi import auth
+from pulsar_lb_operator.adminapi.client import TEMPLATE_FIELDS, render_template, template_fields
 from pulsar_lb_operator.executor import Safety
 from strategies.config import ConfigError, LoadBalancerConfig, config_keys, convert_value
 
@@ -30,6 +33,15 @@ class OperatorSettings:
     tokenEnv: str = "PULSAR_LB_TOKEN"  # name of the environment variable holding the token
     caBundle: str | None = None  # PEM file to verify the brokers' TLS certificates
     tlsVerify: bool = True
+    authPlugin: str | None = None  # token | tls | oauth2 | none (or Pulsar's class names); unset: token if one is set
+    tlsCertFile: str | None = None  # client certificate (PEM): authPlugin tls, or mutual TLS beside a token/OAuth2
+    tlsKeyFile: str | None = None  # its private key (PEM)
+    oauth2IssuerUrl: str | None = None  # authPlugin oauth2: the issuer; its /.well-known/openid-configuration
+    oauth2Audience: str | None = None
+    oauth2CredentialsFile: str | None = None  # Pulsar's key file: {"client_id": …, "client_secret": …}
+    oauth2Scope: str | None = None
+    brokerWebServiceUrlTemplate: str | None = None  # e.g. https://{host}:8443 ({id}, {host}, {port}): proxy, NAT
+    brokerWebServiceUrls: tuple[str, ...] = ()  # brokerId=URL pairs (a mapping in a settings file), over the template
     dryRun: bool = True  # log what would be done; call no mutating endpoint
     maxUnloadsPerCycle: int = 10
     maxUnloadsPerBroker: int = 5
@@ -48,7 +60,7 @@ class OperatorSettings:
     aggregateEveryMinutes: float = 15.0  # run the Spark job in-process this often; 0: an external job writes it
     sparkMaster: str = "local[2]"
     metricsPort: int = 8090  # /healthz, /readyz, /metrics; 0 disables
-    metricsHost: str = "0.0.0.0"
+    metricsHost: str = "127.0.0.1"  # local runs stay on loopback; the chart (and the image) set 0.0.0.0
     cycleIntervalSeconds: float = 0.0  # 0: loadBalancerSheddingIntervalMinutes
     approval: str = "auto"  # "manual": each cycle's plan waits as a proposal for `operator approve`
     disableBuiltinShedding: bool = False  # set loadBalancerSheddingEnabled=false on the cluster at start
@@ -57,6 +69,11 @@ class OperatorSettings:
     auditTopic: str = "persistent://public/default/pulsar-lb-operator-audit"
     auditSpoolDir: str | None = None  # events wait here until the broker has them; default: beside stateFile
     auditSpoolMaxMegabytes: float = 64.0  # past this, new events are dropped and counted, never blocking a cycle
+    # the extensible load manager's system topics (operator/elm.py): any broker's or the proxy's pulsar:// or
+    # pulsar+ssl:// URL (default: adminUrl's host on 6650/6651), and how long a cycle waits for every broker's
+    # data (0: one report interval, the brokers' loadBalancerReportUpdateMaxIntervalMinutes)
+    elmServiceUrl: str | None = None
+    elmReadTimeoutSeconds: float = 0.0
     leaderElection: bool = False  # act only while holding the Kubernetes Lease leaseName (see leadership.py)
     leaseName: str = "pulsar-lb-operator"
     leaseNamespace: str | None = None  # default: the pod's namespace (its service account's namespace file)
@@ -85,12 +102,18 @@ class OperatorSettings:
             raise ConfigError(f"logLevel: {self.logLevel!r} is not debug, info, warning or error")
         if self.adminUrl is not None and not re.match(r"^https?://[^/\s]+/?$", self.adminUrl):
             raise ConfigError(f"adminUrl: {self.adminUrl!r} is not an http(s)://host:port URL")
+        self._check_auth()
+        self._check_broker_urls()
         if self.auditServiceUrl is not None and not re.match(r"^pulsar(\+ssl)?://[^/\s]+/?$", self.auditServiceUrl):
             raise ConfigError(f"auditServiceUrl: {self.auditServiceUrl!r} is not a pulsar:// or pulsar+ssl:// URL")
         if not re.match(r"^(persistent|non-persistent)://[^/\s]+/[^/\s]+/[^/\s]+$", self.auditTopic):
             raise ConfigError(
                 f"auditTopic: {self.auditTopic!r} is not a full topic name (persistent://tenant/ns/topic)"
             )
+        if self.elmServiceUrl is not None and not re.match(r"^pulsar(\+ssl)?://[^/\s]+/?$", self.elmServiceUrl):
+            raise ConfigError(f"elmServiceUrl: {self.elmServiceUrl!r} is not a pulsar:// or pulsar+ssl:// URL")
+        if self.elmReadTimeoutSeconds < 0:
+            raise ConfigError("elmReadTimeoutSeconds: must be >= 0 (0: one report interval)")
         if self.auditSpoolMaxMegabytes <= 0:
             raise ConfigError("auditSpoolMaxMegabytes: must be > 0")
         if self.auditEnabled and not (self.auditServiceUrl or self.adminUrl):
@@ -107,6 +130,52 @@ class OperatorSettings:
                 re.compile(pattern)
             except re.error as exc:
                 raise ConfigError(f"excludedNamespaces: {pattern!r} is not a regular expression ({exc})") from None
+
+    def _check_auth(self) -> None:
+        plugin = auth.plugin_name(self.authPlugin)  # ConfigError naming authPlugin
+        if bool(self.tlsCertFile) != bool(self.tlsKeyFile):
+            missing = "tlsKeyFile" if self.tlsCertFile else "tlsCertFile"
+            raise ConfigError(f"{missing}: a client certificate needs both tlsCertFile and tlsKeyFile")
+        if plugin == "tls":
+            if not self.tlsCertFile:
+                raise ConfigError("tlsCertFile: authPlugin tls needs tlsCertFile and tlsKeyFile")
+            if self.adminUrl is not None and not self.adminUrl.startswith("https://"):
+                raise ConfigError("adminUrl: authPlugin tls presents a client certificate, which needs https://")
+        if plugin == "oauth2":
+            if not self.oauth2IssuerUrl:
+                raise ConfigError("oauth2IssuerUrl: authPlugin oauth2 needs the issuer's URL")
+            if not self.oauth2CredentialsFile:
+                raise ConfigError("oauth2CredentialsFile: authPlugin oauth2 needs the client credentials file")
+        if self.oauth2IssuerUrl is not None and not re.match(r"^https?://[^/\s]+(/\S*)?$", self.oauth2IssuerUrl):
+            raise ConfigError(f"oauth2IssuerUrl: {self.oauth2IssuerUrl!r} is not an http(s):// URL")
+
+    def _check_broker_urls(self) -> None:
+        template = self.brokerWebServiceUrlTemplate
+        if template is not None:
+            try:
+                unknown = template_fields(template) - TEMPLATE_FIELDS
+                rendered = "" if unknown else render_template(template, "broker-0.example:8080")
+            except (ValueError, IndexError, KeyError):
+                raise ConfigError(f"brokerWebServiceUrlTemplate: {template!r} is not a URL template") from None
+            if unknown:
+                raise ConfigError(
+                    f"brokerWebServiceUrlTemplate: unknown placeholder {{{sorted(unknown)[0]}}} (use {{id}}, {{host}}, "
+                    "{port})"
+                )
+            if not re.match(r"^https?://[^/\s]+(/\S*)?$", rendered):
+                raise ConfigError(f"brokerWebServiceUrlTemplate: {template!r} does not make an http(s):// URL")
+        self.broker_web_service_urls()
+
+    def broker_web_service_urls(self) -> dict[str, str]:
+        """brokerWebServiceUrls as broker id → URL; ConfigError naming the key for a malformed pair."""
+        urls: dict[str, str] = {}
+        for pair in self.brokerWebServiceUrls:
+            broker_id, _, url = pair.partition("=")
+            broker_id, url = broker_id.strip(), url.strip()
+            if not re.match(r"^[^\s/:]+:\d+$", broker_id) or not re.match(r"^https?://[^/\s]+(/\S*)?$", url):
+                raise ConfigError(f"brokerWebServiceUrls: {pair!r} is not brokerId=URL (host:port=http(s)://host:port)")
+            urls[broker_id] = url
+        return urls
 
     def safety(self, config: LoadBalancerConfig, dry_run: bool | None = None) -> Safety:
         return Safety(
@@ -134,7 +203,8 @@ class OperatorSettings:
             try:
                 return Path(self.tokenFile).read_text(encoding="utf-8").strip() or None
             except OSError as exc:
-                raise ConfigError(f"tokenFile: cannot read {self.tokenFile!r}: {exc.strerror or exc}") from None
+                message = f"tokenFile: cannot read {self.tokenFile!r}: {exc.strerror or exc}"
+                raise ConfigError(hints.with_fix(message, hints.file_fix(exc, self.tokenFile))) from None
         return os.environ.get(self.tokenEnv) or None
 
 
@@ -157,6 +227,8 @@ def resolve(
     ours: dict[str, Any] = {}
     pulsar: dict[str, Any] = {}
     for key, value in file_settings.items():
+        if key == "brokerWebServiceUrls" and isinstance(value, Mapping):  # a mapping in a settings file
+            value = tuple(f"{k}={v}" for k, v in value.items())
         if key in fields:
             ours[key] = value
         elif key in config_keys() or key.startswith("loadBalancerBandwith"):
@@ -169,6 +241,8 @@ def resolve(
         if _env_name(key) in environ and key != "tokenEnv":
             ours[key] = environ[_env_name(key)]
     ours.update({k: v for k, v in flags.items() if v is not None})
+    # An optional setting given as "" or null (a chart's empty value) is unset.
+    ours = {k: v for k, v in ours.items() if not (v in ("", None) and "| None" in str(fields[k].type))}
     converted = {
         k: "" if k in MAY_BE_EMPTY and v == "" else convert_value(k, fields[k].type.replace(" | None", ""), v)
         for k, v in ours.items()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import structlog
 
-from pulsar_lb_operator import files
+from pulsar_lb_operator import files, hints
 from pulsar_lb_operator.cycle import OperatorState
 from strategies import StateError
 
@@ -69,8 +69,15 @@ class InstanceLock:
         self._fd: int | None = None
 
     def acquire(self) -> InstanceLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            fix = hints.file_fix(exc, self.path, writing=True) or "choose another stateFile"
+            raise StateFileError(
+                f"cannot create the state lock {str(self.path)!r}: {exc.strerror or exc}: {fix} "
+                "(stateFile in the settings, or --set stateFile=PATH)"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

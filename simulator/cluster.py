@@ -5,44 +5,152 @@ an unloaded bundle is unowned until its clients reconnect and look it up; the le
 to the destination remembered for it (once) or by the cluster's own placement. Brokers sample host
 usage and bundle stats every ``report_interval_s``, so a report lags a move, as in real life.
 
-Thread-safe: the HTTP servers call in from their threads; every public method takes the lock.
+Thread-safe: the HTTP server calls in from its threads; every public method takes the lock.
+
+Linear in the cluster: ownership is indexed by owner (a broker's bundles without a scan of the whole
+map), a broker's load report is built once per change of its sample or of its bundles, and the
+leader's view re-parses only the reports that changed.
 """
 
 from __future__ import annotations
 
 import bisect
+import fnmatch
 import itertools
+import json
 import math
 import random
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
 
 from simulator.scenario import BrokerSpec, EventSpec, Scenario
+from simulator.traffic import Pattern
 from strategies import bundles as bundle_names
 from strategies import planner, registry
+from strategies import policies as ns_policies
 from strategies.config import LoadBalancerConfig
+from strategies.documents import Reader
 from strategies.loaddata import BundleData, LoadData, update_bundle_data
 from strategies.placement.common import PlacementContext
 from strategies.planner import plan_cycle
 from strategies.plans import Split, Unload
-from strategies.snapshots import BundleStats, ClusterSnapshot, TopicStats, parse_broker_load
+from strategies.snapshots import BrokerLoad, BundleStats, ClusterSnapshot, TopicStats, parse_broker_load
 from strategies.splitting import algorithms
 from strategies.state import StrategyState
 
 EPOCH_MS = 1_750_000_000_000  # simulated time 0
 MIB = 1024 * 1024
 RECONNECT_DELAY_S = 2.0  # clients of an unloaded bundle look it up again after this long
+# An unloaded bundle's ownership stays disabled while its owner closes the topics; another unload meanwhile
+# answers 500 "Namespace bundle … is being unloaded" (NamespaceService.findBrokerServiceUrl).
+UNLOAD_WINDOW_S = 1.0
 LEADER_SAMPLE_S = 10.0
+
+
+class Ownership(dict[str, str]):
+    """bundle → owner broker id, indexed by owner so a broker's bundles are found without a scan.
+
+    A plain dict to read (``dict(ownership)``, ``.items()``, ``.get``); every write keeps the index
+    (``by_owner``) and bumps the version of each broker whose bundles changed (``version_of``).
+    """
+
+    def __init__(self, items: Any = ()) -> None:
+        super().__init__()
+        self.by_owner: dict[str, set[str]] = {}
+        self._versions: dict[str, int] = {}
+        self._counter = itertools.count(1)
+        self.update(items)
+
+    def version_of(self, owner: str) -> int:
+        return self._versions.get(owner, 0)
+
+    def owned(self, owner: str) -> set[str]:
+        return self.by_owner.get(owner, set())
+
+    def _index(self, bundle: str, owner: str, add: bool) -> None:
+        if add:
+            self.by_owner.setdefault(owner, set()).add(bundle)
+        else:
+            self.by_owner.get(owner, set()).discard(bundle)
+        self._versions[owner] = next(self._counter)
+
+    def __setitem__(self, bundle: str, owner: str) -> None:
+        previous = dict.get(self, bundle)
+        if previous == owner:
+            return
+        if previous is not None:
+            self._index(bundle, previous, add=False)
+        dict.__setitem__(self, bundle, owner)
+        self._index(bundle, owner, add=True)
+
+    def __delitem__(self, bundle: str) -> None:
+        owner = dict.__getitem__(self, bundle)
+        dict.__delitem__(self, bundle)
+        self._index(bundle, owner, add=False)
+
+    _MISSING: Any = object()
+
+    def pop(self, bundle: str, default: Any = _MISSING) -> Any:
+        if bundle in self:
+            owner = dict.__getitem__(self, bundle)
+            del self[bundle]
+            return owner
+        if default is Ownership._MISSING:
+            raise KeyError(bundle)
+        return default
+
+    def popitem(self) -> tuple[str, str]:
+        bundle, owner = dict.popitem(self)
+        self._index(bundle, owner, add=False)
+        return bundle, owner
+
+    def setdefault(self, bundle: str, owner: Any = None) -> Any:
+        if bundle not in self:
+            self[bundle] = owner
+        return dict.__getitem__(self, bundle)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for bundle, owner in dict(*args, **kwargs).items():
+            self[bundle] = owner
+
+    def __ior__(self, other: Any) -> Ownership:
+        self.update(other)
+        return self
+
+    def clear(self) -> None:
+        for owner in list(self.by_owner):
+            self._versions[owner] = next(self._counter)
+        dict.clear(self)
+        self.by_owner.clear()
+
+    def copy(self) -> dict[str, str]:  # type: ignore[override]
+        return dict(self)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Ownership, (dict(self),))
 
 
 class SimError(Exception):
     """An admin call Pulsar would refuse; carries the HTTP status and Pulsar's reason."""
 
-    def __init__(self, status: int, reason: str) -> None:
+    def __init__(self, status: int, reason: str, text: str | None = None) -> None:
         super().__init__(reason)
         self.status = status
         self.reason = reason
+        self.text = text  # an unexpected exception's text/plain body (RestException), instead of {"reason"}
+
+
+def unexpected(exception: str, message: str, status: int = 500) -> SimError:
+    """What Pulsar's RestException makes of an unexpected exception: a text/plain body with its message."""
+    text = (
+        "\n --- An unexpected error occurred in the server --- \n\n"
+        f"Message: {message}\n\nStacktrace:\n\n{exception}: {message}\n"
+    )
+    return SimError(status, message, text)
 
 
 @dataclass
@@ -76,20 +184,44 @@ class Broker:
     stats_sample: dict[str, BundleStats] = field(default_factory=dict)
     topic_sample: dict[str, dict[str, TopicStats]] = field(default_factory=dict)
     host_sample: dict[str, tuple[float, float]] = field(default_factory=dict)
+    sample_version: int = 0  # bumped by every sample: the load report is rebuilt only after a change
+    web_url_tls: str | None = None  # the https URL it publishes, when it serves TLS (set_web_url_tls)
 
     @property
     def port(self) -> int:
         return int(self.id.rsplit(":", 1)[1])
 
     @property
+    def host(self) -> str:
+        return self.id.rsplit(":", 1)[0]
+
+    @property
     def web_url(self) -> str:
         return f"http://{self.id}"
 
 
+class _VirtualIds:
+    """127.0.0.1 and a port each; with the scenario's ``addresses: distinct``, 127.0.0.1, 127.0.0.2, … on one
+    port (hosts tell brokers apart, as namespace isolation policies need)."""
+
+    def __init__(self) -> None:
+        self.ports = iter(range(20000, 30000))
+        self.distinct: itertools.count[int] | None = None
+
+    def prepare(self, scenario: Scenario) -> None:
+        if getattr(scenario, "addresses", "ports") == "distinct":
+            self.distinct = itertools.count()
+
+    def __call__(self, _name: str) -> str:
+        if self.distinct is None:
+            return f"127.0.0.1:{next(self.ports)}"
+        third, fourth = divmod(next(self.distinct), 254)
+        return f"127.{third // 256}.{third % 256}.{fourth + 1}:20000"
+
+
 def virtual_ids() -> Callable[[str], str]:
     """Broker ids for a cluster that is not served over HTTP (benchmarks, unit tests)."""
-    counter = iter(range(20000, 30000))
-    return lambda _name: f"127.0.0.1:{next(counter)}"
+    return _VirtualIds()
 
 
 class SimulatedCluster:
@@ -101,6 +233,9 @@ class SimulatedCluster:
         self.epoch_ms = epoch_ms
         self.lock = threading.RLock()
         self.allocate_id = allocate_id or virtual_ids()
+        prepare = getattr(self.allocate_id, "prepare", None)
+        if prepare is not None:  # e.g. the HTTP server's allocator: addressing mode, file descriptor limit
+            prepare(scenario)
         self.rng = random.Random(scenario.seed)
         self.noise = random.Random(scenario.seed + 1)
         self.now_s = 0.0
@@ -110,20 +245,30 @@ class SimulatedCluster:
         self.topics: dict[str, list[Topic]] = {}
         self.patterns = [ns.pattern for ns in scenario.namespaces]
         self.traffic_factor: dict[str, float] = {}
-        self.ownership: dict[str, str] = {}
+        self._ownership = Ownership()
+        self._reports: dict[str, tuple[tuple, dict]] = {}  # broker id → (what it was built from, report)
+        self._report_json: dict[str, tuple[dict, bytes]] = {}  # broker id → (report, its JSON)
+        self._parsed: dict[str, tuple[dict, BrokerLoad]] = {}  # broker id → (report, the leader's parse)
         self.pending_lookups: dict[str, float] = {}
         self.affinity: dict[str, str] = {}
+        # namespace policies: anti-affinity groups by namespace; (broker count, policies) built on demand
+        self.anti_affinity_groups = {
+            ns.name: ns.anti_affinity_group for ns in scenario.namespaces if ns.anti_affinity_group
+        }
+        self._policies: tuple[int, ns_policies.NamespacePolicies] | None = None
         self.leader_bundle_data: dict[str, BundleData] = {}
         self.preallocated: dict[str, list[str]] = {}
         self.dynamic_config: dict[str, str] = {}
         self.events = list(scenario.events)
         self.released_from: dict[str, str] = {}  # unowned bundle -> the broker that last owned it
+        self.unloading: dict[str, float] = {}  # bundle → simulated time its unload's window ends
         self.moves: list[tuple[float, str, str, str]] = []  # (time, bundle, from, to) of completed moves
         self._view: ClusterSnapshot | None = None
         self._last_leader_sample_s = -LEADER_SAMPLE_S
         self.unloads = 0
         self.topics_disconnected = 0
         self.listeners: list[Callable[[str, Broker], None]] = []  # ("added" | "removed", broker)
+        self.after_advance: list[Callable[[], None]] = []  # called after each advance(), outside the lock (elm.py)
         # Pulsar's own shedder on the leader, active while loadBalancerSheddingEnabled is true
         self.builtin_state = StrategyState()
         self.builtin_actions = 0
@@ -138,8 +283,21 @@ class SimulatedCluster:
 
     # ----------------------------------------------------------------------------- construction
 
+    @property
+    def ownership(self) -> Ownership:
+        """bundle → owner broker id (indexed by owner; assigning a plain dict re-indexes it)."""
+        return self._ownership
+
+    @ownership.setter
+    def ownership(self, value: dict[str, str]) -> None:
+        self._ownership = value if isinstance(value, Ownership) else Ownership(value)
+
     def _add_broker(self, spec: BrokerSpec) -> Broker:
-        broker = Broker(spec.name, self.allocate_id(spec.name), spec, self.now_s)
+        broker_id = self.allocate_id(spec.name)
+        if broker_id in self.brokers:  # never serve fewer brokers than asked: two on one address is a bug
+            taken = self.brokers[broker_id].name
+            raise ValueError(f"broker {spec.name}: id {broker_id} is already {taken}'s (the allocator reused it)")
+        broker = Broker(spec.name, broker_id, spec, self.now_s)
         offset = (len(self.brokers) * self.scenario.report_interval_s / 7) % self.scenario.report_interval_s
         broker.next_sample_s = self.now_s + offset
         self.brokers[broker.id] = broker
@@ -195,6 +353,7 @@ class SimulatedCluster:
         """Topics sorted by hash per namespace, so a bundle's topics are a bisect away."""
         self.topics = {ns: sorted(ts, key=lambda t: (t.hash, t.name)) for ns, ts in self.topics.items()}
         self._hashes = {ns: [t.hash for t in ts] for ns, ts in self.topics.items()}
+        self._topics_of_bundle: dict[str, list[Topic]] = {}  # a bundle's topics (its name fixes its range)
 
     def _initial_assignment(self) -> None:
         names = {b.name: b.id for b in self.brokers.values()}
@@ -218,6 +377,47 @@ class SimulatedCluster:
         for bid in pool:
             for _ in range(counts[bid]):
                 self.ownership[next(iterator)] = bid
+        if self.scenario.isolation_policies:  # an isolated namespace starts on brokers its policy allows
+            policies, alive = self.namespace_policies(), self.active_ids()
+            for bundle in bundles:
+                allowed = ns_policies.apply_namespace_policies(bundle_names.namespace_of(bundle), alive, policies)
+                if allowed and self.ownership.get(bundle) not in allowed:
+                    self.ownership[bundle] = min(allowed, key=lambda b: (len(self.ownership.owned(b)), b))
+
+    # ----------------------------------------------------------------------------- namespace policies
+
+    def isolation_policies_doc(self) -> dict[str, Any] | None:
+        """GET …/clusters/{cluster}/namespaceIsolationPolicies (None: none declared, Pulsar's 404): the
+        scenario's broker names become regexes of their hosts, which is what Pulsar matches."""
+        if not self.scenario.isolation_policies:
+            return None
+        names = sorted(b.name for b in self.brokers.values())
+
+        def hosts(patterns: tuple[str, ...]) -> list[str]:
+            found = {self.by_name(n).host for p in patterns for n in fnmatch.filter(names, p)}
+            return [re.escape(h) for h in sorted(found)]
+
+        return {
+            p.name: {
+                "namespaces": list(p.namespaces),
+                "primary": hosts(p.primary),
+                "secondary": hosts(p.secondary),
+                "auto_failover_policy": {
+                    "policy_type": ns_policies.MIN_AVAILABLE,
+                    "parameters": {"min_limit": str(p.min_limit), "usage_threshold": str(p.usage_threshold)},
+                },
+            }
+            for p in self.scenario.isolation_policies
+        }
+
+    def namespace_policies(self) -> ns_policies.NamespacePolicies:
+        """The policies as the leader sees them (what the two admin endpoints serve)."""
+        if self._policies is None or self._policies[0] != len(self.brokers):
+            doc = self.isolation_policies_doc() or {}
+            isolation = ns_policies.parse_isolation_policies(Reader(doc, "isolation_policies"))
+            groups = MappingProxyType(dict(self.anti_affinity_groups))
+            self._policies = (len(self.brokers), ns_policies.NamespacePolicies(isolation, groups))
+        return self._policies[1]
 
     # ----------------------------------------------------------------------------- traffic & physics
 
@@ -233,31 +433,47 @@ class SimulatedCluster:
         return topic.stats(multiplier)
 
     def topics_in(self, bundle: str) -> list[Topic]:
-        namespace, bundle_range = bundle_names.split_bundle_name(bundle)
-        hashes = self._hashes.get(namespace, [])
-        upper = bundle_range.upper + 1 if bundle_range.upper == bundle_names.LAST_BOUNDARY else bundle_range.upper
-        first, end = bisect.bisect_left(hashes, bundle_range.lower), bisect.bisect_left(hashes, upper)
-        return self.topics[namespace][first:end]
+        found = self._topics_of_bundle.get(bundle)
+        if found is None:
+            namespace, bundle_range = bundle_names.split_bundle_name(bundle)
+            hashes = self._hashes.get(namespace, [])
+            upper = bundle_range.upper + 1 if bundle_range.upper == bundle_names.LAST_BOUNDARY else bundle_range.upper
+            first, end = bisect.bisect_left(hashes, bundle_range.lower), bisect.bisect_left(hashes, upper)
+            found = self._topics_of_bundle[bundle] = self.topics[namespace][first:end]
+        return list(found)
 
     def bundle_stats(self, bundle: str) -> tuple[BundleStats, dict[str, TopicStats]]:
         topics = self.topics_in(bundle)
-        per_topic = {t.name: self._topic_stats(t) for t in topics}
+        per_topic: dict[str, TopicStats] = {}
+        fixed: dict[int, float] = {}  # multipliers of the patterns that draw no noise, once per call
+        for topic in topics:
+            pattern = self.patterns[topic.pattern_index]
+            if type(pattern) is Pattern and pattern.kind != "jitter":
+                multiplier = fixed.get(topic.pattern_index)
+                if multiplier is None:
+                    multiplier = fixed[topic.pattern_index] = pattern.multiplier(self.now_s, self.noise)
+            else:  # noise is drawn per topic, in topic order, as _topic_stats does
+                multiplier = pattern.multiplier(self.now_s, self.noise)
+            multiplier *= self.traffic_factor.get(topic.namespace, 1.0) * self.traffic_factor.get("*", 1.0)
+            per_topic[topic.name] = topic.stats(multiplier)
+        values = list(per_topic.values())
+        throughput_in = sum([s.msgThroughputIn for s in values])
         return (
             BundleStats(
-                msgRateIn=sum(s.msgRateIn for s in per_topic.values()),
-                msgRateOut=sum(s.msgRateOut for s in per_topic.values()),
-                msgThroughputIn=sum(s.msgThroughputIn for s in per_topic.values()),
-                msgThroughputOut=sum(s.msgThroughputOut for s in per_topic.values()),
-                consumerCount=sum(t.consumers for t in topics),
-                producerCount=sum(t.producers for t in topics),
+                msgRateIn=sum([s.msgRateIn for s in values]),
+                msgRateOut=sum([s.msgRateOut for s in values]),
+                msgThroughputIn=throughput_in,
+                msgThroughputOut=sum([s.msgThroughputOut for s in values]),
+                consumerCount=sum([t.consumers for t in topics]),
+                producerCount=sum([t.producers for t in topics]),
                 topics=len(topics),
-                cacheSize=int(sum(s.msgThroughputIn for s in per_topic.values())),
+                cacheSize=int(throughput_in),
             ),
             per_topic,
         )
 
     def owned_by(self, broker_id: str) -> list[str]:
-        return sorted(b for b, owner in self.ownership.items() if owner == broker_id)
+        return sorted(self.ownership.owned(broker_id))
 
     def host_usage(self, broker: Broker, stats: dict[str, BundleStats], noise: float) -> dict[str, tuple[float, float]]:
         """Host usage in LocalBrokerData's units: background + Σ(traffic × cost), CPU with noise."""
@@ -296,6 +512,7 @@ class SimulatedCluster:
             broker.stats_sample[bundle], broker.topic_sample[bundle] = self.bundle_stats(bundle)
         broker.host_sample = self.host_usage(broker, broker.stats_sample, self.noise.gauss(0, broker.spec.jitter))
         broker.last_update_ms = self.now_ms
+        broker.sample_version += 1
         self.preallocated[broker.id] = [b for b in self.preallocated.get(broker.id, []) if b not in broker.stats_sample]
         self._view = None
 
@@ -303,8 +520,12 @@ class SimulatedCluster:
         """The leader re-samples every broker's latest bundle stats after report changes.
 
         Pulsar does this on every report change; we do it at most once per LEADER_SAMPLE_S of
-        simulated time, which keeps a 200-broker cluster fast and changes the averages little.
+        simulated time, which keeps a 200-broker cluster fast and changes the averages little. Only
+        the cluster's LeastLongTermMessageRate placement reads these averages: with ``placement:
+        random`` there is nothing to sample (a 1,000-broker cluster saves a pass over every bundle).
         """
+        if self.scenario.placement == "random":
+            return
         if self.now_s - self._last_leader_sample_s < LEADER_SAMPLE_S and self.leader_bundle_data:
             return
         self._last_leader_sample_s = self.now_s
@@ -317,47 +538,71 @@ class SimulatedCluster:
     # ----------------------------------------------------------------------------- reports
 
     def load_report(self, broker_id: str) -> dict:
-        """LocalBrokerData JSON of one broker (GET /admin/v2/broker-stats/load-report on that broker)."""
+        """LocalBrokerData JSON of one broker (GET /admin/v2/broker-stats/load-report on that broker).
+
+        Built once per change of the broker's sample or of its bundles, then shared: do not modify it.
+        """
         with self.lock:
             broker = self.brokers[broker_id]
-            stats = broker.stats_sample
-            heartbeat = [
-                f"pulsar/{broker.id}/0x00000000_0xffffffff",
-                f"pulsar/{self.scenario.cluster}/{broker.id}/0x00000000_0xffffffff",
-            ]
-            last_stats = {b: vars(s).copy() for b, s in sorted(stats.items())}
-            host = broker.host_sample
+            key = (broker.sample_version, self.ownership.version_of(broker_id), broker.started_at_s)
+            cached = self._reports.get(broker_id)
+            if cached is not None and cached[0] == key:
+                return cached[1]
+            report = self._build_report(broker)
+            self._reports[broker_id] = (key, report)
+            return report
 
-            def total(key: str) -> float:
-                return sum(s[key] for s in last_stats.values())
+    def load_report_json(self, broker_id: str) -> bytes:
+        """``load_report`` as JSON bytes, serialized once per report."""
+        with self.lock:
+            report = self.load_report(broker_id)
+            cached = self._report_json.get(broker_id)
+            if cached is not None and cached[0] is report:
+                return cached[1]
+            body = json.dumps(report).encode()
+            self._report_json[broker_id] = (report, body)
+            return body
 
-            return {
-                "webServiceUrl": broker.web_url,
-                "pulsarServiceUrl": f"pulsar://127.0.0.1:{broker.port + 1}",
-                "persistentTopicsEnabled": True,
-                "nonPersistentTopicsEnabled": True,
-                **{k: {"usage": round(u, 3), "limit": lim} for k, (u, lim) in host.items()},
-                "msgThroughputIn": total("msgThroughputIn"),
-                "msgThroughputOut": total("msgThroughputOut"),
-                "msgRateIn": total("msgRateIn"),
-                "msgRateOut": total("msgRateOut"),
-                "lastUpdate": broker.last_update_ms,
-                "lastStats": last_stats,
-                "bundleStats": last_stats,
-                "numTopics": int(total("topics")),
-                "numBundles": len(last_stats),
-                "numConsumers": int(total("consumerCount")),
-                "numProducers": int(total("producerCount")),
-                "bundles": sorted(set(self.owned_by(broker.id)) | set(heartbeat)),
-                "lastBundleGains": [],
-                "lastBundleLosses": [],
-                "brokerVersionString": "4.0.4-sim",
-                "protocols": {},
-                "loadManagerClassName": "org.apache.pulsar.broker.loadbalance.impl.ModularLoadManagerImpl",
-                "startTimestamp": self.epoch_ms + int(broker.started_at_s * 1000),
-                "maxResourceUsage": max((u / lim if lim > 0 else 0.0) for u, lim in host.values()),
-                "loadReportType": "LocalBrokerData",
-            }
+    def _build_report(self, broker: Broker) -> dict:
+        stats = broker.stats_sample
+        heartbeat = [
+            f"pulsar/{broker.id}/0x00000000_0xffffffff",
+            f"pulsar/{self.scenario.cluster}/{broker.id}/0x00000000_0xffffffff",
+        ]
+        last_stats = {b: vars(s).copy() for b, s in sorted(stats.items())}
+        host = broker.host_sample
+
+        def total(key: str) -> float:
+            return sum(s[key] for s in last_stats.values())
+
+        return {
+            "webServiceUrl": broker.web_url,
+            "pulsarServiceUrl": f"pulsar://{broker.host}:{broker.port + 1}",
+            **({"webServiceUrlTls": broker.web_url_tls} if broker.web_url_tls else {}),
+            "persistentTopicsEnabled": True,
+            "nonPersistentTopicsEnabled": True,
+            **{k: {"usage": round(u, 3), "limit": lim} for k, (u, lim) in host.items()},
+            "msgThroughputIn": total("msgThroughputIn"),
+            "msgThroughputOut": total("msgThroughputOut"),
+            "msgRateIn": total("msgRateIn"),
+            "msgRateOut": total("msgRateOut"),
+            "lastUpdate": broker.last_update_ms,
+            "lastStats": last_stats,
+            "bundleStats": last_stats,
+            "numTopics": int(total("topics")),
+            "numBundles": len(last_stats),
+            "numConsumers": int(total("consumerCount")),
+            "numProducers": int(total("producerCount")),
+            "bundles": sorted(self.ownership.owned(broker.id) | set(heartbeat)),
+            "lastBundleGains": [],
+            "lastBundleLosses": [],
+            "brokerVersionString": "4.0.4-sim",
+            "protocols": {},
+            "loadManagerClassName": "org.apache.pulsar.broker.loadbalance.impl.ModularLoadManagerImpl",
+            "startTimestamp": self.epoch_ms + int(broker.started_at_s * 1000),
+            "maxResourceUsage": max((u / lim if lim > 0 else 0.0) for u, lim in host.values()),
+            "loadReportType": "LocalBrokerData",
+        }
 
     def topic_stats_report(self, broker_id: str) -> dict:
         """GET /admin/v2/broker-stats/topics: namespace → bundle range → persistent → topic → stats."""
@@ -385,9 +630,21 @@ class SimulatedCluster:
     def leader_view(self) -> ClusterSnapshot:
         """What the leader reads from the metadata store: every live broker's latest report."""
         if self._view is None:
-            brokers = {b.id: parse_broker_load(b.id, self.load_report(b.id)) for b in self.alive_brokers()}
-            self._view = ClusterSnapshot(self.scenario.cluster, self.now_ms, brokers)
+            brokers = {b.id: self._parsed_report(b.id) for b in self.alive_brokers()}
+            self._view = ClusterSnapshot(
+                self.scenario.cluster, self.now_ms, brokers, policies=self.namespace_policies()
+            )
         return self._view
+
+    def _parsed_report(self, broker_id: str) -> BrokerLoad:
+        """The leader's parse of a broker's report, redone only when the report changed."""
+        report = self.load_report(broker_id)
+        cached = self._parsed.get(broker_id)
+        if cached is not None and cached[0] is report:
+            return cached[1]
+        load = parse_broker_load(broker_id, report)
+        self._parsed[broker_id] = (report, load)
+        return load
 
     # ----------------------------------------------------------------------------- membership
 
@@ -421,16 +678,34 @@ class SimulatedCluster:
             self.check_bundle(bundle)
             if destination is not None:
                 self.affinity[bundle] = destination  # the leader remembers it for the next assignment
+            if self.in_transition(bundle):  # after the affinity, as Pulsar: the destination is kept
+                raise unexpected("java.lang.IllegalStateException", f"Namespace bundle {bundle} is being unloaded")
             owner = self.ownership.get(bundle)
             if owner is None:
                 return  # unowned: 204, nothing to close
             self._release(bundle)
+            self.unloading[bundle] = self.now_s + UNLOAD_WINDOW_S
 
     def _release(self, bundle: str) -> None:
         self.topics_disconnected += len(self.topics_in(bundle))
         self.unloads += 1
         self.released_from[bundle] = self.ownership.pop(bundle)
         self.pending_lookups[bundle] = self.now_s + RECONNECT_DELAY_S
+
+    def in_transition(self, bundle: str) -> bool:
+        """Whether ``bundle`` is within its unload's window (its ownership disabled, topics closing)."""
+        with self.lock:
+            until = self.unloading.get(bundle)
+            if until is not None and self.now_s >= until:
+                del self.unloading[bundle]
+                return False
+            return until is not None
+
+    def set_web_url_tls(self, broker_id: str, url: str | None) -> None:
+        """The https URL a broker publishes (``webServiceUrlTls``) once it serves TLS; its report is rebuilt."""
+        with self.lock:
+            self.brokers[broker_id].web_url_tls = url
+            self._reports.pop(broker_id, None)
 
     def check_bundle(self, bundle: str) -> None:
         namespace, _, range_text = bundle.rpartition("/")
@@ -472,8 +747,17 @@ class SimulatedCluster:
             return destination
 
     def _place(self, bundle: str) -> str:
-        alive = self.active_ids()
+        """The cluster's own placement, within what the namespace policies allow (SimError 503: nothing)."""
+        policies = self.namespace_policies()
+        namespace = bundle_names.namespace_of(bundle)
+        alive = ns_policies.apply_namespace_policies(namespace, self.active_ids(), policies)
+        if not alive:
+            raise SimError(503, f"No broker is available for {bundle}: its namespace policies allow no active broker")
         if self.scenario.placement == "random":
+            if policies.group_of(namespace) is not None:  # filterAntiAffinityGroupOwnedBrokers
+                owned = ns_policies.namespaces_by_broker({b: self.ownership.owned(b) for b in alive})
+                counts = ns_policies.anti_affinity_namespace_owned_brokers(namespace, owned, policies)
+                alive = ns_policies.filter_anti_affinity_group_owned_brokers(alive, counts)
             return self.rng.choice(alive)
         view = self.leader_view()
         load = LoadData(view, dict(self.leader_bundle_data), {})
@@ -556,7 +840,10 @@ class SimulatedCluster:
                     self._apply_event(self.events.pop(0))
                 for bundle, t in sorted(self.pending_lookups.items()):
                     if t <= self.now_s:
-                        self.assign(bundle)
+                        try:
+                            self.assign(bundle)
+                        except SimError:  # no broker may own it now: its clients look it up again later
+                            self.pending_lookups[bundle] = self.now_s + RECONNECT_DELAY_S
                 sampled = False
                 for broker in self.alive_brokers():
                     if broker.next_sample_s <= self.now_s:
@@ -569,6 +856,8 @@ class SimulatedCluster:
                     self._builtin_cycle()
                     self.next_shed_s += self.config.loadBalancerSheddingIntervalMinutes * 60
             self.now_s = end
+        for callback in list(self.after_advance):
+            callback()
 
     def _builtin_cycle(self) -> None:
         """The leader's doLoadShedding and checkNamespaceBundleSplit, when Pulsar's own balancer is on."""
@@ -578,7 +867,12 @@ class SimulatedCluster:
             return
         plan, self.builtin_state = plan_cycle(self.leader_view(), self.config, self.builtin_state, self.rng)
         for action in plan.actions:
-            if isinstance(action, Unload) and shedding and action.destination in self.active_ids():
+            if (
+                isinstance(action, Unload)
+                and shedding
+                and action.destination in self.active_ids()
+                and not self.in_transition(action.bundle)
+            ):
                 self.unload(action.bundle, action.destination)
                 self.builtin_actions += 1
             elif isinstance(action, Split) and splitting and action.bundle in self.ownership:

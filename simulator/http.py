@@ -1,4 +1,4 @@
-"""The admin REST API over loopback: one HTTP listener per broker, each answering as that broker.
+"""The admin REST API over loopback: a listener per broker, each answering as that broker.
 
 Paths, query parameters, status codes, redirects and bodies follow
 shared/reference/pulsar-admin-api.md §2–§3 and §7. Errors with an explicit status carry
@@ -6,25 +6,45 @@ shared/reference/pulsar-admin-api.md §2–§3 and §7. Errors with an explicit 
 text/plain 500 and never stops the server. Injected faults (simulator/faults.py) make brokers
 misbehave on purpose; every request, faulted or not, is recorded (``SimulatedPulsar.requests``) and
 optionally appended to a JSON-lines request log.
+
+One asyncio event loop on one thread serves every listener and connection (HTTP/1.1, keep-alive, the
+framing, status lines and headers of the standard library's BaseHTTPRequestHandler). A request is
+answered on the loop when the cluster's lock is free, else on a small pool of handler threads, so a
+thread holding the lock (``advance``, a test) never stalls the loop; a ``delay`` fault sleeps on the
+loop without holding anyone up. Brokers are addressed on loopback (``LoopbackIds``): by default
+127.0.0.1 with a port each; with ``addresses: distinct`` an address each (127.0.0.1, 127.0.0.2, …)
+on one port, like a real cluster's hosts. Each listening socket is bound when its id is handed out and
+held until served, so no two brokers share a port, and an address in use or too few file descriptors
+is an error (``ServeError``), never a silent shortfall.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import errno
+import html
 import json
 import re
+import resource
 import socket
 import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from email.utils import formatdate
+from http.server import DEFAULT_ERROR_CONTENT_TYPE, DEFAULT_ERROR_MESSAGE, BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
+from simulator import elm as sim_elm
 from simulator.cluster import Broker, SimError, SimulatedCluster
 from simulator.faults import FaultRule, FaultSet, FaultSpecError, parse_fault
+from simulator.listeners import TLS, AdvertisedIds, advertised_tls_url, reachable_tls_url
+from simulator.scenario import ADDRESSES, Scenario, ScenarioError
 from strategies.bundles import format_boundary, split_bundle_name
 from strategies.config import ConfigError, LoadBalancerConfig, config_keys
 
@@ -36,6 +56,79 @@ STATIC_RUNTIME = {
 HTML_401 = "<html><body><h2>HTTP ERROR 401 Authentication required</h2></body></html>"
 # what a ``garbage`` fault answers: not JSON, not even UTF-8 (an invalid sequence right at the start)
 GARBAGE = b'\xc3\x28\xa0\xa1<\x89PNG\r\n\x1a\n{"cpu": \xff\xfe\xfd garbage \xed\xa0\x80\xf8\x88\x80\x80\x80'
+
+METHODS = ("GET", "PUT", "POST", "DELETE")
+SERVER_HEADER = f"{BaseHTTPRequestHandler.server_version} {BaseHTTPRequestHandler.sys_version}"
+HANDLER_THREADS = 4  # answer requests while another thread holds the cluster's lock
+BACKLOG = 128
+MAX_HEAD_BYTES = 65536  # request line and headers, as BaseHTTPRequestHandler's line limit
+FDS_PER_BROKER = 3  # its listening socket and one kept-alive connection, both ends when the client runs here
+FDS_MINIMUM = 1  # its listening socket: below this per broker, the cluster cannot be served at all
+FDS_HEADROOM = 256  # files, pipes and other sockets of the process
+
+
+class ServeError(ScenarioError):
+    """The machine cannot serve what was asked: an address or port in use, too few file descriptors."""
+
+
+def loopback_address(index: int) -> str:
+    """The ``index``-th host of the loopback network: 127.0.0.1 … 127.0.0.254, 127.0.1.1, … (no .0/.255)."""
+    if not 0 <= index < 254 * 256 * 256:
+        raise ServeError(f"no loopback address for broker number {index + 1}")
+    third, fourth = divmod(index, 254)
+    second, third = divmod(third, 256)
+    return f"127.{second}.{third}.{fourth + 1}"
+
+
+def ensure_fd_limit(brokers: int) -> int:
+    """Raise the soft limit on open files so ``brokers`` can be served; the limit in force.
+
+    It aims at FDS_PER_BROKER per broker plus FDS_HEADROOM (as far as the hard limit allows) and
+    raises ServeError when not even a listening socket per broker plus the headroom fits.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = brokers * FDS_PER_BROKER + FDS_HEADROOM
+    needed = brokers * FDS_MINIMUM + FDS_HEADROOM
+    unlimited = resource.RLIM_INFINITY
+    if soft != unlimited and soft < wanted:
+        target = wanted if hard == unlimited or hard >= wanted else hard
+        if target > soft:
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+                soft = target
+            except (ValueError, OSError):
+                pass
+    if soft != unlimited and soft < needed:
+        shown = "unlimited" if hard == unlimited else str(hard)
+        raise ServeError(
+            f"serving {brokers} brokers needs at least {needed} open files (a listening socket each, plus "
+            f"{FDS_HEADROOM}), {wanted} to keep a connection to each; the limit is {soft} (hard limit {shown}): "
+            f"raise it, e.g. ulimit -n {wanted}"
+        )
+    return soft
+
+
+def _listen(host: str, port: int, name: str) -> socket.socket:
+    """A non-blocking listening socket on host:port; ServeError naming the broker when it cannot be had."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as HTTPServer: a restart rebinds at once
+        sock.bind((host, port))
+        sock.listen(BACKLOG)
+        sock.setblocking(False)
+    except OSError as exc:
+        sock.close()
+        why = exc.strerror or str(exc)
+        if exc.errno in (errno.EMFILE, errno.ENFILE):
+            soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+            why += f" (the open-file limit is {soft}: raise it, e.g. ulimit -n {soft * 2})"
+        elif exc.errno == errno.EADDRNOTAVAIL and host != "127.0.0.1":
+            why += " (this machine's loopback answers only on 127.0.0.1: use addresses: ports, or add the alias)"
+        raise ServeError(f"cannot listen on {host}:{port} for broker {name}: {why}") from None
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 @dataclass
@@ -101,8 +194,69 @@ class Request:
         }
 
 
+class LoopbackIds:
+    """Broker ids (host:port) on loopback, each listening socket bound — and held — as its id is handed out.
+
+    ``addresses``: ``ports`` (127.0.0.1, a free port each; the first on ``first_port`` when given) or
+    ``distinct`` (127.0.0.1, 127.0.0.2, … all on one port: ``first_port``, else the free port the first
+    broker got); None: the scenario's ``addresses`` (see ``prepare``). The server adopts each socket with
+    ``take``; ``close`` closes those never adopted.
+    """
+
+    def __init__(self, first_port: int | None = None, addresses: str | None = None) -> None:
+        if addresses is not None and addresses not in ADDRESSES:
+            raise ValueError(f"addresses: {addresses!r} is not one of {', '.join(ADDRESSES)}")
+        self.first_port = first_port
+        self.addresses = addresses
+        self._count = 0
+        self._port: int | None = None  # distinct: the port every broker shares
+        self._held: dict[str, socket.socket] = {}
+        self._lock = threading.Lock()
+
+    def prepare(self, scenario: Scenario) -> None:
+        """Called by SimulatedCluster before its first broker: the addressing mode and the open-file limit."""
+        if self.addresses is None:
+            self.addresses = getattr(scenario, "addresses", "ports")
+        ensure_fd_limit(len(scenario.broker_names))
+
+    @property
+    def mode(self) -> str:
+        return self.addresses or "ports"
+
+    def __call__(self, name: str) -> str:
+        with self._lock:
+            index = self._count
+            if self.mode == "distinct":
+                host = loopback_address(index)
+                port = self._port if self._port is not None else (self.first_port or 0)
+            else:
+                host = "127.0.0.1"
+                port = self.first_port if index == 0 and self.first_port else 0
+            sock = _listen(host, port, name)
+            broker_id = f"{host}:{sock.getsockname()[1]}"
+            if broker_id in self._held:  # cannot happen while the sockets are held; never serve one id twice
+                sock.close()
+                raise ServeError(f"broker {name}: {broker_id} was handed out twice")
+            if self.mode == "distinct" and self._port is None:
+                self._port = sock.getsockname()[1]
+            self._held[broker_id] = sock
+            self._count += 1
+            return broker_id
+
+    def take(self, broker_id: str) -> socket.socket | None:
+        """The listening socket bound for ``broker_id``, handed over once (None: none is held)."""
+        with self._lock:
+            return self._held.pop(broker_id, None)
+
+    def close(self) -> None:
+        with self._lock:
+            for sock in self._held.values():
+                sock.close()
+            self._held.clear()
+
+
 class SimulatedPulsar:
-    """Serves a SimulatedCluster: starts a listener per broker, and one for each broker added later."""
+    """Serves a SimulatedCluster: a listener per live broker, and one for each broker (re)started later."""
 
     def __init__(
         self,
@@ -111,73 +265,147 @@ class SimulatedPulsar:
         user_token: str | None = None,
         faults: Iterable[FaultRule | str] | None = None,
         request_log: str | Path | None = None,
+        *,
+        tls: TLS | None = None,
+        token_check: Callable[[str], bool] | None = None,
     ) -> None:
         """``token``: the super-user's; ``user_token``: a valid token of a role without super-user rights.
 
+        ``tls``: an https listener per broker beside its plain one, and mutual TLS when it asks for client
+        certificates (simulator/listeners.py); ``token_check``: more super-user tokens (e.g. an OAuth2
+        issuer's), valid while it says so.
+
         ``faults``: rules or spec strings to arm (None: the scenario's ``faults:``); ``request_log``: a
-        file to append one JSON line per request to (closed by ``stop``).
+        file to append one JSON line per request to (closed by ``stop``). Raises ServeError when a
+        broker's address cannot be listened on.
         """
         self.cluster = cluster
         self.token = token
         self.user_token = user_token
-        self.servers: dict[str, ThreadingHTTPServer] = {}
-        self._closing: dict[str, threading.Thread] = {}
+        self.tls = tls
+        self.token_check = token_check
+        self.servers: dict[str, asyncio.Server] = {}
+        self.tls_servers: dict[str, asyncio.Server] = {}
         self.requests: list[Request] = []
         self.faults = FaultSet()
         for fault in getattr(cluster.scenario, "faults", ()) if faults is None else faults:
             self.add_fault(fault)
         self._log_lock = threading.Lock()
         self._log_file: TextIO | None = None
+        self._connections: set[_Connection] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._stopped = False
+        ensure_fd_limit(len(cluster.brokers))
         if request_log is not None:
             self._log_file = open(request_log, "a", encoding="utf-8")  # noqa: SIM115 - closed by stop()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="sim-http", daemon=True)
+        self._thread.start()
+        self._workers = ThreadPoolExecutor(HANDLER_THREADS, thread_name_prefix="sim-handler")
         cluster.listeners.append(self._on_membership)
-        for broker in list(cluster.brokers.values()):
-            self._serve(broker)
+        try:
+            self._serve([b for b in cluster.brokers.values() if b.alive])
+        except BaseException:
+            self.stop()
+            raise
 
     # ------------------------------------------------------------------ lifecycle
 
     @staticmethod
-    def port_allocator(first_port: int | None = None) -> Callable[[str], str]:
-        """Broker ids on free loopback ports (the first one on ``first_port`` when given)."""
-        wanted = [first_port] if first_port else []
+    def port_allocator(first_port: int | None = None, addresses: str | None = None) -> LoopbackIds:
+        """Broker ids on loopback with their sockets held (the first one on ``first_port`` when given);
+        ``addresses``: ``ports`` or ``distinct`` (None: as the scenario says). See LoopbackIds."""
+        return LoopbackIds(first_port, addresses)
 
-        def allocate(_name: str) -> str:
-            if wanted:
-                return f"127.0.0.1:{wanted.pop()}"
-            with socket.socket() as sock:
-                sock.bind(("127.0.0.1", 0))
-                return f"127.0.0.1:{sock.getsockname()[1]}"
+    def _serve(self, brokers: list[Broker]) -> None:
+        """Listen for ``brokers``: on the socket bound when the id was handed out, else bound now."""
+        allocator = self.cluster.allocate_id
+        take = getattr(allocator, "take", None)
+        sockets: list[tuple[str, socket.socket]] = []
+        try:
+            for broker in brokers:
+                sock = take(broker.id) if take is not None else None
+                sockets.append((broker.id, sock or _listen(broker.host, broker.port, broker.name)))
+        except BaseException:
+            for _, sock in sockets:
+                sock.close()
+            raise
+        self._call(self._start_listeners(sockets))
+        if self.tls is not None:
+            self._call(self._start_tls_listeners([b.id for b in brokers]))
+            for broker in brokers:  # here, not on the loop: the caller may hold the cluster's lock (advance)
+                self.cluster.set_web_url_tls(broker.id, advertised_tls_url(broker.id, self.tls))
 
-        return allocate
+    async def _start_tls_listeners(self, broker_ids: list[str]) -> None:
+        assert self.tls is not None
+        for broker_id in broker_ids:
+            self.tls_servers[broker_id] = await self._loop.create_server(
+                lambda broker_id=broker_id: _TlsConnection(self, broker_id),
+                sock=self.tls.socket_for(broker_id),
+                backlog=BACKLOG,
+                ssl=self.tls.context,
+            )
 
-    def _serve(self, broker: Broker) -> None:
-        closing = self._closing.pop(broker.id, None)
-        if closing is not None:  # a restarted broker reuses its port once the old listener is closed
-            closing.join()
-        handler = type("Handler", (_Handler,), {"pulsar": self, "broker_id": broker.id})
-        server = ThreadingHTTPServer(("127.0.0.1", broker.port), handler)
-        server.daemon_threads = True
-        self.servers[broker.id] = server
-        threading.Thread(target=server.serve_forever, args=(0.05,), name=f"sim-{broker.id}", daemon=True).start()
+    async def _start_listeners(self, sockets: list[tuple[str, socket.socket]]) -> None:
+        for broker_id, sock in sockets:
+            self.servers[broker_id] = await self._loop.create_server(
+                lambda broker_id=broker_id: _Connection(self, broker_id), sock=sock, backlog=BACKLOG
+            )
+
+    async def _stop_listener(self, broker_id: str) -> None:
+        server = self.servers.pop(broker_id, None)
+        if server is not None:
+            server.close()  # the listening socket is closed at once: connecting is refused from now on
+        tls_server = self.tls_servers.pop(broker_id, None)
+        if tls_server is not None:
+            tls_server.close()
+
+    def _call(self, coroutine: Any) -> Any:
+        """Run ``coroutine`` on the loop and wait for it. The coroutine must never take the cluster's lock:
+        the caller may hold it (a membership change during ``advance``), and the loop would wait forever."""
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("the simulator's event loop cannot wait for itself")
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
     def _on_membership(self, change: str, broker: Broker) -> None:
-        """A stopped broker refuses connections; a (re)started one listens on its port again."""
+        """A stopped broker refuses connections; a (re)started one listens on its address again."""
+        if self._stopped:
+            return
         if change == "added" and broker.id not in self.servers:
-            self._serve(broker)
+            self._serve([broker])
         elif change == "removed" and broker.id in self.servers:
-            server = self.servers.pop(broker.id)
-            closer = threading.Thread(target=lambda: (server.shutdown(), server.server_close()), daemon=True)
-            closer.start()
-            self._closing[broker.id] = closer
+            self._call(self._stop_listener(broker.id))
+
+    async def _shutdown(self) -> None:
+        for server in [*self.servers.values(), *self.tls_servers.values()]:
+            server.close()
+        self.servers.clear()
+        self.tls_servers.clear()
+        for connection in list(self._connections):
+            connection.close()
+        for task in list(self._tasks):
+            task.cancel()
 
     def stop(self) -> None:
-        for server in self.servers.values():
-            server.shutdown()
-            server.server_close()
-        self.servers.clear()
-        for closer in self._closing.values():
-            closer.join()
-        self._closing.clear()
+        """Stop listening and close every connection; the request log is closed. Safe to call twice."""
+        if not self._stopped:
+            self._stopped = True
+            with contextlib.suppress(ValueError):
+                self.cluster.listeners.remove(self._on_membership)
+            try:
+                if self._loop.is_running():
+                    self._call(self._shutdown())
+            finally:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                self._thread.join(10)
+                if not self._thread.is_alive():
+                    self._loop.close()
+                self._workers.shutdown(wait=False, cancel_futures=True)
+                close = getattr(self.cluster.allocate_id, "close", None)
+                if close is not None:
+                    close()
+                if self.tls is not None:
+                    self.tls.close()  # its temporary CA and certificate files
         with self._log_lock:
             if self._log_file is not None:
                 self._log_file.close()
@@ -193,10 +421,49 @@ class SimulatedPulsar:
     def admin_url(self) -> str:
         """The first broker's web URL: what a user would give as the cluster's admin URL."""
         first = next(b for b in self.cluster.brokers.values() if b.alive)
-        return first.web_url
+        return self.reachable_url(first)
 
     def url_of(self, name: str) -> str:
-        return self.cluster.by_name(name).web_url
+        return self.reachable_url(self.cluster.by_name(name))
+
+    def reachable_url(self, broker: Broker) -> str:
+        """Where a broker is reached from here: its https listener with TLS on, else its web URL — or, for
+        an advertised id that does not resolve, the loopback port it listens on."""
+        if self.tls is not None and self.tls.port_of(broker.id):
+            return reachable_tls_url(broker.id, self.tls)
+        reachable = getattr(self.cluster.allocate_id, "reachable", None)
+        return (reachable(broker.id) if reachable is not None else None) or broker.web_url
+
+    # ------------------------------------------------------------------ requests
+
+    def _dispatch(self, connection: _Connection, request: _Parsed) -> None:
+        """On the loop: answer at once when nothing waits (no delay, the cluster's lock free), else later."""
+        handler = _Handler(self, connection.broker_id, request)
+        handler.secure, handler.client_role = connection.secure, connection.client_role
+        if not handler.delays and self.cluster.lock.acquire(blocking=False):
+            try:
+                payload, close = self._finish(handler)
+            finally:
+                self.cluster.lock.release()
+            connection.answered(payload, close)
+            return
+        task = self._loop.create_task(self._finish_later(connection, handler))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _finish_later(self, connection: _Connection, handler: _Handler) -> None:
+        if handler.delays:
+            await asyncio.sleep(handler.delay_s)
+        payload, close = await self._loop.run_in_executor(self._workers, self._finish, handler)
+        connection.answered(payload, close)
+
+    @staticmethod
+    def _finish(handler: _Handler) -> tuple[bytes | None, bool]:
+        try:
+            return handler.finish()
+        except Exception:  # never leave a connection hanging: a bug here is a 500 too
+            body = f"{UNEXPECTED}\n{traceback.format_exc()}"
+            return _encode(Response(500, body)), True
 
     # ------------------------------------------------------------------ faults
 
@@ -259,91 +526,329 @@ class SimulatedPulsar:
         return [r for r in self.requests if r.method in ("PUT", "POST", "DELETE")]
 
 
-class _Handler(BaseHTTPRequestHandler):
-    pulsar: SimulatedPulsar
-    broker_id: str
-    protocol_version = "HTTP/1.1"
+_LONG_HEADER = f"got more than {MAX_HEAD_BYTES} bytes when reading header line"
+_HEAD_END = re.compile(rb"\r?\n\r?\n")
 
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
 
-    def do_GET(self) -> None:
-        self._handle("GET")
+@dataclass
+class _Parsed:
+    """One request read off a connection."""
 
-    def do_PUT(self) -> None:
-        self._handle("PUT")
+    method: str
+    target: str
+    headers: _Headers
+    body: bytes
+    close: bool  # the client asked to close after the answer (or spoke HTTP/1.0 without keep-alive)
+    simple: bool = False  # an HTTP/0.9 request ("GET /path"): the answer is the body alone
 
-    def do_POST(self) -> None:
-        self._handle("POST")
 
-    def do_DELETE(self) -> None:
-        self._handle("DELETE")
+class _Headers(dict[str, str]):
+    """Request headers, looked up case-insensitively (``get("Content-Length")``)."""
 
-    def _handle(self, method: str) -> None:
-        at_ms = int(time.time() * 1000)
-        parts = urlsplit(self.path)
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
-        broker = self.pulsar.cluster.brokers.get(self.broker_id)
-        name = broker.name if broker is not None else ""
-        delays: list[FaultRule] = []
-        fault: FaultRule | None = None
+    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+        return dict.get(self, name.lower(), default)
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection to one broker: requests are read and answered in order (keep-alive, pipelining)."""
+
+    def __init__(self, pulsar: SimulatedPulsar, broker_id: str) -> None:
+        self.pulsar = pulsar
+        self.broker_id = broker_id
+        self.buffer = bytearray()
+        self.transport: asyncio.Transport | None = None
+        self.busy = False
+        self.closing = False
+        self.continued = False  # "100 Continue" already sent for the request being read
+
+    secure = False  # came over TLS
+    client_role: str | None = None  # the CN of its verified client certificate
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        ssl_object = transport.get_extra_info("ssl_object")
+        if ssl_object is not None:
+            self.secure, self.client_role = True, TLS.role_of(ssl_object)
+        self.pulsar._connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.pulsar._connections.discard(self)
+
+    def eof_received(self) -> bool:
+        if not self.busy:
+            self.close()
+        else:
+            self.closing = True  # answer the request being handled, then close
+        return True
+
+    def close(self) -> None:
+        self.closing = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        if not self.busy:
+            self._next()
+
+    def _next(self) -> None:
+        """Handle the next complete request in the buffer, if there is one."""
+        if self.busy or self.transport is None or self.transport.is_closing():
+            return
+        parsed = self._parse()
+        if parsed is None:
+            if self.closing:
+                self.close()
+            return
+        self.busy = True
+        self.pulsar._dispatch(self, parsed)
+
+    def answered(self, payload: bytes | None, close: bool) -> None:
+        """Write an answer (None: drop the connection without one), then go on with the next request."""
+        self.busy = False
+        if self.transport is None or self.transport.is_closing():
+            return
+        if payload is not None:
+            self.transport.write(payload)
+        if payload is None or close:
+            self.close()
+            return
+        self._next()
+
+    def _parse(self) -> _Parsed | None:
+        """The next complete request, read as BaseHTTPRequestHandler.parse_request reads it; None: not
+        complete yet, or refused (answered and closed, as it does)."""
+        line_end = self.buffer.find(b"\n")
+        if line_end < 0 or line_end > MAX_HEAD_BYTES:
+            if len(self.buffer) > MAX_HEAD_BYTES:
+                self._refuse(414, None, version_known=True)
+            return None
+        match = _HEAD_END.search(self.buffer)
+        request_line = bytes(self.buffer[:line_end]).decode("iso-8859-1").rstrip("\r\n")
+        words = request_line.split()
+        if not words:  # an empty request line: the connection is closed without an answer
+            self.buffer.clear()
+            self.close()
+            return None
+        simple = True  # HTTP/0.9 until a version is read
+        close = True
+        if len(words) >= 3:
+            version = words[-1]
+            try:
+                if not version.startswith("HTTP/"):
+                    raise ValueError
+                number = version.split("/", 1)[1]
+                parts = number.split(".")
+                if len(parts) != 2 or any(not p.isdigit() or len(p) > 10 for p in parts):
+                    raise ValueError
+                major, minor = int(parts[0]), int(parts[1])
+            except (ValueError, IndexError):
+                self._refuse(400, f"Bad request version ({version!r})")
+                return None
+            if (major, minor) >= (1, 1):
+                close = False
+            if (major, minor) >= (2, 0):
+                self._refuse(505, f"Invalid HTTP version ({number})")
+                return None
+            simple = False
+        if not 2 <= len(words) <= 3:
+            self._refuse(400, f"Bad request syntax ({request_line!r})", version_known=not simple)
+            return None
+        method, target = words[:2]
+        if simple and method != "GET":
+            self._refuse(400, f"Bad HTTP/0.9 request type ({method!r})")
+            return None
+        if match is None:  # the headers are not complete yet
+            if len(self.buffer) - self.buffer.rfind(b"\n") - 1 > MAX_HEAD_BYTES:
+                self._refuse(431, "Line too long", version_known=not simple, explain=_LONG_HEADER)
+            return None
+        if target.startswith("//"):  # as BaseHTTPRequestHandler: not a scheme-relative URL
+            target = "/" + target.lstrip("/")
+        head = bytes(self.buffer[line_end + 1 : match.start()]).decode("iso-8859-1")
+        headers = _Headers()
+        lines = [line for line in head.replace("\r\n", "\n").split("\n") if line]
+        if len(lines) > 100:
+            self._refuse(431, "Too many headers", version_known=not simple)
+            return None
+        for line in lines:
+            if len(line) > MAX_HEAD_BYTES:
+                self._refuse(431, "Line too long", version_known=not simple, explain=_LONG_HEADER)
+                return None
+            name, colon, value = line.partition(":")
+            if colon and name.lower() not in headers:  # the first of repeated headers, as Message.get
+                headers[name.strip().lower()] = value.strip()
+        connection = headers.get("Connection", "").lower()
+        if connection == "close":
+            close = True
+        elif connection == "keep-alive":
+            close = False
+        if method not in METHODS:
+            self._refuse(501, f"Unsupported method ({method!r})", head_only=method == "HEAD", version_known=not simple)
+            return None
+        try:
+            length = int(headers.get("Content-Length") or 0)
+        except ValueError:  # the old handler failed reading it: the connection was closed without an answer
+            self.buffer.clear()
+            self.close()
+            return None
+        expect = headers.get("Expect", "").lower() == "100-continue"
+        if expect and not simple and not self.continued and self.transport is not None:
+            self.continued = True  # sent once the headers are in, before the body is read
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        if len(self.buffer) < match.end() + length:
+            return None
+        body = bytes(self.buffer[match.end() : match.end() + max(length, 0)])
+        del self.buffer[: match.end() + max(length, 0)]
+        self.continued = False
+        return _Parsed(method, target, headers, body, close or simple, simple)
+
+    def _refuse(
+        self,
+        status: int,
+        message: str | None,
+        head_only: bool = False,
+        version_known: bool = False,
+        explain: str | None = None,
+    ) -> None:
+        """BaseHTTPRequestHandler's send_error: an HTML error page, and the connection closed. Before a
+        request line has given its version, the answer is the page alone (its HTTP/0.9 default)."""
+        short, long = BaseHTTPRequestHandler.responses.get(status, ("???", "???"))
+        message = short if message is None else message
+        explain = long if explain is None else explain
+        page = DEFAULT_ERROR_MESSAGE % {
+            "code": status,
+            "message": html.escape(message, quote=False),
+            "explain": html.escape(explain, quote=False),
+        }
+        body = page.encode("UTF-8", "replace")
+        headers = [("Connection", "close"), ("Content-Type", DEFAULT_ERROR_CONTENT_TYPE)]
+        headers.append(("Content-Length", str(len(body))))
+        self.buffer.clear()
+        self.busy = True
+        if self.transport is not None:
+            head = _status_and_headers(status, headers, message) if version_known else b""
+            self.transport.write(head + (b"" if head_only else body))
+        self.close()
+
+
+class _TlsConnection(_Connection):
+    """A connection to a broker's https listener. TLS has no half-close: an end of input closes it."""
+
+    def eof_received(self) -> bool:
+        super().eof_received()
+        return False
+
+    def close(self) -> None:
+        if self.pulsar._stopped and self.transport is not None:  # no TLS goodbye when the server stops
+            self.closing = True
+            self.transport.abort()
+            return
+        super().close()
+
+
+_date_cache: tuple[int, str] = (0, "")
+
+
+def _date() -> str:
+    global _date_cache
+    now = int(time.time())
+    if _date_cache[0] != now:
+        _date_cache = (now, formatdate(now, usegmt=True))
+    return _date_cache[1]
+
+
+def _status_and_headers(status: int, headers: list[tuple[str, str]], message: str | None = None) -> bytes:
+    """The status line, Server and Date, then ``headers``, as BaseHTTPRequestHandler.send_response writes them."""
+    if message is None:
+        message = BaseHTTPRequestHandler.responses.get(status, ("",))[0]
+    lines = [f"HTTP/1.1 {status} {message}", f"Server: {SERVER_HEADER}", f"Date: {_date()}"]
+    lines += [f"{key}: {value}" for key, value in headers]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "strict")
+
+
+def _encode(response: Response, simple: bool = False) -> bytes:
+    if isinstance(response.body, dict | list):
+        payload, ctype = json.dumps(response.body).encode(), "application/json"
+    elif isinstance(response.body, str):
+        payload, ctype = response.body.encode(), response.content_type or "text/plain"
+    elif isinstance(response.body, bytes):
+        payload, ctype = response.body, response.content_type or "application/octet-stream"
+    else:
+        payload, ctype = b"", None
+    headers = list((response.headers or {}).items())
+    if ctype:
+        headers.append(("Content-Type", ctype))
+    headers.append(("Content-Length", str(len(payload))))
+    return payload if simple else _status_and_headers(response.status, headers) + payload
+
+
+class _Handler:
+    """One request to one broker: faults, routing, the answer and its line in the request log."""
+
+    secure = False  # came over TLS (then redirects and lookups give https URLs, as PulsarWebResource does)
+    client_role: str | None = None  # the CN of the caller's verified client certificate
+
+    def __init__(self, pulsar: SimulatedPulsar, broker_id: str, request: _Parsed) -> None:
+        self.pulsar = pulsar
+        self.broker_id = broker_id
+        self.command = request.method
+        self.path = request.target
+        self.headers = request.headers
+        self.body = request.body
+        self.close_connection = request.close
+        self.simple = request.simple
+        self.at_ms = int(time.time() * 1000)
+        self.parts = urlsplit(self.path)
+        broker = pulsar.cluster.brokers.get(broker_id)
+        self.name = broker.name if broker is not None else ""
+        self.delays: list[FaultRule] = []
+        self.fault: FaultRule | None = None
         if broker is not None and broker.alive:
-            delays, fault = self.pulsar.faults.before(name, method, parts.path)
-        fired = list(delays)
-        if delays:
-            time.sleep(sum(d.delay_s for d in delays))
+            self.delays, self.fault = pulsar.faults.before(self.name, self.command, self.parts.path)
+
+    @property
+    def delay_s(self) -> float:
+        return sum(d.delay_s for d in self.delays)
+
+    def finish(self) -> tuple[bytes | None, bool]:
+        """After the delays: the answer (a fault's or the real one) as bytes, None to drop the connection."""
+        method, fault = self.command, self.fault
+        fired = list(self.delays)
         response: Response | None
         if fault is not None and not fault.after:
             fired.append(fault)
             response = _fault_response(fault)
         else:
-            response = self._answer(method, parts.path, parts.query, body)
+            response = self._answer(method, self.parts.path, self.parts.query, self.body)
             if fault is not None and 200 <= response.status < 300 and self.pulsar.faults.take(fault):
                 fired.append(fault)
                 response = _fault_response(fault)
         request = Request(
             self.broker_id,
             method,
-            parts.path,
-            parts.query,
+            self.parts.path,
+            self.parts.query,
             response.status if response is not None else 0,
             user_agent=self.headers.get("User-Agent"),
             fault=" + ".join(f.spec for f in fired) or None,
-            at_ms=at_ms,
-            broker_name=name,
+            at_ms=self.at_ms,
+            broker_name=self.name,
         )
         self.pulsar.log(request)
         if response is None:  # reset: drop the connection without a word
-            self.close_connection = True
-            return
-        self._send(response)
+            return None, True
+        return _encode(response, self.simple), self.close_connection
 
     def _answer(self, method: str, path: str, query: str, body: bytes) -> Response:
         try:
             return self._respond(method, path, query, body)
         except SimError as exc:
+            if exc.text is not None:
+                return Response(exc.status, exc.text)
             return Response(exc.status, {"reason": exc.reason})
         except Exception:  # a simulator bug must not take the broker down: answer 500 like Jetty does
             return Response(500, f"{UNEXPECTED}\n{traceback.format_exc()}")
-
-    def _send(self, response: Response) -> None:
-        if isinstance(response.body, dict | list):
-            payload, ctype = json.dumps(response.body).encode(), "application/json"
-        elif isinstance(response.body, str):
-            payload, ctype = response.body.encode(), response.content_type or "text/plain"
-        elif isinstance(response.body, bytes):
-            payload, ctype = response.body, response.content_type or "application/octet-stream"
-        else:
-            payload, ctype = b"", None
-        self.send_response(response.status)
-        for key, value in (response.headers or {}).items():
-            self.send_header(key, value)
-        if ctype:
-            self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
 
     # ------------------------------------------------------------------ routing
 
@@ -355,12 +860,9 @@ class _Handler(BaseHTTPRequestHandler):
             raise SimError(503, "Broker is not available")
         if path == "/status.html":
             return Response(200, "OK")
-        if self.pulsar.token is not None:
-            auth = self.headers.get("Authorization", "")
-            if self.pulsar.user_token is not None and auth == f"Bearer {self.pulsar.user_token}":
-                return Response(401, {"reason": "This operation requires super-user access"})
-            if auth != f"Bearer {self.pulsar.token}":
-                return Response(401, HTML_401, content_type="text/html")
+        refused = self._authenticate()
+        if refused is not None:
+            return refused
         query = parse_qs(query_text, keep_blank_values=True)
         for pattern, methods, handler in _ROUTES:
             match = pattern.fullmatch(path)
@@ -377,8 +879,31 @@ class _Handler(BaseHTTPRequestHandler):
     def cluster(self) -> SimulatedCluster:
         return self.pulsar.cluster
 
+    def _authenticate(self) -> Response | None:
+        """401 unless a super-user token or (mutual TLS) a super-user's client certificate came along."""
+        pulsar = self.pulsar
+        client_auth = pulsar.tls is not None and pulsar.tls.client_auth
+        if pulsar.token is None and pulsar.token_check is None and not client_auth:
+            return None
+        auth = self.headers.get("Authorization", "")
+        bearer = auth[len("Bearer ") :] if auth.startswith("Bearer ") else None
+        if pulsar.user_token is not None and bearer == pulsar.user_token:
+            return Response(401, {"reason": "This operation requires super-user access"})
+        if bearer is not None and (bearer == pulsar.token or (pulsar.token_check and pulsar.token_check(bearer))):
+            return None
+        if client_auth and self.client_role is not None:
+            if pulsar.tls is not None and self.client_role in pulsar.tls.super_users:
+                return None
+            return Response(401, {"reason": "This operation requires super-user access"})
+        return Response(401, HTML_401, content_type="text/html")
+
+    def _web_url(self, broker_id: str) -> str:
+        """A broker's web URL for this request: its https one when the request came over TLS."""
+        broker = self.cluster.brokers[broker_id]
+        return broker.web_url_tls if self.secure and broker.web_url_tls else broker.web_url
+
     def _redirect(self, broker_id: str, path: str, query: dict[str, list[str]]) -> Response:
-        location = f"{self.cluster.brokers[broker_id].web_url}{path}"  # the path as received, still encoded
+        location = f"{self._web_url(broker_id)}{path}"  # the path as received, still encoded
         if query:
             location += "?" + urlencode(query, doseq=True)
         return Response(307, None, headers={"Location": location})
@@ -395,6 +920,7 @@ class _Handler(BaseHTTPRequestHandler):
         return {
             **values,
             **STATIC_RUNTIME,
+            **sim_elm.runtime_config(self.cluster),  # the extensible load manager's class name (loadManager)
             "clusterName": self.cluster.scenario.cluster,
             "webServicePort": str(self.cluster.brokers[self.broker_id].port),
         }
@@ -403,6 +929,25 @@ class _Handler(BaseHTTPRequestHandler):
 
     def clusters(self, query: Any, body: bytes) -> Response:
         return Response(200, [self.cluster.scenario.cluster])
+
+    def isolation_policies(self, cluster_name: str, *, query: Any, body: bytes) -> Response:
+        """ClustersBase.getNamespaceIsolationPolicies: 404 for another cluster, and when none was ever set."""
+        if cluster_name != self.cluster.scenario.cluster:
+            raise SimError(404, f"Cluster {cluster_name} does not exist.")
+        doc = self.cluster.isolation_policies_doc()
+        if doc is None:
+            raise SimError(404, f"NamespaceIsolationPolicies for cluster {cluster_name} does not exist")
+        return Response(200, doc)
+
+    def anti_affinity(self, tenant: str, ns: str, *, query: Any, body: bytes) -> Response:
+        """Namespaces.getNamespaceAntiAffinityGroup: the group as a plain string; 204 when none (a null
+        String); 412 for a name NamespaceName.get refuses."""
+        if not all(re.fullmatch(r"[-=:.\w]+", part) for part in (tenant, ns)):
+            raise SimError(412, "Namespace name is not valid")
+        group = self.cluster.anti_affinity_groups.get(f"{tenant}/{ns}")
+        if group is None:
+            return Response(204)
+        return Response(200, group, content_type="application/json")
 
     def active_brokers(self, cluster_name: str | None = None, *, query: Any, body: bytes) -> Response:
         if cluster_name is not None and cluster_name != self.cluster.scenario.cluster:
@@ -421,18 +966,29 @@ class _Handler(BaseHTTPRequestHandler):
             raise SimError(404, f"Broker id '{broker_id}' not found in available brokers.")
         if broker_id != self.broker_id:
             return self._redirect(broker_id, self._path(), query)
-        status = {"broker_assignment": "shared", "is_controlled": False, "is_active": True}
         heartbeat = [
             f"pulsar/{broker_id}/0x00000000_0xffffffff",
             f"pulsar/{self.cluster.scenario.cluster}/{broker_id}/0x00000000_0xffffffff",
         ]
-        return Response(200, {b: dict(status) for b in sorted(self.cluster.owned_by(broker_id) + heartbeat)})
+        policies, host = self.cluster.namespace_policies(), broker_id.rsplit(":", 1)[0]
+
+        def status(bundle: str) -> dict[str, Any]:
+            """NamespaceService.getNamespaceOwnershipStatus: primary/secondary under the namespace's policy."""
+            policy = policies.policy_for(bundle.rsplit("/", 1)[0])
+            assignment = "shared"
+            if policy is not None and policy.is_primary(host):
+                assignment = "primary"
+            elif policy is not None and policy.is_secondary(host):
+                assignment = "secondary"
+            return {"broker_assignment": assignment, "is_controlled": policy is not None, "is_active": True}
+
+        return Response(200, {b: status(b) for b in sorted(self.cluster.owned_by(broker_id) + heartbeat)})
 
     def health(self, query: Any, body: bytes) -> Response:
         return Response(200, "ok")
 
     def version(self, query: Any, body: bytes) -> Response:
-        return Response(200, "4.0.4-sim")
+        return Response(200, getattr(self.cluster.scenario, "broker_version", "4.0.4-sim"))
 
     def dynamic_names(self, query: Any, body: bytes) -> Response:
         return Response(200, config_keys())
@@ -465,7 +1021,9 @@ class _Handler(BaseHTTPRequestHandler):
         return Response(204)
 
     def load_report(self, query: Any, body: bytes) -> Response:
-        return Response(200, self.cluster.load_report(self.broker_id))
+        if sim_elm.is_extensible(self.cluster):  # ELM keeps its load on system topics: no report here
+            raise sim_elm.no_load_report()
+        return Response(200, self.cluster.load_report_json(self.broker_id), content_type="application/json")
 
     def topic_stats(self, query: Any, body: bytes) -> Response:
         return Response(200, self.cluster.topic_stats_report(self.broker_id))
@@ -586,7 +1144,10 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._redirect(owner, self._path(), {**query, "authoritative": ["true"]})
         web = self.cluster.brokers[owner].web_url
         pulsar_url = f"pulsar://{owner.rsplit(':', 1)[0]}:{self.cluster.brokers[owner].port + 1}"
-        return Response(200, {"brokerUrl": pulsar_url, "httpUrl": web, "nativeUrl": pulsar_url, "brokerUrlSsl": ""})
+        data = {"brokerUrl": pulsar_url, "httpUrl": web, "nativeUrl": pulsar_url, "brokerUrlSsl": ""}
+        if self.cluster.brokers[owner].web_url_tls:
+            data["httpUrlTls"] = self.cluster.brokers[owner].web_url_tls
+        return Response(200, data)
 
     def topic_bundle(self, domain: str, tenant: str, ns: str, topic: str, *, query: Any, body: bytes) -> Response:
         bundle = self.cluster.bundle_of_topic(f"{domain}://{tenant}/{ns}/{topic}")
@@ -614,6 +1175,7 @@ def _route(path: str) -> re.Pattern[str]:
 _H = _Handler
 _ROUTES: list[tuple[re.Pattern[str], tuple[str, ...], Callable[..., Response]]] = [
     (_route("/admin/v2/clusters"), ("GET",), _H.clusters),
+    (_route("/admin/v2/clusters/{}/namespaceIsolationPolicies"), ("GET",), _H.isolation_policies),
     (_route("/admin/v2/brokers/leaderBroker"), ("GET",), _H.leader_broker),
     (_route("/admin/v2/brokers/health"), ("GET",), _H.health),
     (_route("/admin/v2/brokers/ready"), ("GET",), _H.health),
@@ -632,6 +1194,7 @@ _ROUTES: list[tuple[re.Pattern[str], tuple[str, ...], Callable[..., Response]]] 
     (_route("/admin/v2/tenants"), ("GET",), _H.tenants),
     (_route("/admin/v2/namespaces/{}"), ("GET",), _H.namespaces),
     (_route("/admin/v2/namespaces/{}/{}/bundles"), ("GET",), _H.bundles),
+    (_route("/admin/v2/namespaces/{}/{}/antiAffinity"), ("GET",), _H.anti_affinity),
     (_route("/admin/v2/namespaces/{}/{}/unload"), ("PUT",), _H.unload_namespace),
     (_route("/admin/v2/namespaces/{}/{}/{}/unload"), ("PUT",), _H.unload_bundle),
     (_route("/admin/v2/namespaces/{}/{}/{}/split"), ("PUT",), _H.split_bundle),
@@ -648,7 +1211,33 @@ def serve(
     user_token: str | None = None,
     faults: Iterable[FaultRule | str] | None = None,
     request_log: str | Path | None = None,
+    addresses: str | None = None,
+    *,
+    tls: bool | TLS = False,
+    client_auth: bool = False,
+    advertised_domain: str | None = None,
+    token_check: Callable[[str], bool] | None = None,
 ) -> SimulatedPulsar:
-    """Build a cluster whose brokers get free loopback ports, and serve it (``faults``: see SimulatedPulsar)."""
-    cluster = cluster_factory(SimulatedPulsar.port_allocator(first_port))
-    return SimulatedPulsar(cluster, token, user_token, faults, request_log)
+    """Build a cluster whose brokers get loopback addresses, and serve it (``faults``: see SimulatedPulsar).
+
+    ``addresses``: ``ports`` (127.0.0.1, a port each) or ``distinct`` (an address each, one port); None:
+    the scenario's ``addresses`` (default ``ports``). ServeError when the machine cannot serve it all.
+    ``tls``: an https listener per broker, with a CA made at start (``sim.tls.ca_file``); ``client_auth``:
+    those listeners require a client certificate from it (``sim.tls.client_cert(role)``). ``advertised_domain``:
+    broker ids ``<name>.<domain>:8080`` that do not resolve, each broker on a loopback port of its own
+    (``sim.url_of``). See simulator/listeners.py.
+    """
+    allocate: Any = (
+        AdvertisedIds(advertised_domain, first_port)
+        if advertised_domain
+        else SimulatedPulsar.port_allocator(first_port, addresses)
+    )
+    certificates = tls if isinstance(tls, TLS) else TLS(client_auth=client_auth) if tls or client_auth else None
+    try:
+        cluster = cluster_factory(allocate)
+        return SimulatedPulsar(
+            cluster, token, user_token, faults, request_log, tls=certificates, token_check=token_check
+        )
+    except BaseException:
+        allocate.close()
+        raise

@@ -6,8 +6,10 @@ names the offending key on any error.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import json
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -20,8 +22,10 @@ from simulator.traffic import Pattern
 if TYPE_CHECKING:
     from simulator.faults import FaultRule
 
+ADDRESSES = ("ports", "distinct")
 EVENT_TYPES = ("add_broker", "crash_broker", "remove_broker", "restart_broker", "rolling_restart", "traffic")
 PLACEMENTS = ("LeastLongTermMessageRate", "random")
+LOAD_MANAGERS = ("modular", "extensible")  # loadManager: extensible — simulator/elm.py
 
 
 class ScenarioError(ValueError):
@@ -55,6 +59,21 @@ class NamespaceSpec:
     consumers: int = 1
     pattern: Pattern = field(default_factory=Pattern)
     hot_topics: dict[str, float] = field(default_factory=dict)  # topic name → msg/s, added on top
+    anti_affinity_group: str | None = None  # served by GET …/namespaces/{tenant}/{ns}/antiAffinity
+
+
+@dataclass(frozen=True)
+class IsolationPolicySpec:
+    """A namespace isolation policy: ``namespaces`` are regexes over namespace names, as in Pulsar;
+    ``primary``/``secondary`` name brokers (glob patterns allowed) and are served as regexes of their
+    hosts, which Pulsar matches (so brokers need ``addresses: distinct``)."""
+
+    name: str
+    namespaces: tuple[str, ...]
+    primary: tuple[str, ...]
+    secondary: tuple[str, ...] = ()
+    min_limit: int = 1
+    usage_threshold: int = 100
 
 
 @dataclass(frozen=True)
@@ -84,6 +103,15 @@ class Scenario:
     events: tuple[EventSpec, ...]
     config: dict[str, Any]
     faults: tuple[FaultRule, ...] = ()  # injected faults (simulator/faults.py), armed when served over HTTP
+    # how brokers are addressed when served: "ports" — 127.0.0.1, a port each; "distinct" — an address
+    # each on the loopback network (127.0.0.1, 127.0.0.2, …), all on one port, like a real cluster's hosts
+    addresses: str = "ports"
+    # served by GET /admin/v2/clusters/{cluster}/namespaceIsolationPolicies
+    isolation_policies: tuple[IsolationPolicySpec, ...] = ()
+    # "extensible": the brokers run the extensible load manager — no load report, its class name in the runtime
+    # config, and (with simulator/elm.py started) their load published on its system topics
+    load_manager: str = "modular"
+    broker_version: str = "4.0.4-sim"  # what GET /admin/v2/brokers/version answers (brokerVersion)
 
     @property
     def broker_names(self) -> set[str]:
@@ -188,6 +216,8 @@ _NS_KEYS = {
     "consumers",
     "pattern",
     "hot_topics",
+    "count",
+    "anti_affinity_group",
 }
 
 
@@ -214,7 +244,31 @@ def _namespace(data: Any, where: str) -> NamespaceSpec:
         consumers=int(_number(data, "consumers", where, 1)),
         pattern=_pattern(data.get("pattern"), f"{where}.pattern"),
         hot_topics={str(k): float(v) for k, v in hot.items()},
+        anti_affinity_group=_group(data.get("anti_affinity_group"), where),
     )
+
+
+def _namespaces(items: Any) -> list[NamespaceSpec]:
+    """The ``namespaces`` list; ``count: N`` repeats an entry as tenant/name-0 … tenant/name-(N-1)."""
+    if not isinstance(items, list) or not items:
+        raise ScenarioError("namespaces: expected a non-empty list")
+    out: list[NamespaceSpec] = []
+    for i, item in enumerate(items):
+        where = f"namespaces[{i}]"
+        if not isinstance(item, dict) or "count" not in item:
+            out.append(_namespace(item, where))
+            continue
+        count = int(_number(item, "count", where, 1, 1))
+        single = {k: v for k, v in item.items() if k != "count"}
+        if count == 1:
+            out.append(_namespace(single, where))
+            continue
+        template = _namespace(single, where)
+        out.extend(dataclasses.replace(template, name=f"{template.name}-{j}") for j in range(count))
+    names = [ns.name for ns in out]
+    if len(set(names)) != len(names):
+        raise ScenarioError("namespaces: namespace names must be unique")
+    return out
 
 
 def _event(data: Any, where: str, broker_names: set[str]) -> EventSpec:
@@ -259,7 +313,66 @@ _TOP_KEYS = {
     "events",
     "config",
     "faults",
+    "addresses",
+    "isolation_policies",
+    "loadManager",
+    "brokerVersion",
 }
+
+
+def _group(value: Any, where: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip() or "/" in value:
+        raise ScenarioError(f"{where}.anti_affinity_group: expected a group name, got {value!r}")
+    return value
+
+
+def _isolation_policies(data: Any, broker_names: set[str], addresses: str) -> tuple[IsolationPolicySpec, ...]:
+    """``isolation_policies``: name → {namespaces, primary, secondary, min_limit, usage_threshold}."""
+    if data is None:
+        return ()
+    if not isinstance(data, dict):
+        raise ScenarioError("isolation_policies: expected a mapping of policy names to policies")
+    if data and addresses != "distinct":
+        raise ScenarioError(
+            "isolation_policies: Pulsar tells brokers apart by host, and with addresses: ports every broker is "
+            "127.0.0.1: use addresses: distinct"
+        )
+    out = []
+    for name, item in data.items():
+        where = f"isolation_policies.{name}"
+        if not isinstance(item, dict):
+            raise ScenarioError(f"{where}: expected a mapping")
+        _check_keys(item, {"namespaces", "primary", "secondary", "min_limit", "usage_threshold"}, where)
+        lists = {}
+        for key in ("namespaces", "primary", "secondary"):
+            value = item.get(key, [] if key == "secondary" else None)
+            if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+                raise ScenarioError(f"{where}.{key}: expected a list of strings")
+            lists[key] = tuple(value)
+        if not lists["namespaces"] or not lists["primary"]:
+            raise ScenarioError(f"{where}: namespaces and primary must not be empty")
+        for regex in lists["namespaces"]:
+            try:
+                re.compile(regex)
+            except re.error as exc:
+                raise ScenarioError(f"{where}.namespaces: {regex!r} is not a regular expression ({exc})") from None
+        for key in ("primary", "secondary"):
+            for pattern in lists[key]:
+                if not fnmatch.filter(sorted(broker_names), pattern):
+                    raise ScenarioError(f"{where}.{key}: {pattern!r} matches no broker")
+        out.append(
+            IsolationPolicySpec(
+                str(name),
+                lists["namespaces"],
+                lists["primary"],
+                lists["secondary"],
+                int(_number(item, "min_limit", where, 1)),
+                int(_number(item, "usage_threshold", where, 100)),
+            )
+        )
+    return tuple(out)
 
 
 def parse_scenario(data: Any, default_name: str = "scenario") -> Scenario:
@@ -268,10 +381,7 @@ def parse_scenario(data: Any, default_name: str = "scenario") -> Scenario:
     _check_keys(data, _TOP_KEYS, "scenario")
     brokers = _brokers(data.get("brokers"))
     names = {b.name for b in brokers}
-    namespaces_raw = data.get("namespaces")
-    if not isinstance(namespaces_raw, list) or not namespaces_raw:
-        raise ScenarioError("namespaces: expected a non-empty list")
-    namespaces = [_namespace(ns, f"namespaces[{i}]") for i, ns in enumerate(namespaces_raw)]
+    namespaces = _namespaces(data.get("namespaces"))
     owners_raw = data.get("initial_owners", {}) or {}
     if not isinstance(owners_raw, dict):
         raise ScenarioError("initial_owners: expected a mapping of broker names (or glob patterns) to weights")
@@ -288,12 +398,24 @@ def parse_scenario(data: Any, default_name: str = "scenario") -> Scenario:
     placement = data.get("placement", "LeastLongTermMessageRate")
     if placement not in PLACEMENTS:
         raise ScenarioError(f"placement: {placement!r} is not one of {', '.join(PLACEMENTS)}")
+    addresses = data.get("addresses", "ports")
+    if addresses not in ADDRESSES:
+        raise ScenarioError(f"addresses: {addresses!r} is not one of {', '.join(ADDRESSES)}")
     config = data.get("config", {}) or {}
     if not isinstance(config, dict):
         raise ScenarioError("config: expected a mapping of Pulsar settings")
     from simulator.faults import parse_faults  # faults.py builds on this module's ScenarioError
 
     faults = parse_faults(data.get("faults"), names)  # names now include the brokers events add
+    isolation = _isolation_policies(data.get("isolation_policies"), names, addresses)
+    load_manager = data.get("loadManager", "modular")
+    if load_manager not in LOAD_MANAGERS:
+        raise ScenarioError(f"loadManager: {load_manager!r} is not one of {', '.join(LOAD_MANAGERS)}")
+    if load_manager == "extensible":  # ELM's UnloadScheduler falls back to TransferShedder for the modular shedders
+        config = {"loadBalancerLoadSheddingStrategy": "TransferShedder", **config}
+    broker_version = data.get("brokerVersion", "4.0.4-sim")
+    if not isinstance(broker_version, str) or not re.fullmatch(r"\d+\.\d+\S*", broker_version):
+        raise ScenarioError(f"brokerVersion: expected a version such as 3.0.0, got {broker_version!r}")
     return Scenario(
         name=str(data.get("name", default_name)),
         description=str(data.get("description", "")),
@@ -309,6 +431,10 @@ def parse_scenario(data: Any, default_name: str = "scenario") -> Scenario:
         events=tuple(sorted(events, key=lambda e: e.at_s)),
         config=dict(config),
         faults=faults,
+        addresses=addresses,
+        isolation_policies=isolation,
+        load_manager=load_manager,
+        broker_version=broker_version,
     )
 
 

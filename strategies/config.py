@@ -97,6 +97,9 @@ class LoadBalancerConfig:
     loadBalanceSheddingDelayInSeconds: int = 180
     loadBalancerBrokerLoadDataTTLInSeconds: int = 1800
     loadBalancerMaxNumberOfBundlesInBundleLoadReport: int = 10
+    # the extensible manager's TransferShedder (and TopKBundles) shed a bundle whose namespace has an isolation
+    # policy or an anti-affinity group only when true: its destinations are limited (ServiceConfiguration)
+    loadBalancerSheddingBundlesWithPoliciesEnabled: bool = False
 
     def __post_init__(self) -> None:
         _validate(self)

@@ -131,4 +131,6 @@ class Reader:
         return self.value
 
     def string_list(self) -> list[str]:
+        if type(self.value) is list and all(type(item) is str and item for item in self.value):
+            return list(self.value)  # the plain case, at once; otherwise each item names its own problem
         return [item.string() for item in self.items()]

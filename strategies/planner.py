@@ -7,6 +7,13 @@ itself (brokers that load persistent topics, topic-count filter, even distributi
 re-selection away from overloaded brokers). ``selectBroker`` does not preallocate: only
 ``selectBrokerForAssignment`` (a lookup) does, so the destinations of one cycle's unloads are chosen
 independently of each other (``select_broker_for_assignment`` is that lookup path).
+
+Namespace policies (strategies/policies.py) narrow every choice as in Pulsar: candidates come from
+LoadManagerShared.applyNamespacePolicies (isolation policies, shared brokers, topic modes), then
+filterAntiAffinityGroupOwnedBrokers spreads an anti-affinity group; before an unload,
+doLoadShedding's shouldNamespacePoliciesUnload and shouldAntiAffinityNamespaceUnload keep a bundle
+that no allowed broker would take better, and checkNamespaceBundleSplit does not unload split halves
+then either. A namespace whose policies could not be read is never placed anywhere.
 """
 
 from __future__ import annotations
@@ -15,37 +22,152 @@ import random
 from collections.abc import Sequence
 
 from strategies import bundles as bundle_names
+from strategies import policies as ns_policies
 from strategies import registry
 from strategies.config import LoadBalancerConfig
+from strategies.heap import collector_paused
 from strategies.loaddata import LoadData, build_load_data
 from strategies.placement.common import PlacementContext
-from strategies.plans import Action, BrokerScore, Plan, Unload
+from strategies.plans import Action, BrokerScore, Plan, Split, Unload
 from strategies.profile import LoadProfile
+from strategies.shedding.transfer import NAME as TRANSFER_SHEDDER
 from strategies.snapshots import ClusterSnapshot
 from strategies.splitting.trigger import find_bundles_to_split
 from strategies.state import StrategyState
 
 
 def _broker_topics(load: LoadData, broker: str, ctx: PlacementContext) -> int:
-    reported = sum(s.topics for s in load.snapshot.brokers[broker].lastStats.values())
+    reported = load.snapshot.index.topics(broker)
     return reported + sum(load.bundle_or_default(b).topics for b in ctx.preallocated.get(broker, []))
 
 
+def _over_topic_limit(load: LoadData, ctx: PlacementContext, limit: int) -> set[str]:
+    """Brokers with more than ``limit`` topics, reported and preallocated: the snapshot's (indexed once),
+    with the few brokers that got bundles preallocated this cycle counted again."""
+    over = set(load.snapshot.index.brokers_over_topics(limit))
+    for broker in ctx.preallocated:
+        if broker in load.snapshot.brokers:
+            if _broker_topics(load, broker, ctx) > limit:
+                over.add(broker)
+            else:
+                over.discard(broker)
+    return over
+
+
 def _namespace_bundles(load: LoadData, broker: str, namespace: str, ctx: PlacementContext) -> int:
-    owned = load.snapshot.brokers[broker].owned_bundles() | set(ctx.preallocated.get(broker, []))
-    return sum(1 for b in owned if bundle_names.namespace_of(b) == namespace)
+    preallocated = set(ctx.preallocated.get(broker, [])) - load.snapshot.index.owned(broker)
+    reported = load.snapshot.index.namespace_bundles(broker, namespace)
+    return reported + sum(1 for b in preallocated if bundle_names.namespace_of(b) == namespace)
 
 
-def placement_candidates(load: LoadData) -> list[str]:
-    """LoadManagerShared.applyNamespacePolicies for a namespace without isolation policies.
+def placement_candidates(load: LoadData, bundle: str | None = None) -> list[str]:
+    """LoadManagerShared.applyNamespacePolicies: the brokers the namespace policies allow for ``bundle``.
 
-    A broker is a candidate when its report says it loads persistent topics. The bundle of an unload
-    is built from its name (LoadManagerShared.getNamespaceBundle), so its ``hasNonPersistentTopic``
-    is false and ``persistentTopicsEnabled`` is the flag that counts; ``nonPersistentTopicsEnabled``
-    only matters for a lookup of a non-persistent topic, which an unload never is. With no isolation
-    policy at all in the cluster every broker is a shared broker.
+    For a namespace no isolation policy matches, a broker is a candidate when it is a shared broker (no
+    policy's primary) and its report says it loads persistent topics. The bundle of an unload is built
+    from its name (LoadManagerShared.getNamespaceBundle), so its ``hasNonPersistentTopic`` is false and
+    ``persistentTopicsEnabled`` is the flag that counts; ``nonPersistentTopicsEnabled`` only matters for
+    a lookup of a non-persistent topic, which an unload never is. An isolated namespace gets its
+    policy's primaries (and secondaries below ``min_limit``). No candidate at all when the namespace's
+    policies could not be read. ``bundle`` None: a namespace without isolation policy.
     """
-    return sorted(b for b, data in load.snapshot.brokers.items() if data.persistentTopicsEnabled)
+    brokers, policies = load.snapshot.brokers, load.snapshot.policies
+    if bundle is None:
+        return sorted(
+            b
+            for b, data in brokers.items()
+            if data.persistentTopicsEnabled and policies.is_shared(ns_policies.broker_host(b) or b)
+        )
+    namespace = bundle_names.namespace_of(bundle)
+    if policies.unknown_reason(namespace) is not None:
+        return []
+    # The candidates depend on the namespace only through the isolation policy matching it (None for most):
+    # computed once per policy and snapshot, not once per unload.
+    allowed = load.snapshot.index.memo(
+        ("placement candidates", policies.policy_for(namespace)),
+        lambda: tuple(
+            ns_policies.apply_namespace_policies(
+                namespace, brokers, policies, lambda b: brokers[b].persistentTopicsEnabled
+            )
+        ),
+    )
+    return list(allowed)
+
+
+def _owned_namespaces(load: LoadData, ctx: PlacementContext | None) -> dict[str, list[str]]:
+    """brokerToNamespaceToBundleRange: each broker's namespaces, from its report and its preallocations."""
+    owned = {
+        b: set(data.owned_bundles()) | set(ctx.preallocated.get(b, []) if ctx else [])
+        for b, data in load.snapshot.brokers.items()
+    }
+    return ns_policies.namespaces_by_broker(owned)
+
+
+def anti_affinity_counts(load: LoadData, bundle: str, ctx: PlacementContext | None = None) -> dict[str, int] | None:
+    """LoadManagerShared.getAntiAffinityNamespaceOwnedBrokers for the bundle's namespace (None: no group)."""
+    namespace = bundle_names.namespace_of(bundle)
+    if load.snapshot.policies.group_of(namespace) is None:
+        return None
+    return ns_policies.anti_affinity_namespace_owned_brokers(
+        namespace, _owned_namespaces(load, ctx), load.snapshot.policies
+    )
+
+
+def policies_keep(load: LoadData, bundle: str, source: str, ctx: PlacementContext | None = None) -> str | None:
+    """Why ModularLoadManagerImpl.doLoadShedding (and checkNamespaceBundleSplit) would not unload ``bundle``
+    from ``source`` because of its namespace's policies; None: it may be unloaded.
+
+    shouldNamespacePoliciesUnload: no broker but the owner is allowed. shouldAntiAffinityNamespaceUnload:
+    every allowed broker owns as many of the anti-affinity group's namespaces as the owner. Ours: the
+    namespace's policies could not be read.
+    """
+    namespace = bundle_names.namespace_of(bundle)
+    policies = load.snapshot.policies
+    unknown = policies.unknown_reason(namespace)
+    if unknown is not None:
+        return f"the policies of {namespace} could not be read ({unknown}): it is not placed anywhere"
+    candidates = placement_candidates(load, bundle)
+    if not ns_policies.should_namespace_policies_unload(source, candidates):
+        policy = policies.policy_for(namespace)
+        which = f"isolation policy {policy.name}" if policy else "shared brokers that load persistent topics"
+        return (
+            f"no broker other than its owner {source} satisfies the namespace policies of {namespace} "
+            f"({which}; shouldNamespacePoliciesUnload)"
+        )
+    counts = anti_affinity_counts(load, bundle, ctx)
+    if not ns_policies.should_anti_affinity_namespace_unload(source, candidates, counts):
+        return (
+            f"anti-affinity group {policies.group_of(namespace)}: every allowed broker owns as many of the group's "
+            f"namespaces as {source} (shouldAntiAffinityNamespaceUnload)"
+        )
+    return None
+
+
+def destination_refused(
+    load: LoadData, bundle: str, destination: str, ctx: PlacementContext | None = None
+) -> str | None:
+    """Why a destination a shedder chose itself is not allowed for ``bundle`` (None: it is): the broker
+    filters TransferShedder.isTransferable runs — applyNamespacePolicies, then the anti-affinity filter."""
+    namespace = bundle_names.namespace_of(bundle)
+    policies = load.snapshot.policies
+    unknown = policies.unknown_reason(namespace)
+    if unknown is not None:
+        return f"the policies of {namespace} could not be read ({unknown})"
+    candidates = placement_candidates(load, bundle)
+    if destination not in candidates:
+        policy = policies.policy_for(namespace)
+        if policy is not None:
+            return f"{destination} is not allowed by the isolation policy {policy.name} of {namespace}"
+        host = ns_policies.broker_host(destination) or destination
+        if not policies.is_shared(host):
+            return f"{destination} is another namespace's primary broker (not shared)"
+        return f"its destination {destination} does not load persistent topics"
+    allowed = ns_policies.filter_anti_affinity_group_owned_brokers(candidates, anti_affinity_counts(load, bundle, ctx))
+    if destination not in allowed:
+        return (
+            f"{destination} owns more of anti-affinity group {policies.group_of(namespace)} than {', '.join(allowed)}"
+        )
+    return None
 
 
 def select_broker(bundle: str, placer: registry.Placer, ctx: PlacementContext) -> str | None:
@@ -55,21 +177,21 @@ def select_broker(bundle: str, placer: registry.Placer, ctx: PlacementContext) -
     applyNamespacePolicies allows (never to a broker that does not load persistent topics).
     """
     load, config = ctx.load, ctx.config
-    candidates = placement_candidates(load)
+    candidates = placement_candidates(load, bundle)
     if not candidates:
         return None
-    filtered = [b for b in candidates if _broker_topics(load, b, ctx) <= config.loadBalancerBrokerMaxTopics]
+    over = _over_topic_limit(load, ctx, config.loadBalancerBrokerMaxTopics)
+    filtered = [b for b in candidates if b not in over] if over else candidates
     filtered = filtered or candidates  # LoadManagerShared.filterBrokersWithLargeTopicCount
+    # LoadManagerShared.filterAntiAffinityGroupOwnedBrokers (failure domains: not in a snapshot)
+    filtered = ns_policies.filter_anti_affinity_group_owned_brokers(filtered, anti_affinity_counts(load, bundle, ctx))
     if config.loadBalancerDistributeBundlesEvenlyEnabled:
         namespace = bundle_names.namespace_of(bundle)
         counts = {b: _namespace_bundles(load, b, namespace, ctx) for b in filtered}
         fewest = min(counts.values(), default=0)
         filtered = [b for b in filtered if counts[b] == fewest]  # removeMostServicingBrokersForNamespace
     chosen = placer(filtered or candidates, bundle, ctx)
-    if (
-        chosen is not None
-        and load.snapshot.brokers[chosen].max_resource_usage_with_weight(config.weights) > config.overload_threshold
-    ):
+    if chosen is not None and load.snapshot.index.weighted_usage(chosen, config.weights) > config.overload_threshold:
         # Every broker of the filtered list may have been overloaded: choose again among all candidates.
         chosen = placer(candidates, bundle, ctx) or chosen
     return chosen
@@ -129,6 +251,19 @@ def plan_cycle(
     profile: LoadProfile | None = None,
 ) -> tuple[Plan, StrategyState]:
     """Plan one shedding cycle. Raises UnknownStrategyError for a name not in the registry."""
+    with collector_paused():  # strategies/heap.py: a cycle makes only acyclic objects
+        return _plan_cycle(snapshot, config, state, rng, shedding, placement, profile)
+
+
+def _plan_cycle(
+    snapshot: ClusterSnapshot,
+    config: LoadBalancerConfig,
+    state: StrategyState,
+    rng: random.Random,
+    shedding: str | None,
+    placement: str | None,
+    profile: LoadProfile | None,
+) -> tuple[Plan, StrategyState]:
     shedding_name = registry.shedding_name(shedding or config.loadBalancerLoadSheddingStrategy)
     placement_name = registry.placement_name(placement or registry.default_placement(shedding_name))
     notes: list[str] = []
@@ -167,15 +302,25 @@ def plan_cycle(
         if unload.bundle in seen:
             continue
         seen.add(unload.bundle)
+        refused = None
         if self_placing and unload.destination is not None:
             destination: str | None = unload.destination
             how = "destination chosen by the shedder"
-            if destination not in placement_candidates(load):
-                notes.append(f"skip {unload.bundle}: its destination {destination} does not load persistent topics")
+            refused = destination_refused(load, unload.bundle, destination, ctx)
+            if refused is not None and shedding_name == TRANSFER_SHEDDER:
+                notes.append(f"skip {unload.bundle}: {refused}")  # TransferShedder.isTransferable: not transferable
                 continue
-        else:
+        if not self_placing or unload.destination is None or refused is not None:
+            # ours (PredictivePairingShedder), like AvgShedder whose planned broker is not a candidate: placed
+            # among the brokers the policies allow, behind the same checks as any other unload
+            kept = policies_keep(load, unload.bundle, unload.source, ctx)
+            if kept is not None:  # ModularLoadManagerImpl.doLoadShedding's policy checks
+                notes.append(f"keep {unload.bundle}: {kept}")
+                continue
             destination = select_broker(unload.bundle, placer, ctx)
             how = f"destination by {placement_name}"
+            if refused is not None:
+                how = f"{how} (the shedder's own choice {unload.destination} refused: {refused})"
         if destination is None or destination == unload.source:
             notes.append(f"skip {unload.bundle}: {placement_name} found no broker other than its owner {unload.source}")
             continue
@@ -185,7 +330,12 @@ def plan_cycle(
         splits, split_notes = find_bundles_to_split(
             load, config, skip=frozenset(seen), sustained=None if profile is None else profile.hot
         )
-        actions.extend(splits)
+        for split in splits:
+            kept = policies_keep(load, split.bundle, split.source, ctx) if split.unload else None
+            if kept is not None:  # checkNamespaceBundleSplit: unload the halves only if the policies allow
+                split = Split(split.bundle, split.source, split.algorithm, split.boundaries, split.reason, False)
+                notes.append(f"split {split.bundle}: its halves stay on {split.source}: {kept}")
+            actions.append(split)
         notes.extend(split_notes)
     elif config.loadBalancerAutoBundleSplitEnabled:
         # ModularLoadManagerImpl.checkNamespaceBundleSplit returns early with one broker (PR #20190):

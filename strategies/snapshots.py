@@ -13,14 +13,19 @@ is 0 or at least 1e-6).
 from __future__ import annotations
 
 import math
+import operator
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
 from strategies import bundles as bundle_names
-from strategies.documents import MAX_BROKER_TOTAL, MIN_LIMIT, Reader, describe
+from strategies.documents import MAX_AMOUNT, MAX_BROKER_TOTAL, MAX_INTEGER, MIN_LIMIT, Reader, describe
+from strategies.heap import collector_paused
+from strategies.index import SnapshotIndex
+from strategies.policies import NO_POLICIES, NamespacePolicies, parse_policies
 
 SNAPSHOT_FORMAT = "pulsar-lb-snapshot/1"
 RESOURCE_FIELDS = ("cpu", "memory", "directMemory", "bandwidthIn", "bandwidthOut")
@@ -158,24 +163,29 @@ class ClusterSnapshot:
     brokers: Mapping[str, BrokerLoad]
     namespaces: Mapping[str, tuple[int, ...]] = field(default_factory=lambda: MappingProxyType({}))
     topics: Mapping[str, Mapping[str, TopicStats]] = field(default_factory=lambda: MappingProxyType({}))
+    # isolation policies, anti-affinity groups, namespaces whose policies could not be read (strategies/policies.py)
+    policies: NamespacePolicies = NO_POLICIES
+
+    @cached_property
+    def index(self) -> SnapshotIndex:
+        """Owners, per-broker sums and per-namespace counts, each built once (strategies/index.py)."""
+        return SnapshotIndex(self)
 
     def owner_of(self, bundle: str) -> str | None:
-        for broker_id in sorted(self.brokers):
-            if bundle in self.brokers[broker_id].owned_bundles():
-                return broker_id
-        return None
+        return self.index.owner(bundle)
 
     def bundle_count(self, namespace: str) -> int:
         """Bundles of a namespace: from its boundaries when known, else from what brokers own."""
         if namespace in self.namespaces:
             return len(self.namespaces[namespace]) - 1
-        owned = {b for load in self.brokers.values() for b in load.owned_bundles()}
-        return sum(1 for b in owned if bundle_names.namespace_of(b) == namespace)
+        return self.index.owned_in_namespace(namespace)
 
     def without_brokers(self, excluded: Iterable[str]) -> ClusterSnapshot:
         gone = set(excluded)
         kept = {k: v for k, v in self.brokers.items() if k not in gone}
-        return ClusterSnapshot(self.cluster, self.taken_at, MappingProxyType(kept), self.namespaces, self.topics)
+        return ClusterSnapshot(
+            self.cluster, self.taken_at, MappingProxyType(kept), self.namespaces, self.topics, self.policies
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The ``pulsar-lb-snapshot/1`` document (broker reports exactly as they were received)."""
@@ -190,6 +200,8 @@ class ClusterSnapshot:
                 ns: {"boundaries": [bundle_names.format_boundary(p) for p in bounds]}
                 for ns, bounds in sorted(self.namespaces.items())
             }
+        if not self.policies.empty:
+            self.policies.write_json(doc)  # isolationPolicies, namespaces' antiAffinityGroup, policiesUnknown
         if self.topics:
             doc["topics"] = {
                 b: {t: vars(s).copy() for t, s in sorted(ts.items())} for b, ts in sorted(self.topics.items())
@@ -235,6 +247,79 @@ def _bundle_stats(reader: Reader) -> BundleStats:
     )
 
 
+def _trusted(cls: type, fields: dict[str, Any]) -> Any:
+    """An instance of a frozen dataclass from fields already checked, without its ``__init__`` (one
+    ``object.__setattr__`` per field): a snapshot of 100,000 bundles makes 100,000 BundleStats."""
+    instance = object.__new__(cls)
+    instance.__dict__.update(fields)
+    return instance
+
+
+_BUNDLE_STATS_KEYS = (
+    "msgRateIn",
+    "msgRateOut",
+    "msgThroughputIn",
+    "msgThroughputOut",
+    "consumerCount",
+    "producerCount",
+    "topics",
+    "cacheSize",
+)
+_BUNDLE_STATS_FIELDS = operator.itemgetter(*_BUNDLE_STATS_KEYS)
+
+
+def _plain_last_stats(value: Any) -> dict[str, BundleStats] | None:
+    """``lastStats`` read at full speed when every entry is plainly valid — string names, objects whose
+    rates are numbers within the bounds and whose counts are integers within them — as in nearly every
+    report; None otherwise, and the reader, field by field, finds and names what is wrong."""
+    if type(value) is not dict:
+        return None
+    out = {}
+    numbers, top, most = (float, int), MAX_AMOUNT, MAX_INTEGER
+    for name, stats in value.items():
+        if type(name) is not str or type(stats) is not dict:
+            return None
+        try:
+            rate_in, rate_out, thr_in, thr_out, consumers, producers, topics, cache = _BUNDLE_STATS_FIELDS(stats)
+        except KeyError:  # a field left out is 0
+            rate_in, rate_out, thr_in, thr_out, consumers, producers, topics, cache = (
+                stats.get(key, 0) for key in _BUNDLE_STATS_KEYS
+            )
+        if not (
+            type(rate_in) in numbers
+            and type(rate_out) in numbers
+            and type(thr_in) in numbers
+            and type(thr_out) in numbers
+            and 0 <= rate_in <= top
+            and 0 <= rate_out <= top
+            and 0 <= thr_in <= top
+            and 0 <= thr_out <= top
+            and type(consumers) is int
+            and type(producers) is int
+            and type(topics) is int
+            and type(cache) is int
+            and 0 <= consumers <= most
+            and 0 <= producers <= most
+            and 0 <= topics <= most
+            and 0 <= cache <= most
+        ):
+            return None
+        out[name] = _trusted(
+            BundleStats,
+            {  # + 0.0, as Reader.number: a float, and -0.0 is 0.0
+                "msgRateIn": rate_in + 0.0,
+                "msgRateOut": rate_out + 0.0,
+                "msgThroughputIn": thr_in + 0.0,
+                "msgThroughputOut": thr_out + 0.0,
+                "consumerCount": consumers,
+                "producerCount": producers,
+                "topics": topics,
+                "cacheSize": cache,
+            },
+        )
+    return out
+
+
 def parse_broker_load(broker_id: str, report: Any, path: str = "load-report") -> BrokerLoad:
     """Validate one ``LocalBrokerData`` JSON document (what a broker's load-report returned)."""
     reader = _reader(report, path)
@@ -244,13 +329,20 @@ def parse_broker_load(broker_id: str, report: Any, path: str = "load-report") ->
         raise reader.child("loadReportType").fail(
             f"unsupported report type {describe(report_type)} (only the modular load manager's LocalBrokerData)"
         )
-    last_stats = {name: _bundle_stats(stats) for name, stats in reader.child("lastStats").entries()}
-    bundle_list = reader.child("bundles").string_list()
-    for name in [*last_stats, *bundle_list]:
-        try:
-            bundle_names.split_bundle_name(name)
-        except bundle_names.BundleNameError as exc:
-            raise reader.fail(str(exc)) from None
+    last_stats = _plain_last_stats(data.get("lastStats"))
+    if last_stats is None:
+        last_stats = {name: _bundle_stats(stats) for name, stats in reader.child("lastStats").entries()}
+    bundle_list = data.get("bundles")
+    if not (type(bundle_list) is list and all(type(name) is str and name for name in bundle_list)):
+        bundle_list = reader.child("bundles").string_list()
+    names = set(last_stats)
+    names.update(bundle_list)
+    if not all(map(bundle_names.is_bundle_name, names)):
+        for name in [*last_stats, *bundle_list]:
+            try:
+                bundle_names.split_bundle_name(name)
+            except bundle_names.BundleNameError as exc:
+                raise reader.fail(str(exc)) from None
     url = data.get("webServiceUrl")
     topic_modes = {}
     for key in ("persistentTopicsEnabled", "nonPersistentTopicsEnabled"):
@@ -300,6 +392,11 @@ def _topic_stats(reader: Reader) -> TopicStats:
 
 def parse_snapshot(document: Any) -> ClusterSnapshot:
     """Validate a ``pulsar-lb-snapshot/1`` document and build the snapshot."""
+    with collector_paused():  # strategies/heap.py: a snapshot is made of acyclic objects only
+        return _parse_snapshot(document)
+
+
+def _parse_snapshot(document: Any) -> ClusterSnapshot:
     root = _reader(document, "snapshot")
     root.obj()
     fmt = root.child("format").value
@@ -314,7 +411,11 @@ def parse_snapshot(document: Any) -> ClusterSnapshot:
             raise brokers_reader.fail(f"broker id {describe(broker_id)} is not host:port")
         brokers[broker_id] = parse_broker_load(broker_id, report.value, report.path)
     ns_reader = root.child("namespaces", required=False, default={})
-    namespaces = {ns: _boundaries(bounds) for ns, bounds in ns_reader.entries()}
+    namespaces = {
+        ns: _boundaries(entry)
+        for ns, entry in ns_reader.entries()
+        if "boundaries" in entry.obj() or "antiAffinityGroup" not in entry.obj()  # an entry may give only its group
+    }
     topics: dict[str, Mapping[str, TopicStats]] = {}
     for bundle, bundle_reader in root.child("topics", required=False, default={}).entries():
         try:
@@ -328,4 +429,5 @@ def parse_snapshot(document: Any) -> ClusterSnapshot:
         brokers=MappingProxyType(brokers),
         namespaces=MappingProxyType(namespaces),
         topics=MappingProxyType(topics),
+        policies=parse_policies(root),
     )

@@ -3,6 +3,7 @@
 from pulsar_lb_operator.adminapi.client import AdminClient, Answer, Timeouts
 from pulsar_lb_operator.adminapi.errors import (
     AdminError,
+    AuthenticationError,
     BadResponse,
     Conflict,
     NotFound,
@@ -17,6 +18,7 @@ __all__ = [
     "AdminClient",
     "AdminError",
     "Answer",
+    "AuthenticationError",
     "BadResponse",
     "Conflict",
     "NotFound",

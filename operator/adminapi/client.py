@@ -10,24 +10,35 @@ repeated is the executor's decision, after it has checked the cluster.
 Everything is bounded: each call has a deadline over all its hops (socket timeouts alone do not stop a
 broker that trickles bytes), and an answer larger than ``max_body_bytes`` is cut off with an error
 instead of being read into memory.
+
+Credentials (adminapi/auth.py) are asked for on every hop, so a rotated token file or a refreshed OAuth2
+token is used at once; a 401 renews them and tries that hop once more. A broker's own web URL — for the
+endpoints only that broker answers — is what the broker publishes, or an override: see ``broker_url``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import socket
+import string
+import threading
 import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urljoin, urlsplit
+from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
 import requests
+import structlog
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from pulsar_lb_operator.adminapi import errors
+from pulsar_lb_operator.adminapi.auth import Credentials, TokenCredentials
+
+log = structlog.get_logger(__name__)
 
 MAX_REDIRECTS = 8
 MAX_BODY_BYTES = 64 * 2**20  # a load report is kilobytes; broker-stats/topics of a busy broker a few MiB
@@ -61,7 +72,12 @@ class Answer:
 
 
 class AdminClient:
-    """Admin API of one cluster, reached through ``admin_url`` (any broker, or the proxy)."""
+    """Admin API of one cluster, reached through ``admin_url`` (any broker, or the proxy).
+
+    ``credentials``: how to authenticate (``token`` is a shortcut for a fixed bearer token).
+    ``broker_urls`` (broker id → web URL) and ``broker_url_template`` (``{id}``, ``{host}``, ``{port}``) override
+    the web URLs brokers publish, for proxy-only and NAT setups; see ``broker_url``.
+    """
 
     def __init__(
         self,
@@ -73,33 +89,185 @@ class AdminClient:
         retries: int = 3,
         session: requests.Session | None = None,
         max_body_bytes: int = MAX_BODY_BYTES,
+        credentials: Credentials | None = None,
+        broker_urls: Mapping[str, str] | None = None,
+        broker_url_template: str | None = None,
     ) -> None:
         self.admin_url = admin_url.rstrip("/")
         self.scheme = urlsplit(self.admin_url).scheme or "http"
-        self._token = token
+        self.credentials = credentials or (TokenCredentials(token=token) if token else Credentials())
         self.verify: bool | str = ca_bundle if ca_bundle else verify
         self.timeouts = timeouts or Timeouts()
         self.retries = max(1, retries)
         self.session = session or requests.Session()
         self.max_body_bytes = max_body_bytes
-        self._known_hosts = {_host(self.admin_url)}
+        self.broker_urls = {k: v.rstrip("/") for k, v in (broker_urls or {}).items()}
+        self.broker_url_template = broker_url_template
+        self._known_hosts = {_host(self.admin_url)} | {_host(u) for u in self.broker_urls.values()}
+        self._lock = threading.RLock()  # the dicts below
+        self._discovering = threading.Lock()  # one discovery at a time (it calls the admin API)
+        self._answered_itself: set[str] = set()  # ids the admin URL answered for without a 307 (asked once)
+        self._learned: dict[str, str] = {}  # broker id → the web URL it publishes (trusted hosts only)
+        self._published: dict[str, str] = {}  # host:port a broker publishes (or its id) → broker id
+        self._broker_ids: list[str] = []
+        self._cluster: str | None = None
+        self._warned: set[str] = set()
+
+    @property
+    def _token(self) -> str | None:
+        """The bearer token sent right now (the rehearsal looks for it in the logs)."""
+        return self.credentials.bearer()
 
     def trust_brokers(self, broker_ids: list[str]) -> None:
         """Hosts the admin API named as brokers of the cluster: redirects (and the token) may go there."""
-        self._known_hosts.update(_host(f"{self.scheme}://{b}") for b in broker_ids)
+        with self._lock:
+            self._known_hosts.update(_host(f"{self.scheme}://{b}") for b in broker_ids)
+            for broker_id in broker_ids:
+                self._published.setdefault(broker_id.lower(), broker_id)
+                override = self._override(broker_id)
+                if override:  # the operator's owner configured it: trusted like the admin URL
+                    self._known_hosts.add(_host(override))
 
     def is_known(self, url: str) -> bool:
         return _host(url) in self._known_hosts
 
     def __repr__(self) -> str:  # never show the token
-        return f"AdminClient({self.admin_url!r}, token={'***' if self._token else None})"
+        secret = "***" if self.credentials.plugin in ("token", "oauth2") else None
+        return f"AdminClient({self.admin_url!r}, auth={self.credentials.plugin}, token={secret})"
 
     def close(self) -> None:
         self.session.close()
 
+    # ------------------------------------------------------------------ broker web URLs
+
     def broker_url(self, broker_id: str) -> str:
-        """A broker's own web URL from its id (host:port), with the admin URL's scheme."""
+        """A broker's own web URL, for the endpoints only that broker answers (load report, topic stats).
+
+        1. The override, when configured: ``broker_urls[broker_id]``, else ``broker_url_template`` rendered
+           with ``{id}`` (host:port), ``{host}`` and ``{port}`` — for proxy-only and NAT setups, where what
+           brokers publish cannot be reached from here. Redirects to an overridden broker's published
+           address are rewritten to it as well.
+        2. What the broker publishes, when its host is one the cluster lists (or the admin URL's): Pulsar's
+           own choice between ``webServiceUrlTls`` and ``webServiceUrl`` (TLS when the admin URL is https)
+           in its last load report (LocalBrokerData). Before its first report, with an https admin URL —
+           where the id's port is the plain HTTP one, or a TLS port only in a few 3.1.x releases — the
+           broker's registration, as the admin API redirects to it: ``GET
+           /admin/v2/brokers/{cluster}/{id}/ownedNamespaces`` answers 307 to the registered web URL, the
+           TLS one for an https request (PulsarWebResource.maybeRedirectToBroker); the 307 is read, not
+           followed. When the admin URL answers it itself (it is that broker, or a proxy), a broker found
+           that way is asked instead. Nothing else in the REST API gives it: the broker list has ids only,
+           ``leaderBroker`` only the leader's ``serviceUrl``, lookups need a topic and assign unowned
+           bundles, and the load report sits in the metadata store (/loadbalance/brokers/<id>), out of
+           REST's reach, or must be asked of the broker itself.
+        3. Otherwise ``<admin URL's scheme>://<id>``: right for plain HTTP, where the id is
+           ``advertisedAddress:webServicePort``, the web address itself.
+        """
+        override = self._override(broker_id)
+        if override:
+            return override
+        with self._lock:
+            learned = self._learned.get(broker_id)
+        if learned:
+            return learned
+        if self.scheme == "https" and self._cluster is not None:
+            found = self._discover(broker_id)
+            if found:
+                return found
         return f"{self.scheme}://{broker_id}"
+
+    def _override(self, broker_id: str) -> str | None:
+        if broker_id in self.broker_urls:
+            return self.broker_urls[broker_id]
+        if self.broker_url_template:
+            return render_template(self.broker_url_template, broker_id).rstrip("/")
+        return None
+
+    def _learn(self, broker_id: str, report: Mapping[str, Any]) -> None:
+        """Remember the web URL a broker publishes in its load report, if its host is a known one."""
+        plain, tls = (_base(report.get(k)) for k in ("webServiceUrl", "webServiceUrlTls"))
+        with self._lock:
+            for url in (plain, tls):
+                if url:
+                    self._published[urlsplit(url).netloc.lower()] = broker_id
+            chosen = (tls or plain) if self.scheme == "https" else (plain or tls)
+            if not chosen or self._override(broker_id):
+                return
+            if self.is_known(chosen):
+                self._learned[broker_id] = chosen
+            elif f"untrusted {broker_id}" not in self._warned:
+                self._warned.add(f"untrusted {broker_id}")
+                log.warning(
+                    "broker publishes a web URL on a host the cluster does not list: not used",
+                    broker=broker_id,
+                    url=chosen,
+                )
+
+    def _discover(self, broker_id: str) -> str | None:
+        """The broker's registered web URL from a 307 of the admin API (see ``broker_url``), or None."""
+        with self._discovering:
+            with self._lock:
+                if broker_id in self._learned:
+                    return self._learned[broker_id]
+                others = [b for b in self._broker_ids if b != broker_id]
+            found = "" if broker_id in self._answered_itself else self._registered(self.admin_url, broker_id)
+            if found == "":  # the admin URL answered for it: ask a broker that redirected to itself
+                self._answered_itself.add(broker_id)
+                found = None
+                for other in others:  # each is asked of the admin URL at most once: a proxy costs N calls, not N²
+                    with self._lock:
+                        base = self._learned.get(other)
+                    if not base and other not in self._answered_itself:
+                        base = self._registered(self.admin_url, other)
+                        if base == "":
+                            self._answered_itself.add(other)
+                    if not base or not self.is_known(base):
+                        continue
+                    with self._lock:
+                        self._learned.setdefault(other, base)
+                    found = self._registered(base, broker_id) or None
+                    if found:
+                        break
+                if not others:  # a one-broker cluster: the admin URL is that broker (or reaches only it)
+                    found = self.admin_url
+            if found and self.is_known(found):
+                with self._lock:
+                    self._learned[broker_id] = found
+                return found
+            if f"undiscovered {broker_id}" not in self._warned:
+                self._warned.add(f"undiscovered {broker_id}")
+                log.warning(
+                    "cannot learn the broker's web URL before its first load report; trying its id "
+                    "(behind a proxy, set brokerWebServiceUrlTemplate or brokerWebServiceUrls)",
+                    broker=broker_id,
+                )
+            return None
+
+    def _registered(self, base: str, broker_id: str) -> str | None:
+        """Ask ``base`` where ``broker_id`` is: its web URL from a 307, "" if ``base`` answered itself, None."""
+        assert self._cluster is not None
+        path = f"/admin/v2/brokers/{quote(self._cluster)}/{quote(broker_id, safe=':')}/ownedNamespaces"
+        try:
+            answer = self.request("GET", path, base=base, follow_redirects=False)
+        except errors.AdminError as exc:
+            log.debug("broker URL discovery failed", broker=broker_id, reason=exc.reason)
+            return None
+        if answer.status in (307, 308):
+            location = answer.headers.get("Location") or ""
+            return _base(urljoin(base + path, location))
+        return ""
+
+    def _reroute(self, url: str) -> str:
+        """A URL on an overridden broker's published address, rewritten to the override (NAT, proxy-only)."""
+        if not (self.broker_urls or self.broker_url_template):
+            return url
+        parts = urlsplit(url)
+        with self._lock:
+            broker_id = self._published.get(parts.netloc.lower())
+        override = self._override(broker_id) if broker_id else None
+        if not override or url.startswith(override + "/"):
+            return url
+        target = urlsplit(override)
+        return urlunsplit((target.scheme, target.netloc, target.path + parts.path, parts.query, ""))
 
     # ------------------------------------------------------------------ core
 
@@ -112,13 +280,15 @@ class AdminClient:
         params: Mapping[str, Any] | None = None,
         body: Any = None,
         deadline_s: float | None = None,
+        follow_redirects: bool = True,
     ) -> Answer:
         """One call, following 307/308 by hand; raises a typed AdminError for anything but 2xx.
 
         ``deadline_s`` bounds the whole call, every hop and every byte of the answer included
-        (default: ``timeouts.read`` for a GET, ``timeouts.mutate`` otherwise).
+        (default: ``timeouts.read`` for a GET, ``timeouts.mutate`` otherwise). With ``follow_redirects``
+        False a 307/308 is returned as it came.
         """
-        url = (base or self.admin_url) + path
+        url = self._reroute((base or self.admin_url) + path)
         if params:
             url += "?" + "&".join(f"{quote(str(k))}={quote(str(v), safe='')}" for k, v in params.items())
         headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
@@ -131,6 +301,7 @@ class AdminClient:
         )
         deadline = time.monotonic() + budget
         seen: list[str] = []
+        renewed = False
         for _ in range(MAX_REDIRECTS + 1):
             if not self.is_known(url):
                 what = "follow a redirect" if seen else "call"
@@ -138,23 +309,32 @@ class AdminClient:
                     url, f"refused to {what} {_host(url)!r}: not the admin URL's host nor a broker the cluster lists"
                 )
             seen.append(url)
-            hop_headers = dict(headers)
-            if self._token:
-                hop_headers["Authorization"] = f"Bearer {self._token}"
-            status, hop_headers_in, content = self._send(method, url, data, hop_headers, deadline, budget)
-            if status in (307, 308):
+            while True:
+                hop_headers = dict(headers)
+                authorization = self.credentials.authorization()  # per hop: a rotated token is used at once
+                if authorization:
+                    hop_headers["Authorization"] = authorization
+                status, hop_headers_in, content = self._send(method, url, data, hop_headers, deadline, budget)
+                # a 401 is the AuthenticationFilter's: nothing ran, so new credentials may try once more
+                if status == 401 and not renewed and self.credentials.renew():
+                    renewed = True
+                    continue
+                break
+            if status in (307, 308) and follow_redirects:
                 location = hop_headers_in.get("Location")
                 if not location:
                     raise errors.RedirectError(url, f"{status} without a Location header")
-                url = urljoin(url, location)
+                url = self._reroute(urljoin(url, location))
                 if url in seen:
                     raise errors.RedirectError(url, f"redirect loop after {len(seen)} hops")
                 continue
             answer = Answer(status, url, content, hop_headers_in)
-            if 200 <= status < 300:
+            if 200 <= status < 300 or status in (307, 308):
                 return answer
             cls = errors.error_for(status)
-            raise cls(url, _reason(answer), status)
+            error = cls(url, _reason(answer), status)
+            error.in_transition = errors.in_transition(error.reason) or errors.in_transition(answer.text[:65536])
+            raise error
         raise errors.RedirectError(url, f"more than {MAX_REDIRECTS} redirects")
 
     def _send(
@@ -173,6 +353,7 @@ class AdminClient:
                 headers=headers,
                 timeout=timeout,
                 verify=self.verify,
+                cert=self.credentials.cert,
                 allow_redirects=False,
                 stream=True,
             )
@@ -228,16 +409,31 @@ class AdminClient:
         path = f"/admin/v2/brokers/{quote(cluster)}"
         brokers = _list_of_str(self.get_json(path), path)
         self.trust_brokers(brokers)
+        with self._lock:
+            self._cluster, self._broker_ids = cluster, list(brokers)
         return brokers
 
     def leader(self) -> dict[str, Any]:
         return _object(self.get_json("/admin/v2/brokers/leaderBroker"), "leaderBroker")
 
     def load_report(self, broker_id: str, deadline_s: float | None = None) -> Any:
-        """LocalBrokerData of one broker: asked of that broker itself (there is no redirect)."""
-        return self.get_json(
-            "/admin/v2/broker-stats/load-report", base=self.broker_url(broker_id), deadline_s=deadline_s
-        )
+        """LocalBrokerData of one broker: asked of that broker itself (there is no redirect).
+
+        A report whose heartbeat bundles name another broker came through a proxy or a Service, not from
+        ``broker_id``: a BadResponse, never a report filed under the wrong broker.
+        """
+        base = self.broker_url(broker_id)
+        report = self.get_json("/admin/v2/broker-stats/load-report", base=base, deadline_s=deadline_s)
+        if isinstance(report, dict):
+            other = _reporting_broker(report)
+            if other is not None and other != broker_id:
+                raise errors.BadResponse(
+                    base,
+                    f"the load report at {base} is broker {other}'s, not {broker_id}'s: that URL does not reach the "
+                    "broker itself (a proxy or a Service?); set brokerWebServiceUrlTemplate or brokerWebServiceUrls",
+                )
+            self._learn(broker_id, report)
+        return report
 
     def topic_stats(self, broker_id: str) -> Any:
         return self.get_json("/admin/v2/broker-stats/topics", base=self.broker_url(broker_id))
@@ -285,6 +481,46 @@ def _host(url: str) -> str:
     return (urlsplit(url).hostname or "").lower()
 
 
+def _base(url: Any) -> str | None:
+    """``scheme://host:port`` of an http(s) URL, or None."""
+    if not isinstance(url, str):
+        return None
+    try:
+        parts = urlsplit(url.strip())
+        parts.port  # noqa: B018 - raises ValueError for a bad port
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+TEMPLATE_FIELDS = frozenset({"id", "host", "port"})
+
+
+def render_template(template: str, broker_id: str) -> str:
+    """``brokerWebServiceUrlTemplate`` for one broker: ``{id}`` is host:port, ``{host}`` and ``{port}`` its parts."""
+    host, _, port = broker_id.rpartition(":")
+    return template.format(id=broker_id, host=host or broker_id, port=port if host else "")
+
+
+def template_fields(template: str) -> set[str]:
+    return {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+
+
+def _reporting_broker(report: Mapping[str, Any]) -> str | None:
+    """The broker id in a report's heartbeat bundles (pulsar/<id>/… or pulsar/<cluster>/<id>/…), if any."""
+    bundles = report.get("bundles")
+    if not isinstance(bundles, list):
+        return None
+    for bundle in bundles:
+        if isinstance(bundle, str) and bundle.startswith("pulsar/"):
+            parts = bundle.split("/")
+            if len(parts) in (3, 4) and ":" in parts[-2]:
+                return parts[-2]
+    return None
+
+
 def _object(value: Any, what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise errors.BadResponse(what, f"expected a JSON object, got {type(value).__name__}")
@@ -299,8 +535,12 @@ def _reason(response: Answer) -> str:
             return doc["reason"].strip()[:500] or f"HTTP {response.status}"
     except (ValueError, RecursionError):
         pass
-    first = (response.text or "").strip().splitlines()[:2]
-    text = " ".join(line.strip() for line in first if line.strip())
+    body = response.text or ""
+    if "<html" in body[:200].lower():  # Jetty's error page: its words, never its markup, in a message
+        body = re.sub(r"\s+", " ", re.sub(r"<[^>]*>", " ", body))
+    # the first two lines with words: Pulsar's RestException puts a blank line before "Message: …"
+    first = [line.strip() for line in body.splitlines() if line.strip()][:2]
+    text = " ".join(first)
     return f"HTTP {response.status}: {text[:200]}" if text else f"HTTP {response.status}"
 
 

@@ -10,13 +10,36 @@ AdminError
     ├── Conflict          409
     ├── PreconditionFailed 412
     └── ServerError       5xx
+AuthenticationError       no credentials to send (OAuth2 token endpoint down, unreadable token file):
+                          nothing was sent (``sent`` is False)
+
+``in_transition`` is True when the answer says the bundle is already being unloaded, transferred or
+changing owner (TRANSITION_MARKERS): the executor still counts it as an unknown outcome, but says so.
 """
 
 from __future__ import annotations
 
+# What Pulsar answers when an unload or split meets a bundle whose ownership is already changing:
+# - 500 "Namespace bundle <b> is being unloaded": NamespaceService.findBrokerServiceUrl, when the ownership
+#   record is disabled (modular load manager: its owner is closing the bundle's topics);
+# - 500 "Namespace is not active. ns:<b>; state:0": OwnedBundle.handleUnloadRequest, a second unload that
+#   reaches the owner while the first is under way;
+# - 409 "Concurrent modification": resumeAsyncResponseExceptionally for a metadata BadVersionException
+#   (another writer changed the ownership or bundle record in between);
+# - any reason that says "in transition" itself.
+TRANSITION_MARKERS = ("is being unloaded", "namespace is not active", "concurrent modification", "in transition")
+
+
+def in_transition(text: str) -> bool:
+    """Whether an error body or reason says the bundle is already being unloaded or moved."""
+    lowered = text.lower()
+    return any(marker in lowered for marker in TRANSITION_MARKERS)
+
 
 class AdminError(Exception):
     status: int | None = None
+    sent: bool = True  # False: the request never left this process
+    in_transition: bool = False
 
     def __init__(self, url: str, message: str, status: int | None = None) -> None:
         super().__init__(f"{message} ({url})")
@@ -56,6 +79,12 @@ class PreconditionFailed(AdminError):
 
 class ServerError(AdminError):
     status = 500
+
+
+class AuthenticationError(AdminError):
+    """No credentials could be obtained for a call, so it was not sent."""
+
+    sent = False
 
 
 def error_for(status: int) -> type[AdminError]:

@@ -20,6 +20,8 @@ from typing import Any
 import structlog
 import tenacity
 
+from pulsar_lb_operator.adminapi import auth
+from pulsar_lb_operator.adminapi.auth import Credentials
 from pulsar_lb_operator.audit.spool import Spool
 from pulsar_lb_operator.settings import OperatorSettings
 from strategies.config import ConfigError
@@ -52,7 +54,7 @@ def from_settings(
         spool,
         service_url,
         settings.auditTopic,
-        token=settings.token,
+        credentials=auth.from_settings(settings),  # as the admin client's: token, TLS certificate or OAuth2
         ca_file=settings.caBundle,
         tls_verify=settings.tlsVerify,
         on_sent=on_sent,
@@ -69,6 +71,7 @@ class AuditPublisher:
         *,
         producer_name: str = "pulsar-lb-operator-audit",
         token: Callable[[], str | None] | None = None,
+        credentials: Credentials | None = None,
         ca_file: str | None = None,
         tls_verify: bool = True,
         timeout_s: float = 10.0,
@@ -81,6 +84,7 @@ class AuditPublisher:
         self.topic = topic
         self.producer_name = producer_name
         self._token = token
+        self._credentials = credentials
         self._ca_file = ca_file
         self._tls_verify = tls_verify
         self._timeout_s = timeout_s
@@ -180,12 +184,17 @@ class AuditPublisher:
             return self._producer
         import pulsar  # imported here: only a daemon with audit events on needs the native client
 
-        token = self._token
-        # a callable, so a rotated token file is read again on every reconnection
-        auth = pulsar.AuthenticationToken(lambda: token() or "") if token and token() else None
+        if self._credentials is not None:  # the authentication and, for mutual TLS, the client certificate
+            options = self._credentials.pulsar_client_options()
+        else:
+            token = self._token
+            # a callable, so a rotated token file is read again on every reconnection
+            options = {
+                "authentication": pulsar.AuthenticationToken(lambda: token() or "") if token and token() else None
+            }
         self._client = pulsar.Client(
             self.service_url,
-            authentication=auth,
+            **options,
             operation_timeout_seconds=max(1, int(self._timeout_s)),
             connection_timeout_ms=int(self._timeout_s * 1000),
             tls_trust_certs_file_path=self._ca_file,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import Any
 
 from strategies.config import LoadBalancerConfig
 from strategies.loaddata import LoadData
@@ -22,6 +23,8 @@ class PlacementContext:
     placement_ema: dict[str, float] = field(default_factory=dict)
     # AvgShedder's plan: bundle -> the low broker of the pair that shed it
     planned: dict[str, str] = field(default_factory=dict)
+    # a placement strategy's own tables over this cycle's load data, made once per context (by strategy name)
+    memo: dict[str, Any] = field(default_factory=dict)
 
     def preallocate(self, broker: str, bundle: str) -> None:
         self.preallocated.setdefault(broker, []).append(bundle)

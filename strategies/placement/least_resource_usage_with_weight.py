@@ -18,7 +18,7 @@ def _usage(broker: str, ctx: PlacementContext) -> float:
     load = ctx.load.snapshot.brokers[broker]
     if not load.bundles or (load.msgRateIn == 0 and load.msgRateOut == 0):
         ctx.placement_ema.pop(broker, None)
-    weighted = load.max_resource_usage_with_weight(ctx.config.weights, memory=False)
+    weighted = ctx.load.snapshot.index.weighted_usage(broker, ctx.config.weights, memory=False)
     history = ctx.config.loadBalancerHistoryResourcePercentage
     previous = ctx.placement_ema.get(broker)
     ctx.placement_ema[broker] = weighted if previous is None else previous * history + (1 - history) * weighted

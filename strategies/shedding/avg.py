@@ -80,11 +80,10 @@ def _select_bundles(
             f"{NAME}: {over}→{under} triggered but the traffic gap is below minUnloadMessage / "
             f"minUnloadMessageThroughput"
         )
-    owned = brokers[over].owned_bundles()
-    candidates = []
-    for bundle, data in load.sheddable_bundles().items():
-        if bundle in owned and bundle not in load.recently_unloaded:
-            candidates.append((bundle, data.short.msg_rate if by_rate else data.short.msg_throughput))
+    candidates = [
+        (bundle, data.short.msg_rate if by_rate else data.short.msg_throughput)
+        for bundle, data in load.shedding_candidates(over)
+    ]
     candidates.sort(key=lambda item: (-item[1], item[0]))
     unloads = []
     for bundle, traffic in candidates:

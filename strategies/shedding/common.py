@@ -31,13 +31,8 @@ def select_by_short_term_throughput(load: LoadData, broker: str, min_offload: fl
 
     Skips bundles in the grace period and system namespaces (LoadManagerShared / shedders' loop).
     """
-    owned = load.snapshot.brokers[broker].owned_bundles()
     candidates = sorted(
-        (
-            (bundle, data.short.msg_throughput)
-            for bundle, data in load.sheddable_bundles().items()
-            if bundle in owned and bundle not in load.recently_unloaded
-        ),
+        ((bundle, data.short.msg_throughput) for bundle, data in load.shedding_candidates(broker)),
         key=lambda item: (-item[1], item[0]),
     )
     chosen: list[Unload] = []

@@ -26,9 +26,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
+from strategies import bundles as bundle_names
 from strategies.config import LoadBalancerConfig
 from strategies.loaddata import LoadData
 from strategies.plans import Unload
+from strategies.policies import candidates_for
 from strategies.profile import CostModel
 from strategies.shedding import avg
 from strategies.shedding.common import SheddingResult
@@ -125,6 +129,30 @@ class Forecast:
     def shifted(self, broker: str, traffic: Traffic, sign: float) -> list[float]:
         delta = self.slope[broker].delta(traffic)
         return [max(v + sign * d, 0.0) for v, d in zip(self.points[broker], delta)]
+
+    def arrivals(self, brokers: list[str], traffic: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each broker's usage now (a row), and after each of the bundles (rows of ``traffic``) arrives on it
+        (a matrix, bundles × brokers): ``usage(b, shifted(b, t, +1))`` for every pair, in the same operations."""
+        points = np.array([self.points[b] for b in brokers]).T  # cpu, bandwidth in, bandwidth out: one row each
+        cpu = np.array([self.slope[b].cpu for b in brokers]).T
+        bandwidth_in = np.array([self.slope[b].bandwidth_in for b in brokers])
+        bandwidth_out = np.array([self.slope[b].bandwidth_out for b in brokers])
+        direct = np.array([self.direct[b] for b in brokers]) * self.weights[3]
+        rate, thr_in, thr_out = (traffic[:, i, np.newaxis] for i in range(3))
+        with np.errstate(over="ignore", invalid="ignore"):
+            cpu_delta = cpu[0] * rate + cpu[1] * thr_in + cpu[2] * thr_out
+            after = (
+                np.maximum(points[0] + cpu_delta, 0.0) * self.weights[0],
+                np.maximum(points[1] + bandwidth_in * thr_in, 0.0) * self.weights[1],
+                np.maximum(points[2] + bandwidth_out * thr_out, 0.0) * self.weights[2],
+            )
+            now = np.maximum(
+                np.maximum(
+                    np.maximum(points[0] * self.weights[0], points[1] * self.weights[1]), points[2] * self.weights[2]
+                ),
+                direct,
+            )
+        return now, np.maximum(np.maximum(np.maximum(after[0], after[1]), after[2]), direct)
 
     def move(self, source: str, destination: str, traffic: Traffic) -> None:
         self.points[source] = self.shifted(source, traffic, -1)
@@ -323,6 +351,15 @@ def _square(x: float) -> float:
     return x * x
 
 
+def _allowed_brokers(load: LoadData, bundle: str) -> frozenset[str]:
+    """``candidates_for`` the bundle (applyNamespacePolicies), computed once per snapshot and isolation policy:
+    it depends on the namespace only through the policy matching it and whether its policies are known."""
+    namespace = bundle_names.namespace_of(bundle)
+    policies = load.snapshot.policies
+    key = ("allowed brokers", policies.unknown_reason(namespace) is None, policies.policy_for(namespace))
+    return load.snapshot.index.memo(key, lambda: frozenset(candidates_for(load.snapshot, bundle)))
+
+
 def _best_move(
     load: LoadData,
     forecast: Forecast,
@@ -332,7 +369,58 @@ def _best_move(
     mean: float,
     config: LoadBalancerConfig,
 ) -> tuple[str, str, tuple[float, float], tuple[float, float]] | None:
-    """The (bundle, destination) that shrinks Σ(usage − mean)² most without overshooting."""
+    """The (bundle, destination) that shrinks Σ(usage − mean)² most without overshooting; on equal gains,
+    the first by (bundle, destination).
+
+    Every pair is scored, as ``_best_move_pairwise`` does one at a time; here the destinations are the
+    columns of arrays, so a bundle's effect on all of them is a few array operations — the same float
+    operations, in the same order — instead of a Python loop over hundreds of brokers for each bundle.
+    Should a forecast reach infinity (a cost model far out of range), the pair-by-pair loop decides.
+    """
+    u_source = forecast.usage(source)
+    destinations = sorted(d for d in takers if d != source and forecast.usage(d) < mean)
+    movable = sorted(
+        (bundle, traffic) for bundle in bundles if (traffic := _bundle_traffic(load, source, bundle)) != (0.0, 0.0, 0.0)
+    )
+    if not destinations or not movable:
+        return None
+    new_source = np.array([forecast.usage(source, forecast.shifted(source, t, -1)) for _, t in movable])
+    u_destination, new_destination = forecast.arrivals(destinations, np.array([t for _, t in movable]))
+    with np.errstate(over="ignore", invalid="ignore"):
+        gain = (
+            _square(u_source - mean)
+            + _square(u_destination - mean)
+            - _square(new_source - mean)[:, np.newaxis]
+            - _square(new_destination - mean)
+        )
+    if not (np.isfinite(new_source).all() and np.isfinite(new_destination).all() and np.isfinite(gain).all()):
+        return _best_move_pairwise(load, forecast, source, bundles, takers, mean, config)
+    limit = config.loadBalancerBrokerOverloadedThresholdPercentage
+    # over-placement: the destination would end hotter than the source, or above the overload threshold
+    overshoot = (new_destination > new_source[:, np.newaxis]) | (new_destination > limit)
+    gain[overshoot] = -np.inf
+    for row, (bundle, _) in enumerate(movable):  # namespace policies: only the brokers a bundle's namespace allows
+        allowed = _allowed_brokers(load, bundle)
+        if not allowed.issuperset(destinations):
+            gain[row, [col for col, d in enumerate(destinations) if d not in allowed]] = -np.inf
+    b, d = np.unravel_index(np.argmax(gain), gain.shape)  # the first of the largest: rows and columns are sorted
+    if not gain[b, d] > 1e-9:
+        return None
+    bundle, destination = movable[b][0], destinations[d]
+    new_destination_usage = forecast.usage(destination, forecast.shifted(destination, movable[b][1], +1))
+    return bundle, destination, (u_source, forecast.usage(destination)), (float(new_source[b]), new_destination_usage)
+
+
+def _best_move_pairwise(
+    load: LoadData,
+    forecast: Forecast,
+    source: str,
+    bundles: list[str],
+    takers: set[str],
+    mean: float,
+    config: LoadBalancerConfig,
+) -> tuple[str, str, tuple[float, float], tuple[float, float]] | None:
+    """``_best_move`` one pair at a time (the reference it is tested against)."""
     u_source = forecast.usage(source)
     destinations = [d for d in takers if d != source and forecast.usage(d) < mean]
     limit = config.loadBalancerBrokerOverloadedThresholdPercentage
@@ -342,7 +430,10 @@ def _best_move(
         if traffic == (0.0, 0.0, 0.0):
             continue
         new_source = forecast.usage(source, forecast.shifted(source, traffic, -1))
+        allowed = _allowed_brokers(load, bundle)  # namespace policies
         for destination in destinations:
+            if destination not in allowed:
+                continue
             u_destination = forecast.usage(destination)
             new_destination = forecast.usage(destination, forecast.shifted(destination, traffic, +1))
             if new_destination > new_source or new_destination > limit:

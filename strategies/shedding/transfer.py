@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from strategies import bundles as bundle_names
 from strategies.config import LoadBalancerConfig
 from strategies.loaddata import LoadData
 from strategies.plans import Unload
+from strategies.policies import shedding_allowed, transfer_filter
 from strategies.shedding.common import SheddingResult, fmt_bytes
 from strategies.snapshots import BrokerLoad, BundleStats
 from strategies.state import StrategyState, TransferBrokerEma
@@ -37,12 +39,17 @@ def compare_bundle_stats(a: BundleStats, b: BundleStats) -> int:
     return 0
 
 
-def top_bundles(load: BrokerLoad, k: int) -> list[tuple[str, BundleStats]]:
-    """TopKBundles: the k largest non-system bundles with traffic, stored smallest first."""
+def top_bundles(
+    load: BrokerLoad, k: int, sheddable: Callable[[str], bool] | None = None
+) -> list[tuple[str, BundleStats]]:
+    """TopKBundles: the k largest non-system bundles with traffic, stored smallest first; ``sheddable``
+    (of a namespace) leaves out those with namespace policies unless loadBalancerSheddingBundlesWithPoliciesEnabled."""
     eligible = [
         (name, stats)
         for name, stats in sorted(load.lastStats.items())
-        if stats.msg_throughput > 0 and not bundle_names.is_system_namespace(bundle_names.namespace_of(name))
+        if stats.msg_throughput > 0
+        and not bundle_names.is_system_namespace(bundle_names.namespace_of(name))
+        and (sheddable is None or sheddable(bundle_names.namespace_of(name)))
     ]
     by_stats = functools.cmp_to_key(lambda x, y: compare_bundle_stats(x[1], y[1]))
     eligible.sort(key=by_stats, reverse=True)
@@ -149,7 +156,16 @@ def shed(load: LoadData, config: LoadBalancerConfig, state: StrategyState) -> Sh
             hit_count,
         )
 
-    tops = {b: top_bundles(brokers[b], config.loadBalancerMaxNumberOfBundlesInBundleLoadReport) for b in brokers}
+    policies, with_policies = load.snapshot.policies, config.loadBalancerSheddingBundlesWithPoliciesEnabled
+    k = config.loadBalancerMaxNumberOfBundlesInBundleLoadReport
+    tops: dict[str, list[tuple[str, BundleStats]]] = {}  # each broker's TopKBundles, made when the loop reaches it
+
+    def top_of(broker: str) -> list[tuple[str, BundleStats]]:
+        if broker not in tops:
+            tops[broker] = top_bundles(brokers[broker], k, lambda ns: shedding_allowed(ns, policies, with_policies))
+        return tops[broker]
+
+    transferable = transfer_filter(load.snapshot, config)  # TransferShedder.isTransferable
     unloads: list[Unload] = []
     notes: list[str] = []
     while shed_count < config.loadBalancerMaxNumberOfBrokerSheddingPerCycle and min_idx < max_idx:
@@ -170,7 +186,7 @@ def shed(load: LoadData, config: LoadBalancerConfig, state: StrategyState) -> Sh
             notes.append(f"{NAME}: NoLoadData for {hi}")
             continue
         target = max_thr * offload / max_load
-        top = tops[hi]
+        top = top_of(hi)
         if len(top) <= 1:
             if top:
                 notes.append(f"{NAME}: NoBundles on {hi} (sole bundle)")
@@ -181,15 +197,16 @@ def shed(load: LoadData, config: LoadBalancerConfig, state: StrategyState) -> Sh
             f"{NAME} {reason}: avg {stats.avg:.3f}, std {stats.std:.3f} (target {target_std:g}); "
             f"{hi} load {max_load:.3f} → {lo} load {min_load:.3f}; move {fmt_bytes(target)}"
         )
-        min_iter = iter(tops[lo])
+        min_iter = iter(top_of(lo))
         marked = gained = 0.0
         remaining = len(top)
         for bundle, stats_e in top:
             if bundle in load.recently_unloaded:
                 continue
-            if not brokers[lo].persistentTopicsEnabled:
-                # TransferShedder.isTransferable: the broker filters (applyNamespacePolicies with the
-                # brokers' topic modes) must keep the min broker, or no bundle of this pair can move.
+            if not transferable(bundle, hi, lo):
+                # TransferShedder.isTransferable: the broker filters (applyNamespacePolicies with the brokers'
+                # topic modes and isolation policies, the anti-affinity filter) must keep the min broker, and a
+                # bundle with namespace policies moves only with loadBalancerSheddingBundlesWithPoliciesEnabled.
                 continue
             if remaining <= 1:
                 break
@@ -204,7 +221,7 @@ def shed(load: LoadData, config: LoadBalancerConfig, state: StrategyState) -> Sh
                     max_new = max_thr - marked + gained - size
                     min_new = min_thr + marked - gained + size
                     for other, other_stats in min_iter:
-                        if not brokers[hi].persistentTopicsEnabled:
+                        if not transferable(other, lo, hi):
                             continue  # isTransferable(minBundle, minBroker → maxBroker)
                         other_size = other_stats.msg_throughput
                         if other_size == 0:

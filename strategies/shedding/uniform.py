@@ -94,11 +94,11 @@ def shed(load: LoadData, config: LoadBalancerConfig, state: StrategyState) -> Sh
     if len(over_bundles) <= 1 or need < floor:
         note = f"{why}, but nothing to unload (one bundle, or the amount is below the minimum)"
         return SheddingResult((), state, (note,))
-    candidates = []
-    for bundle, data in load.sheddable_bundles().items():  # getBundleDataForLoadShedding
-        if bundle not in over_bundles or bundle in load.recently_unloaded:
-            continue
-        candidates.append((bundle, data.short.msg_rate if by_rate else data.short.msg_throughput))
+    candidates = [  # getBundleDataForLoadShedding, of the report's bundles
+        (bundle, data.short.msg_rate if by_rate else data.short.msg_throughput)
+        for bundle, data in load.shedding_candidates(over)
+        if bundle in over_bundles
+    ]
     # Stable sort, largest first; Pulsar's tie order is its HashMap's, ours is the bundle name.
     candidates.sort(key=lambda item: (-item[1], item[0]))
     unloads: list[Unload] = []

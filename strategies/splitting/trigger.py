@@ -8,31 +8,59 @@ namespace stays within loadBalancerNamespaceMaximumBundles.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from strategies import bundles as bundle_names
 from strategies.config import LoadBalancerConfig
-from strategies.loaddata import LoadData
+from strategies.loaddata import BundleData, LoadData
 from strategies.plans import Split
 from strategies.profile import HotBundle
 from strategies.shedding.common import fmt_bytes
 from strategies.splitting import algorithms
 
 
+class SplitLimits(NamedTuple):
+    """The loadBalancerNamespaceBundleMax* thresholds, read from the configuration once per cycle."""
+
+    topics: int
+    sessions: int  # 0 or less: not checked
+    msg_rate: float
+    throughput: float  # bytes/s
+
+    @classmethod
+    def of(cls, config: LoadBalancerConfig) -> SplitLimits:
+        return cls(
+            config.loadBalancerNamespaceBundleMaxTopics,
+            config.loadBalancerNamespaceBundleMaxSessions,
+            config.loadBalancerNamespaceBundleMaxMsgRate,
+            config.loadBalancerNamespaceBundleMaxBandwidthMbytes * 1024 * 1024,
+        )
+
+    def exceeded(self, topics: int, sessions: int, data: BundleData | None) -> bool:
+        """Whether ``split_reasons`` finds any (the same four comparisons, without the words)."""
+        rate, thr = (data.long.msg_rate, data.long.msg_throughput) if data is not None else (0.0, 0.0)
+        return (
+            topics > self.topics
+            or (self.sessions > 0 and sessions > self.sessions)
+            or rate > self.msg_rate
+            or thr > self.throughput
+        )
+
+
 def split_reasons(load: LoadData, bundle: str, config: LoadBalancerConfig, topics: int, sessions: int) -> list[str]:
+    limits = SplitLimits.of(config)
     data = load.bundle_data.get(bundle)
     rate = data.long.msg_rate if data else 0.0
     thr = data.long.msg_throughput if data else 0.0
-    max_bandwidth = config.loadBalancerNamespaceBundleMaxBandwidthMbytes * 1024 * 1024
     reasons = []
-    if topics > config.loadBalancerNamespaceBundleMaxTopics:
-        reasons.append(f"topics {topics} > {config.loadBalancerNamespaceBundleMaxTopics}")
-    max_sessions = config.loadBalancerNamespaceBundleMaxSessions
-    if max_sessions > 0 and sessions > max_sessions:
-        reasons.append(f"sessions {sessions} > {max_sessions}")
-    if rate > config.loadBalancerNamespaceBundleMaxMsgRate:
-        reasons.append(f"long-term msg rate {rate:.0f}/s > {config.loadBalancerNamespaceBundleMaxMsgRate}/s")
-    if thr > max_bandwidth:
-        reasons.append(f"long-term throughput {fmt_bytes(thr)} > {fmt_bytes(max_bandwidth)}")
+    if topics > limits.topics:
+        reasons.append(f"topics {topics} > {limits.topics}")
+    if limits.sessions > 0 and sessions > limits.sessions:
+        reasons.append(f"sessions {sessions} > {limits.sessions}")
+    if rate > limits.msg_rate:
+        reasons.append(f"long-term msg rate {rate:.0f}/s > {limits.msg_rate}/s")
+    if thr > limits.throughput:
+        reasons.append(f"long-term throughput {fmt_bytes(thr)} > {fmt_bytes(limits.throughput)}")
     return reasons
 
 
@@ -68,14 +96,18 @@ def find_bundles_to_split(
     picked_per_namespace: dict[str, int] = {}
     splits: list[Split] = []
     notes: list[str] = []
+    limits, bundle_data = SplitLimits.of(config), load.bundle_data
     for broker in sorted(load.snapshot.brokers):
-        for bundle, stats in sorted(load.snapshot.brokers[broker].lastStats.items()):
+        hot = []  # the broker's bundles over a threshold, found in one pass; then handled by name
+        for bundle, stats in load.snapshot.brokers[broker].lastStats.items():
+            sessions = stats.consumerCount + stats.producerCount
+            if stats.topics < 2 or not limits.exceeded(stats.topics, sessions, bundle_data.get(bundle)):
+                continue
+            if bundle in skip or bundle_names.is_system_bundle(bundle):
+                continue
+            hot.append((bundle, split_reasons(load, bundle, config, stats.topics, sessions)))
+        for bundle, reasons in sorted(hot, key=lambda item: item[0]):
             namespace, bundle_range = bundle_names.split_bundle_name(bundle)
-            if stats.topics < 2 or bundle_names.is_system_namespace(namespace) or bundle in skip:
-                continue
-            reasons = split_reasons(load, bundle, config, stats.topics, stats.consumerCount + stats.producerCount)
-            if not reasons:
-                continue
             if sustained is not None:
                 if bundle not in sustained:
                     notes.append(f"split: {bundle} is hot now but not in most recent samples (profile)")

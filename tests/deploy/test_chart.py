@@ -11,7 +11,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.cli import main
+from pulsar_lb_operator.daemon import Daemon
+from pulsar_lb_operator.executor import Outcome
 from pulsar_lb_operator.leadership import LeaseClient, LeaseElector, elector_from_settings
 from pulsar_lb_operator.settings import OperatorSettings, resolve
 from strategies import PLACEMENT, SHEDDING
@@ -20,25 +23,50 @@ from tests.kube_api import FakeKubeApi
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "pulsar-lb-operator"
 KUBE = "1.30.0"
-CUSTOM_RESOURCES = {("monitoring.coreos.com/v1", "PodMonitor"), ("monitoring.coreos.com/v1", "ServiceMonitor")}
+CUSTOM_RESOURCES = {
+    ("monitoring.coreos.com/v1", "PodMonitor"),
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"),
+    ("operator.victoriametrics.com/v1beta1", "VMPodScrape"),
+}
+PULSAR_NAMING = Path(__file__).resolve().parent / "pulsar-chart-naming"  # apache/pulsar-helm-chart's naming
 
 COMBINATIONS = {
     "default": {},
     "token": {"auth": {"token": {"enabled": True}}},
     "tls": {"tls": {"enabled": True, "ca": {"enabled": True}}},
-    "monitoring": {"metrics": {"podMonitor": {"enabled": True}, "serviceMonitor": {"enabled": True}}},
+    "monitoring": {
+        "metrics": {
+            "podMonitor": {"enabled": True},
+            "serviceMonitor": {"enabled": True},
+            "vmPodScrape": {"enabled": True},
+            "prometheusRule": {"enabled": True},
+            "grafanaDashboard": {"enabled": True},
+        }
+    },
     "pvc": {"persistence": {"enabled": True, "storageClass": "fast", "size": "50Gi"}},
     "external-spark": {
         "spark": {"master": "spark://spark-master:7077", "conf": {"spark.executor.memory": "4g"}},
         "history": {"uri": "s3a://pulsar-lb/history", "profileUri": "s3a://pulsar-lb/profile"},
     },
     "ha": {"replicaCount": 2, "podDisruptionBudget": {"enabled": True}},
+    "oauth2": {
+        "tls": {"enabled": True},
+        "auth": {
+            "oauth2": {
+                "enabled": True,
+                "issuerUrl": "https://auth.example.com/",
+                "audience": "urn:sn:pulsar:prod",
+                "credentialsSecretName": "lb-oauth2",
+            }
+        },
+    },
     "everything": {
         "dryRun": False,
         "leaderElection": {"enabled": True},
         "podDisruptionBudget": {"enabled": True},
         "terminationGracePeriodSeconds": 90,
-        "auth": {"token": {"enabled": True, "role": "lb-operator"}},
+        "auth": {"token": {"enabled": True, "role": "lb-operator"}, "tls": {"enabled": True, "secretName": "lb-cert"}},
         "tls": {"enabled": True, "ca": {"enabled": True, "secretName": "my-ca"}},
         "pulsar": {"release": "prod", "cluster": "east"},
         "audit": {"enabled": True},
@@ -84,20 +112,22 @@ def test_every_rendered_manifest_is_valid_kubernetes_1_30_and_lint_is_clean(comb
     _, docs, _ = render(values)
     for doc in docs:
         if (doc["apiVersion"], doc["kind"]) in CUSTOM_RESOURCES:
-            assert doc["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"] == "lb"
+            if "selector" in doc["spec"]:
+                assert doc["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"] == "lb"
             continue
         kubernetes_validate.validate(doc, KUBE, strict=True)
     report = helm.lint(CHART, values, strict=True, kube_version=f"v{KUBE}")
     assert report["errors"] == [] and report["messages"] == []
 
 
-def test_default_is_one_replica_recreate_dry_run_hardened_and_probed():
+def test_default_is_one_replica_leader_elected_dry_run_hardened_and_probed():
     manifests, docs, notes = render()
-    assert {d["kind"] for d in docs} == {"ConfigMap", "Deployment", "Service", "ServiceAccount"}
+    assert {d["kind"] for d in docs} == {"ConfigMap", "Deployment", "Service", "ServiceAccount", "Role", "RoleBinding"}
     deployment = manifests["Deployment"]["spec"]
-    assert deployment["replicas"] == 1 and deployment["strategy"] == {"type": "Recreate"}
+    rolling = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    assert deployment["replicas"] == 1 and deployment["strategy"] == rolling
     pod = deployment["template"]["spec"]
-    assert pod["securityContext"]["runAsNonRoot"] is True and pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["automountServiceAccountToken"] is True
     security = container(manifests)["securityContext"]
     assert security["readOnlyRootFilesystem"] is True and security["allowPrivilegeEscalation"] is False
     assert security["capabilities"]["drop"] == ["ALL"]
@@ -108,6 +138,7 @@ def test_default_is_one_replica_recreate_dry_run_hardened_and_probed():
     assert ports["http"] == settings["metricsPort"] == manifests["Service"]["spec"]["ports"][0]["port"]
     assert manifests["Service"]["spec"]["selector"] == deployment["template"]["metadata"]["labels"]
     assert settings["dryRun"] is True and settings["adminUrl"] == "http://pulsar-broker:8080"
+    assert settings["metricsHost"] == "0.0.0.0", "the probes and Prometheus reach the pod's IP"
     assert settings["auditEnabled"] is False
     assert container(manifests)["args"] == ["--config", mount(manifests, "config")["mountPath"]]
     assert "emptyDir" in volume(manifests, "data") and "emptyDir" in volume(manifests, "tmp")
@@ -123,7 +154,8 @@ def test_the_rendered_settings_file_is_read_by_the_operator_with_every_setting_i
     assert ours.dryRun is False and ours.auditEnabled is True and ours.cluster == "east"
     assert ours.leaderElection is True and ours.leaseName == manifests["Deployment"]["metadata"]["name"]
     assert ours.shutdownTimeoutSeconds == 80.0
-    assert ours.auditServiceUrl == "pulsar+ssl://prod-broker:6651" and ours.adminUrl == "https://prod-broker:8443"
+    assert ours.auditServiceUrl == "pulsar+ssl://prod-pulsar-broker:6651"
+    assert ours.adminUrl == "https://prod-pulsar-broker:8443"
     assert config.loadBalancerLoadSheddingStrategy == "PredictivePairingShedder" and explicit
     assert volume(manifests, "data")["persistentVolumeClaim"]["claimName"] == "lb-data"
     assert all(ours.stateFile.startswith(p) for p in [mount(manifests, "data")["mountPath"]])
@@ -187,6 +219,40 @@ def test_an_external_spark_master_gets_the_driver_reachable_from_its_executors()
     ports = {p["name"]: p["containerPort"] for p in container(manifests)["ports"]}
     assert ports["spark-driver"] == 7078 and ports["spark-blocks"] == 7079
     assert "PYSPARK_SUBMIT_ARGS" not in {e["name"] for e in container(render()[0])["env"]}
+
+
+def pulsar_broker_service(release, values):
+    """Name and ports of the broker Service the apache/pulsar chart creates for this release."""
+    with helm.Chart.load(PULSAR_NAMING) as chart:
+        rendered = chart.render(values=values, name=release, namespace="pulsar")
+    [service] = [d for text in rendered.values() for d in yaml.safe_load_all(text) if d]
+    return service["metadata"]["name"], {p["name"]: p["port"] for p in service["spec"]["ports"]}
+
+
+@pytest.mark.parametrize(
+    ("release", "theirs", "ours", "expected"),
+    [
+        ("pulsar", {}, {}, "pulsar-broker"),  # the release name contains the chart's name: used as it is
+        ("my", {}, {}, "my-pulsar-broker"),
+        ("prod-pulsar-east", {}, {}, "prod-pulsar-east-broker"),
+        ("my", {"fullnameOverride": "streaming"}, {"fullnameOverride": "streaming"}, "streaming-broker"),
+        ("my", {"broker": {"component": "brk"}}, {"brokerComponent": "brk"}, "my-pulsar-brk"),
+    ],
+)
+def test_the_derived_urls_name_the_broker_service_the_pulsar_chart_creates(release, theirs, ours, expected):
+    service, ports = pulsar_broker_service(release, theirs)
+    assert service == expected
+    pulsar = {"release": release, **ours}
+    plain = settings_file(render({"pulsar": pulsar, "audit": {"enabled": True}})[0])
+    assert plain["adminUrl"] == f"http://{service}:{ports['http']}"
+    assert plain["auditServiceUrl"] == f"pulsar://{service}:{ports['pulsar']}"
+    tls = settings_file(render({"pulsar": pulsar, "tls": {"enabled": True}})[0])
+    assert tls["adminUrl"] == f"https://{service}:{ports['https']}"
+    assert tls["auditServiceUrl"] == f"pulsar+ssl://{service}:{ports['pulsarssl']}"
+    token = render({"pulsar": pulsar, "auth": {"token": {"enabled": True}}})[0]
+    assert volume(token, "token")["secret"]["secretName"] == f"{release}-token-admin", "the Pulsar chart's Release.Name"
+    explicit = render({"pulsar": {**pulsar, "adminUrl": "https://proxy.example:443"}})[0]
+    assert settings_file(explicit)["adminUrl"] == "https://proxy.example:443"
 
 
 @pytest.mark.parametrize(
@@ -261,16 +327,22 @@ def test_the_rendered_lease_settings_drive_an_elector_that_takes_the_lease():
     assert lease["spec"]["holderIdentity"] == "lb-0" and lease["spec"]["leaseDurationSeconds"] == 15
 
 
-def test_leader_election_is_off_for_one_replica_unless_asked_for():
-    manifests, _, _ = render()
-    assert "Role" not in manifests and "RoleBinding" not in manifests
-    assert settings_file(manifests)["leaderElection"] is False
-    assert "POD_NAME" in env_of(manifests)
-    one = render({"leaderElection": {"enabled": True}, "terminationGracePeriodSeconds": 120})[0]
+def test_leader_election_is_on_even_for_one_replica_unless_turned_off():
+    one, _, notes = render({"terminationGracePeriodSeconds": 120})
     assert one["Deployment"]["spec"]["replicas"] == 1 and {"Role", "RoleBinding"} <= set(one)
     assert one["Deployment"]["spec"]["template"]["spec"]["automountServiceAccountToken"] is True
     assert one["Deployment"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 120
     assert settings_file(one)["leaderElection"] is True and settings_file(one)["shutdownTimeoutSeconds"] == 110
+    assert "POD_NAME" in env_of(one)
+    assert "cooldowns and pending verifications are kept on the Lease" in notes
+    assert settings_file(render({"leaderElection": {"enabled": None}})[0])["leaderElection"] is True, "older values"
+    off, _, notes = render({"leaderElection": {"enabled": False}})
+    assert "Role" not in off and "RoleBinding" not in off
+    assert settings_file(off)["leaderElection"] is False and off["Deployment"]["spec"]["strategy"] == {
+        "type": "Recreate"
+    }
+    assert off["Deployment"]["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+    assert "lost on every upgrade" in notes
     own = render({"replicaCount": 2, "serviceAccount": {"create": False, "name": "ops"}})[0]
     assert "ServiceAccount" not in own and own["RoleBinding"]["subjects"][0]["name"] == "ops"
     recreate = render({"replicaCount": 2, "updateStrategy": {"type": "Recreate"}})[0]
@@ -285,7 +357,10 @@ def test_leader_election_is_off_for_one_replica_unless_asked_for():
         ({"replicaCount": 2, "leaderElection": {"enabled": False}}, "leaderElection.enabled: replicaCount 2 needs"),
         ({"leaderElection": {"renewDeadlineSeconds": 15}}, "leaderElection.renewDeadlineSeconds: must be less"),
         ({"leaderElection": {"retryPeriodSeconds": 10}}, "leaderElection.retryPeriodSeconds: must be less"),
-        ({"updateStrategy": {"type": "RollingUpdate"}}, "updateStrategy.type: RollingUpdate needs leader election"),
+        (
+            {"leaderElection": {"enabled": False}, "updateStrategy": {"type": "RollingUpdate"}},
+            "updateStrategy.type: RollingUpdate needs leader election",
+        ),
         (
             {
                 "leaderElection": {"enabled": True},
@@ -336,3 +411,71 @@ def test_the_operator_runs_a_cycle_from_the_rendered_settings_file(live_served, 
     assert main(argv) == 0
     plan = json.loads(capsys.readouterr().out)
     assert plan["shedding"] == "AvgShedder" and len(plan["brokers"]) == 4
+
+
+def _pod(manifests, sim, api, data_dir, name):
+    """The daemon a pod of these manifests runs: its rendered settings, its own (new, empty) data volume."""
+    ours, config, _ = resolve(settings_file(manifests), {}, {})
+    ours = dataclasses.replace(
+        ours, stateFile=str(data_dir / "state.json"), historyUri="", profileUri="", metricsPort=0
+    )
+    elector = elector_from_settings(ours, client=LeaseClient(api.url, token=api.token), identity=name)
+    client = AdminClient(sim.admin_url, retries=1)
+    return Daemon(ours, config, client, "sim", clock_ms=lambda: sim.cluster.now_ms, elector=elector)
+
+
+@pytest.mark.parametrize("leader_election", [True, False])
+def test_an_upgrade_with_the_default_values_keeps_the_cooldowns(served, tmp_path, leader_election):
+    """`helm upgrade` with any change restarts the pod (the config checksum) on a new emptyDir. With the default
+    values the record of what was sent lives on the Lease, and the new pod inherits it; without leader
+    election (the old default) it starts blank and would move the same bundles again."""
+    values = {
+        "dryRun": False,
+        "settings": {"pauseSeconds": 0},
+        "loadBalancer": {**served.cluster.scenario.config, "loadBalancerAvgShedderHitCountHighThreshold": 1},
+    }
+    if not leader_election:
+        values["leaderElection"] = {"enabled": False}
+    before = render(values)[0]
+    after = render({**values, "settings": {"pauseSeconds": 0, "maxUnloadsPerCycle": 8}})[0]
+
+    def checksum(m):
+        return m["Deployment"]["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+
+    assert checksum(before) != checksum(after), "the upgrade restarts the pod"
+    assert "emptyDir" in volume(after, "data"), "… on a new, empty volume"
+    assert settings_file(before)["leaderElection"] is leader_election
+    with FakeKubeApi() as api:
+        old = _pod(before, served, api, tmp_path / "old-pod", "lb-old")
+        if leader_election:
+            assert old.elector.try_acquire_or_renew()
+        assert old.leads()
+        sent = [r.action.bundle for r in old.run_once().records if r.outcome is Outcome.EXECUTED]
+        assert sent
+        old.elector.stop()  # SIGTERM: the Lease is released, the record stays on it
+        new = _pod(after, served, api, tmp_path / "new-pod", "lb-new")
+        if leader_election:
+            assert new.elector.try_acquire_or_renew()
+        assert new.leads()
+    cooldowns, pending = set(new.state.executor.last_moved), new.state.executor.awaiting()
+    if leader_election:
+        assert set(sent) <= cooldowns and set(sent) <= pending
+    else:
+        assert not cooldowns and not pending
+
+
+def test_the_durable_kill_switch_reaches_every_pod_and_stops_every_call(live_served, tmp_path, capsys, monkeypatch):
+    """`--set killSwitch=true` survives upgrades: it is in the pod spec, not on the pod's volume."""
+    from pulsar_lb_operator import cli
+
+    manifests, _, _ = render({"killSwitch": True})
+    env = env_of(manifests)
+    assert env["PULSAR_LB_KILL_SWITCH"]["value"] == "1"
+    assert "PULSAR_LB_KILL_SWITCH" not in env_of(render()[0])
+    monkeypatch.setenv("PULSAR_LB_KILL_SWITCH", env["PULSAR_LB_KILL_SWITCH"]["value"])
+    monkeypatch.setenv("PULSAR_ADMIN_URL", live_served.admin_url)
+    monkeypatch.chdir(tmp_path)
+    args = ["rebalance", "--no-dry-run", "--set", "loadBalancerAvgShedderHitCountHighThreshold=1"]
+    assert cli.main([*args, "--set", "pauseSeconds=0"]) == 0
+    assert "kill switch: environment variable PULSAR_LB_KILL_SWITCH is set" in capsys.readouterr().out
+    assert live_served.mutating_requests() == []

@@ -8,7 +8,7 @@ from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.collector import collect
 from pulsar_lb_operator.cycle import OperatorState, run_cycle
 from pulsar_lb_operator.executor import Executor, ExecutorState, Outcome, Safety
-from simulator.cluster import SimulatedCluster
+from simulator.cluster import UNLOAD_WINDOW_S, SimulatedCluster
 from simulator.http import Fault, serve
 from simulator.scenario import parse_scenario
 from strategies import LoadBalancerConfig, Plan, Split, Unload
@@ -150,6 +150,7 @@ def test_verification_records_where_each_bundle_went(sim):
     executor = executor_for(sim, verify_after_seconds=60)
     records, state = executor.apply(Plan("t", "t", 0, (planned, elsewhere)), ExecutorState())
     assert all(r.outcome is Outcome.EXECUTED for r in records)
+    sim.cluster.advance(UNLOAD_WINDOW_S)  # past the window in which another unload of it would answer 500
     sim.cluster.unload(elsewhere.bundle, sim.cluster.by_name("broker-1").id)  # someone else moves it again
     sim.cluster.advance(90)
     verified, state = executor.verify(state)

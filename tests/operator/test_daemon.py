@@ -156,8 +156,10 @@ def test_the_scheduled_daemon_serves_probes_and_stops_cleanly(tmp_path):
             assert requests.get(f"{base}/healthz", timeout=5).text == "ok"
             assert requests.get(f"{base}/readyz", timeout=5).status_code == 200
             metrics = requests.get(f"{base}/metrics", timeout=5).text
-            assert 'pulsar_lb_cycles_total{result="ok"}' in metrics
-            assert "pulsar_lb_broker_usage_percent{broker=" in metrics
+            assert 'pulsar_lb_operator_cycles_total{cluster="sim",result="ok"}' in metrics
+            assert 'pulsar_lb_operator_broker_usage_percent{broker="' in metrics and 'cluster="sim"' in metrics
+            assert 'pulsar_lb_operator_kill_switch{cluster="sim"} 0.0' in metrics
+            assert "\npulsar_lb_cycles" not in metrics  # Pulsar's brokers export pulsar_lb_*: never ours
             assert daemon.cycles >= 3 and sim.mutating_requests() == []  # dryRun is the default
         finally:
             daemon.stop.set()
@@ -237,4 +239,21 @@ def test_predictive_pairing_closes_the_heterogeneous_gap_over_http(served, tmp_p
     assert not [m for m in served.cluster.moves if served.cluster.brokers[m[3]].name == "broker-c"]
     assert "AvgShedder's behaviour" not in " ".join(r.action.reason for r in daemon.run_once().records)
     exported = generate_latest(daemon.metrics.registry).decode()
-    assert "pulsar_lb_prediction_error_points{broker=" in exported
+    assert 'pulsar_lb_operator_prediction_error_points{broker="' in exported
+
+
+def test_the_kill_switch_gauge_follows_the_switch_each_cycle(served, tmp_path):
+    switch = tmp_path / "PAUSE"
+    daemon = make_daemon(served, tmp_path, killSwitchFile=str(switch), historyUri="", profileUri="")
+    gauge = daemon.metrics.kill_switch
+    assert daemon.run_once() is not None and gauge._value.get() == 0
+    switch.touch()
+    result = daemon.run_once()
+    assert gauge._value.get() == 1 and not [r for r in result.records if r.outcome is Outcome.EXECUTED]
+    switch.unlink()
+    daemon.run_once()
+    assert gauge._value.get() == 0
+    from prometheus_client import generate_latest
+
+    exported = generate_latest(daemon.metrics.registry).decode()
+    assert 'pulsar_lb_operator_kill_switch{cluster="sim"} 0.0' in exported

@@ -36,7 +36,7 @@ def sim():
 def elector(api, identity):
     client = LeaseClient(api.url, token=f"token-{identity[-1]}", timeout=1.0)
     return LeaseElector(
-        NAME, NS, client=client, identity=identity, lease_duration=1.0, renew_deadline=0.6, retry_period=0.1
+        NAME, NS, client=client, identity=identity, lease_duration=2.0, renew_deadline=1.2, retry_period=0.2
     )
 
 
@@ -109,3 +109,19 @@ def test_a_leader_fenced_off_mid_cycle_sends_nothing_more(sim, api, tmp_path):
     assert not a.leads() and a.metrics.cycles.labels("error")._value.get() == 1
     local = json.loads((tmp_path / "pod-a" / "state.json").read_text())
     assert len(local["executor"]["pending"]) == 1  # what was sent is still on its own disk
+
+
+def test_a_replaced_single_pod_inherits_cooldowns_from_the_lease_not_from_its_empty_volume(sim, api, tmp_path):
+    """An upgrade or a rescheduling with one replica: the old pod stops (SIGTERM releases the Lease), and a new
+    pod with a new name and an empty volume starts after it. Its only memory of what was sent is the Lease."""
+    old = daemon(sim, tmp_path, "pod-a", api)
+    assert old.elector.try_acquire_or_renew()
+    sent = moved(old.run_once())
+    assert sent
+    old.elector.stop()
+    new = daemon(sim, tmp_path, "pod-b", api)  # its own, empty stateFile directory
+    assert not (tmp_path / "pod-b" / "state.json").exists()
+    assert new.elector.try_acquire_or_renew() and new.leads()
+    assert set(sent) <= set(new.state.executor.last_moved) and set(sent) <= new.state.executor.awaiting()
+    result = new.run_once()  # its first cycle leaves the bundles in their grace period alone
+    assert not set(sent) & set(moved(result))

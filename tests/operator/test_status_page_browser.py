@@ -34,6 +34,8 @@ def browser():
 
 def test_a_person_approves_a_proposal_in_the_browser(sim, tmp_path, browser):
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
 
     port = free_port()
     daemon = make(sim, tmp_path, approval="manual", metricsPort=port, metricsHost="127.0.0.1")
@@ -47,6 +49,7 @@ def test_a_person_approves_a_proposal_in_the_browser(sim, tmp_path, browser):
         proposal_row = browser.find_element(By.XPATH, f"//table[@id='proposals']//tr[td[1]='{result.cycle_id}']")
         assert "pending" in proposal_row.text
         proposal_row.find_element(By.XPATH, ".//button[text()='Approve']").click()
+        WebDriverWait(browser, 10).until(expected_conditions.staleness_of(proposal_row))  # the page reloaded
         assert browser.current_url.rstrip("/") == f"http://127.0.0.1:{port}"  # redirected back to the page
         row = browser.find_element(By.XPATH, f"//table[@id='proposals']//tr[td[1]='{result.cycle_id}']")
         assert "approved" in row.text

@@ -39,13 +39,30 @@ app.kubernetes.io/part-of: pulsar
 {{- end }}
 {{- end }}
 
+{{/* The apache/pulsar chart's full name ("pulsar.fullname" in its _helpers.tpl): its fullnameOverride, else
+the release name when it contains the chart name "pulsar", else <release>-pulsar. */}}
+{{- define "plbo.pulsarFullname" -}}
+{{- if .Values.pulsar.fullnameOverride }}
+{{- .Values.pulsar.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else if contains "pulsar" .Values.pulsar.release }}
+{{- .Values.pulsar.release | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-pulsar" .Values.pulsar.release | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{/* The Pulsar chart's broker Service (its broker-service.yaml): <pulsar fullname>-<broker.component>. */}}
+{{- define "plbo.brokerService" -}}
+{{- printf "%s-%s" (include "plbo.pulsarFullname" .) .Values.pulsar.brokerComponent }}
+{{- end }}
+
 {{- define "plbo.adminUrl" -}}
 {{- if .Values.pulsar.adminUrl }}
 {{- .Values.pulsar.adminUrl }}
 {{- else if .Values.tls.enabled }}
-{{- printf "https://%s-broker:8443" .Values.pulsar.release }}
+{{- printf "https://%s:8443" (include "plbo.brokerService" .) }}
 {{- else }}
-{{- printf "http://%s-broker:8080" .Values.pulsar.release }}
+{{- printf "http://%s:8080" (include "plbo.brokerService" .) }}
 {{- end }}
 {{- end }}
 
@@ -53,9 +70,9 @@ app.kubernetes.io/part-of: pulsar
 {{- if .Values.audit.serviceUrl }}
 {{- .Values.audit.serviceUrl }}
 {{- else if .Values.tls.enabled }}
-{{- printf "pulsar+ssl://%s-broker:6651" .Values.pulsar.release }}
+{{- printf "pulsar+ssl://%s:6651" (include "plbo.brokerService" .) }}
 {{- else }}
-{{- printf "pulsar://%s-broker:6650" .Values.pulsar.release }}
+{{- printf "pulsar://%s:6650" (include "plbo.brokerService" .) }}
 {{- end }}
 {{- end }}
 
@@ -67,13 +84,11 @@ app.kubernetes.io/part-of: pulsar
 {{- default (printf "%s-ca-tls" .Values.pulsar.release) .Values.tls.ca.secretName }}
 {{- end }}
 
-{{/* "true" when leader election is on: leaderElection.enabled, or, when that is null, replicaCount > 1. */}}
+{{/* "true" when leader election is on: unless leaderElection.enabled is false (null, as set by older values
+files, counts as on). */}}
 {{- define "plbo.leaderElection" -}}
 {{- $enabled := .Values.leaderElection.enabled -}}
-{{- if kindIs "invalid" $enabled }}
-{{- if gt (int .Values.replicaCount) 1 }}true{{ end }}
-{{- else if $enabled }}true
-{{- end }}
+{{- if or (kindIs "invalid" $enabled) $enabled }}true{{ end }}
 {{- end }}
 
 {{/* Rules across values that the schema cannot express; each failure names the key. */}}
@@ -121,6 +136,18 @@ claim is shared (the state file's lock admits one pod). */}}
 {{- if .Values.tls.ca.enabled }}
 {{- $_ := set $s "caBundle" (printf "%s/tls/ca.crt" (include "plbo.configDir" .)) -}}
 {{- end }}
+{{- $_ := set $s "authPlugin" (include "plbo.authPlugin" .) -}}
+{{- if .Values.auth.tls.enabled }}
+{{- $_ := set $s "tlsCertFile" (printf "%s/client-cert/tls.crt" (include "plbo.configDir" .)) -}}
+{{- $_ := set $s "tlsKeyFile" (printf "%s/client-cert/tls.key" (include "plbo.configDir" .)) -}}
+{{- else }}
+{{- $_ := set $s "tlsCertFile" "" -}}
+{{- $_ := set $s "tlsKeyFile" "" -}}
+{{- end }}
+{{- $_ := set $s "oauth2IssuerUrl" .Values.auth.oauth2.issuerUrl -}}
+{{- $_ := set $s "oauth2Audience" .Values.auth.oauth2.audience -}}
+{{- $_ := set $s "oauth2Scope" .Values.auth.oauth2.scope -}}
+{{- $_ := set $s "oauth2CredentialsFile" (ternary (printf "%s/oauth2/credentials.json" (include "plbo.configDir" .)) "" .Values.auth.oauth2.enabled) -}}
 {{- $_ := set $s "tlsVerify" .Values.tls.verify -}}
 {{- $_ := set $s "dryRun" .Values.dryRun -}}
 {{- $_ := set $s "stateFile" (printf "%s/state/operator-state.json" $data) -}}
@@ -158,4 +185,14 @@ claim is shared (the state file's lock admits one pod). */}}
 {{- $args = append $args (printf "--conf %s=%v" $key $value) -}}
 {{- end }}
 {{- join " " $args }}
+{{- end }}
+
+{{/* The authPlugin setting: auth.plugin, else oauth2 / tls / token from what is enabled, else none. */}}
+{{- define "plbo.authPlugin" -}}
+{{- if .Values.auth.plugin }}{{ .Values.auth.plugin }}
+{{- else if .Values.auth.oauth2.enabled }}oauth2
+{{- else if and .Values.auth.tls.enabled (not .Values.auth.token.enabled) }}tls
+{{- else if .Values.auth.token.enabled }}token
+{{- else }}none
+{{- end }}
 {{- end }}

@@ -1,0 +1,79 @@
+"""What a user reads when something outside the operator is wrong: one line, what happened and the fix.
+
+Used where an error reaches a person: the command line (``cli.main``) and the daemon's log. Nothing here
+ever prints a secret: the admin token's *source* is named (the file, or the environment variable), never
+its value.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+from typing import Any
+
+
+def file_fix(exc: OSError, path: str | os.PathLike[str], writing: bool = False) -> str:
+    """The fix for a file that cannot be opened, or "" when there is no simple one."""
+    if exc.errno == errno.ENOENT:
+        if writing:
+            return f"create its directory {str(Path(path).parent)!r} first"
+        where = "" if Path(path).is_absolute() else f" (relative to {os.getcwd()})"
+        return f"check the path{where}"
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        if writing:
+            return f"choose a path this user (uid {os.getuid()}) may write"
+        return f"make it readable by this user (uid {os.getuid()}), e.g. chmod a+r {path}"
+    if exc.errno == errno.EISDIR:
+        return "give the file, not a directory"
+    return ""
+
+
+def with_fix(message: str, fix: str) -> str:
+    return f"{message}: {fix}" if fix else message
+
+
+def port_in_use(what: str, host: str, port: int, exc: OSError, fix: str) -> str:
+    """One line for a listening socket that could not be opened."""
+    if exc.errno == errno.EADDRINUSE:
+        return f"{what}: {host}:{port} is already in use by another program: {fix}"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return f"{what}: not allowed to listen on {host}:{port} ({exc.strerror}; ports below 1024 need root): {fix}"
+    reason = exc.strerror or str(exc)
+    return f"{what}: cannot listen on {host}:{port} ({reason}): {fix}"
+
+
+def token_source(settings: Any) -> str:
+    """Where the admin token was read from — never the token."""
+    if settings.tokenFile:
+        return f"the token was read from tokenFile {str(settings.tokenFile)!r}"
+    if os.environ.get(settings.tokenEnv):
+        return f"the token was read from the environment variable {settings.tokenEnv}"
+    env = settings.tokenEnv
+    return f"no token was sent: neither tokenFile (--token-file) nor the environment variable {env} is set"
+
+
+def admin_auth(exc: Any, settings: Any) -> str | None:
+    """Pulsar's meaning of a 401 or 403 from the admin API, or None for any other error.
+
+    Pulsar answers 401 with Jetty's HTML page when the request's authentication fails (no token, a wrong or
+    expired one, one signed with another key), and 401 or 403 with ``{"reason": …}`` when the token is valid
+    but its role may not make the call (the operator needs a super-user: ``superUserRoles`` in broker.conf).
+    """
+    status = getattr(exc, "status", None)
+    if status not in (401, 403):
+        return None
+    reason = str(getattr(exc, "reason", "") or "")
+    said = "" if not reason or reason.startswith("HTTP ") else reason  # "HTTP 401: <html>…" is no reason
+    source = token_source(settings)
+    if status == 401 and not said:
+        return (
+            "401 Unauthorized: the brokers did not accept the request's authentication — the token is missing, "
+            f"wrong, expired or signed with another key; {source}. Give a valid token of a super-user role "
+            "(--token-file FILE, or tokenFile in the settings)"
+        )
+    return (
+        f"{status} {'Unauthorized' if status == 401 else 'Forbidden'}: Pulsar says {said!r} — the token was "
+        f"accepted, but its role may not do this; {source}. Use a token of a role listed in superUserRoles "
+        "(broker.conf)"
+    )

@@ -1,0 +1,502 @@
+"""The extensible load manager (ELM): detected every cycle, its load read from its own system topics with
+pulsar-client (a real binary-protocol broker, pulsar-lite, on loopback), balanced with the strategies that work on
+its top-K data, and nothing changed on the cluster when that data cannot be read."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import random
+import re
+import subprocess
+import threading
+import time
+
+import pytest
+
+from pulsar_lb_operator import cli, demo, elm
+from pulsar_lb_operator.adminapi import AdminClient
+from pulsar_lb_operator.cycle import OperatorState, run_cycle
+from pulsar_lb_operator.daemon import Daemon
+from pulsar_lb_operator.executor import Executor, Outcome, Safety
+from pulsar_lb_operator.settings import OperatorSettings
+from simulator import elm as sim_elm
+from simulator.cluster import SimulatedCluster
+from simulator.http import serve
+from simulator.scenario import parse_scenario
+from strategies import LoadBalancerConfig
+from strategies.snapshots import SnapshotError, parse_broker_load
+from tests.builders import free_port, operator_script
+
+ELM_SCENARIO = {
+    "cluster": "sim",
+    "loadManager": "extensible",
+    "brokers": [{"count": 3, "cores": 4, "cost_per_msg": 0.01, "cost_per_mib": 1.0}],
+    "namespaces": [{"name": "t/ns", "bundles": 16, "topics": 128, "rate": 150, "rate_spread": 0.3}],
+    "initial_owners": {"broker-0": 3, "broker-1": 1},
+    # Pulsar's own shedder is on (the guard has something to turn off), but never acts here on its own
+    "config": {
+        "loadBalancerSheddingEnabled": True,
+        "loadBalancerSheddingConditionHitCountThreshold": 100000,
+        "loadBalancerAutoBundleSplitEnabled": False,
+    },
+}
+# the Pulsar releases of README's "Which Pulsar" table, as the simulated brokers' version (brokerVersion)
+RELEASES = {"3.0": "3.0.0", "3.3": "3.3.2", "4.0": "4.0.4", "master": "4.2.0-SNAPSHOT"}
+ACT_NOW = ["--set", "loadBalancerSheddingConditionHitCountThreshold=0", "--set", "pauseSeconds=0"]
+TOPIC = "non-persistent://pulsar/system/loadbalancer-broker-load-data"
+
+
+@contextlib.contextmanager
+def elm_cluster(publish: bool = True, wall_clock: bool = True, **scenario):
+    """An ELM cluster served on loopback with its brokers' reporters on a pulsar-lite broker."""
+    doc = {**ELM_SCENARIO, **scenario}
+    epoch = int(time.time() * 1000) if wall_clock else 1_750_000_000_000
+    with serve(lambda allocate: SimulatedCluster(parse_scenario(doc), allocate, epoch)) as sim:
+        reporters = sim_elm.ElmBrokers(sim.cluster).start() if publish else None
+        try:
+            yield sim, reporters
+        finally:
+            if reporters is not None:
+                reporters.close()
+
+
+@contextlib.contextmanager
+def advancing(sim, step_s: float = 30.0, every_s: float = 0.1):
+    """Simulated time running in the background (as ``operator simulate`` does): the brokers report."""
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.wait(every_s):
+            sim.cluster.advance(step_s)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(10)
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # state/operator-state.json and its lock
+    for name in ("PULSAR_ADMIN_URL", "PULSAR_LB_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def rebalance(capsys, sim, *args):
+    code = cli.main(["rebalance", "--admin-url", sim.admin_url, "--output", "json", *args])
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if out.strip().startswith("{") else {}), err
+
+
+def posts(sim):
+    return [r for r in sim.requests if r.method == "POST"]
+
+
+def load_report_requests(sim):
+    return [r for r in sim.requests if "load-report" in r.path]
+
+
+# ------------------------------------------------------------------------------------------- end to end
+
+
+def test_operator_demo_load_manager_extensible_balances_the_demo_cluster_from_its_topics(monkeypatch):
+    printed, run_demo = io.StringIO(), demo.run_demo  # the demo prints to the sys.stdout of its import: catch it
+    monkeypatch.setattr(demo, "run_demo", lambda *args, **kwargs: run_demo(*args, **{**kwargs, "out": printed}))
+    assert cli.main(["demo", "--load-manager", "extensible"]) == 0
+    text = printed.getvalue()
+    assert "Load manager: extensible (ExtensibleLoadManagerImpl)" in text and "pulsar://127.0.0.1:" in text
+    assert "shedding TransferShedder" in text  # ELM's own: the default AvgShedder needs every bundle's stats
+    first, last = map(int, re.search(r"Spread (\d+) → (\d+) points", text).groups())
+    assert first > 60 and last < first - 40, text  # 84 → 31: TransferShedder stops at its target std (0.25)
+    unloads = int(re.search(r"(\d+) unloads", text).group(1))
+    assert unloads >= 10 and "executed (accepted)" in text and "moved_as_planned" in text
+    assert "failed" not in text and "not_moved" not in text
+
+
+def test_the_scenario_key_runs_the_demo_on_elm_and_balances_it_from_the_topics(tmp_path):
+    scenario = tmp_path / "elm.yaml"
+    scenario.write_text(
+        "loadManager: extensible\nseed: 3\nduration_minutes: 12\n"
+        "brokers: [{count: 3, cores: 4, cost_per_msg: 0.01, cost_per_mib: 1.0}]\n"
+        "namespaces: [{name: t/ns, bundles: 24, topics: 240, rate: 120, rate_spread: 0.3}]\n"
+        "initial_owners: {broker-0: 4, broker-1: 1, broker-2: 0}\n"
+        "config: {loadBalancerSheddingEnabled: false, loadBalancerAutoBundleSplitEnabled: false,\n"
+        "         loadBalancerSheddingConditionHitCountThreshold: 1, loadBalancerBrokerLoadTargetStd: 0.05}\n"
+    )
+    out = io.StringIO()
+    assert demo.run_demo(str(scenario), out=out) == 0
+    text = out.getvalue()
+    first, last = map(int, re.search(r"Spread (\d+) → (\d+) points", text).groups())
+    assert "Load manager: extensible" in text and last < first / 2, text
+    assert "executed (accepted)" in text
+
+
+@pytest.mark.parametrize("release", list(RELEASES))
+def test_a_cycle_reads_brokerloaddata_and_top_bundles_with_pulsar_client_and_transfers_to_a_destination(release):
+    brokers_k = {**ELM_SCENARIO["config"], "loadBalancerMaxNumberOfBundlesInBundleLoadReport": 4}
+    version = RELEASES[release]
+    with elm_cluster(wall_clock=False, config=brokers_k, brokerVersion=version) as (sim, reporters):
+        cluster = sim.cluster
+        client = AdminClient(sim.admin_url, retries=1)
+        session = elm.Session(reporters.service_url, read_timeout_s=10.0)
+        session.connect(client)  # before the brokers publish: the topics are non-persistent
+        reporters.publish(force=True)
+        assert session.reader.caught_up(reporters.sent, 10.0)
+        config = LoadBalancerConfig().replace({"loadBalancerSheddingConditionHitCountThreshold": 0})
+        owned_before = {b: set(cluster.owned_by(b)) for b in cluster.active_ids()}
+        clock = lambda: cluster.now_ms / 1000  # noqa: E731
+        executor = Executor(client, "sim", Safety(dry_run=False), clock=clock, sleep=lambda _s: None)
+        try:
+            result = run_cycle(
+                client,
+                "sim",
+                config,
+                executor,
+                OperatorState(),
+                random.Random(1),
+                now_ms=cluster.now_ms,
+                load_manager=session,
+            )
+        finally:
+            session.close()
+            client.close()
+        assert result.load_manager.kind == "extensible" and result.load_manager.version == version
+        assert result.load_manager.class_name == elm.EXTENSIBLE
+        assert result.plan.shedding == "TransferShedder" and "ELM publishes each broker's top" in result.plan.notes[0]
+        assert set(result.snapshot.brokers) == set(cluster.active_ids()) and not result.skipped_brokers
+        for broker_id, load in result.snapshot.brokers.items():
+            owned = owned_before[broker_id]
+            heartbeat = {b for b in load.bundles if b.startswith("pulsar/")}  # as LocalBrokerData.bundles has them
+            assert load.bundles - heartbeat == owned  # ownedNamespaces, served by ELM from its state channel
+            assert set(load.lastStats) <= owned and len(load.lastStats) == min(4, len(owned))  # the brokers' top K
+            sample = cluster.brokers[broker_id].host_sample
+            assert load.cpu.usage == pytest.approx(sample["cpu"][0]) and load.cpu.limit == sample["cpu"][1]
+            assert load.lastUpdate == cluster.brokers[broker_id].last_update_ms
+            published = load.raw["extensibleLoadManager"]
+            assert published["weightedMaxEMA"] > 0
+            assert ("msgThroughputEMA" in published) == (release != "3.0")  # 3.0.0's BrokerLoadData had no such field
+        assert not load_report_requests(sim), "ELM is never asked for a load report"
+        moved = [r for r in result.records if r.outcome is Outcome.EXECUTED]
+        assert moved and all(r.action.destination for r in moved)
+        unloads = [r for r in sim.requests if r.method == "PUT" and r.path.endswith("/unload")]
+        assert all("destinationBroker=" in r.query for r in unloads)
+        cluster.advance(5)
+        assert all(cluster.owner_of(r.action.bundle) == r.action.destination for r in moved)
+
+
+def test_operator_rebalance_on_elm_reads_the_topics_then_turns_elms_shedder_off_and_moves_bundles(capsys):
+    with elm_cluster() as (sim, reporters), advancing(sim):
+        code, doc, err = rebalance(
+            capsys,
+            sim,
+            "--no-dry-run",
+            "--set",
+            f"elmServiceUrl={reporters.service_url}",
+            "--set",
+            "elmReadTimeoutSeconds=20",
+            "--set",
+            "disableBuiltinShedding=true",
+            *ACT_NOW,
+        )
+        assert code == 0, err
+        assert doc["loadManager"] == {"kind": "extensible", "className": elm.EXTENSIBLE, "version": "4.0.4-sim"}
+        assert doc["shedding"] == "TransferShedder" and doc["skippedBrokers"] == {}
+        assert [o for o in doc["outcomes"] if o["outcome"] == "executed"]
+        assert sim.cluster.dynamic_config["loadBalancerSheddingEnabled"] == "false"  # after ELM's data was read
+        assert not load_report_requests(sim)
+
+
+@pytest.mark.parametrize("unreachable", ["pulsar-lite stopped", "wrong service URL"])
+def test_unreadable_system_topics_stop_the_cycle_with_one_line_and_change_nothing(capsys, unreachable):
+    with elm_cluster() as (sim, reporters):
+        url = reporters.service_url
+        if unreachable == "pulsar-lite stopped":
+            reporters.stop_system_topics()
+        else:
+            url = f"pulsar://127.0.0.1:{free_port()}"
+        code, _, err = rebalance(
+            capsys,
+            sim,
+            "--no-dry-run",
+            "--set",
+            f"elmServiceUrl={url}",
+            "--set",
+            "elmReadTimeoutSeconds=2",
+            "--set",
+            "disableBuiltinShedding=true",
+            *ACT_NOW,
+        )
+        lines = err.strip().splitlines()
+        assert code == 1 and len(lines) == 1, err
+        assert lines[0].startswith(f"operator: error: cannot read {TOPIC} at {url}: "), lines[0]
+        assert posts(sim) == [] and sim.mutating_requests() == []  # the guard did not run: nothing changed
+        runtime = AdminClient(sim.admin_url).runtime_config()
+        assert runtime["loadBalancerSheddingEnabled"] == "true"
+        assert runtime["loadManagerClassName"] == elm.EXTENSIBLE
+
+
+def test_the_operator_process_says_it_in_one_line_on_stderr_and_exits_1(tmp_path):
+    """The console script, as a user runs it: nothing of pulsar-client's own logging, no abort at exit."""
+    with elm_cluster(publish=False) as (sim, _):
+        url = f"pulsar://127.0.0.1:{free_port()}"
+        settings = [f"elmServiceUrl={url}", "elmReadTimeoutSeconds=2", "disableBuiltinShedding=true"]
+        result = subprocess.run(
+            [operator_script(), "rebalance", "--admin-url", sim.admin_url, "--no-dry-run"]
+            + [arg for setting in settings for arg in ("--set", setting)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+        )
+        assert result.returncode == 1 and result.stdout == "", result
+        assert result.stderr.splitlines() == [
+            f"operator: error: cannot read {TOPIC} at {url}: no connection within 2 s (Pulsar error: TimeOut)"
+        ]
+        assert posts(sim) == []
+
+
+def test_no_brokerloaddata_within_the_report_interval_is_one_line_too(capsys):
+    """The topics are reachable, but no broker publishes (simulated time stands still)."""
+    with elm_cluster() as (sim, reporters):
+        code, _, err = rebalance(
+            capsys,
+            sim,
+            "--no-dry-run",
+            "--set",
+            f"elmServiceUrl={reporters.service_url}",
+            "--set",
+            "elmReadTimeoutSeconds=1",
+            "--set",
+            "disableBuiltinShedding=true",
+        )
+        lines = err.strip().splitlines()
+        assert code == 1 and len(lines) == 1, err
+        assert "no active broker's BrokerLoadData" in lines[0] and TOPIC in lines[0] and "within 1 s" in lines[0]
+        assert posts(sim) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--strategy", "AvgShedder"], "strategy AvgShedder"),
+        (["--strategy", "ThresholdShedder"], "strategy ThresholdShedder"),
+        (["--set", "loadBalancerLoadSheddingStrategy=PredictivePairingShedder"], "strategy PredictivePairingShedder"),
+        (["--strategy", "TransferShedder", "--placement", "LeastLongTermMessageRate"], "LeastLongTermMessageRate"),
+    ],
+    ids=["AvgShedder", "ThresholdShedder", "PredictivePairingShedder-in-settings", "LeastLongTermMessageRate"],
+)
+def test_strategies_whose_inputs_elm_does_not_publish_are_refused_naming_them_and_the_load_manager(capsys, args, named):
+    with elm_cluster(publish=False) as (sim, _):
+        code, _, err = rebalance(capsys, sim, "--no-dry-run", "--set", "disableBuiltinShedding=true", *args)
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1, err
+        assert named in lines[0] and "ExtensibleLoadManagerImpl" in lines[0] and "top 10 bundles" in lines[0]
+        assert posts(sim) == []
+
+
+# ------------------------------------------------------------------------------------------- detection
+
+
+def test_detection_reads_the_class_name_and_version_never_the_load_reports_status(served):
+    client = AdminClient(served.admin_url)
+    found = elm.detect(client)
+    assert (found.kind, found.version, found.short_name) == ("modular", "4.0.4-sim", "ModularLoadManagerImpl")
+    assert found.report_interval_s == 15 * 60  # the modular simulator does not serve it: Pulsar's default
+    with elm_cluster(publish=False) as (sim, _):
+        other = AdminClient(sim.admin_url)
+        found = elm.detect(other)
+        assert found.extensible and found.report_interval_s == 60  # the scenario's report interval
+        answer = other.session.get(f"{sim.admin_url}/admin/v2/broker-stats/load-report", timeout=5)
+        assert answer.status_code == 500 and "UnsupportedOperationException" in answer.text
+        other.close()
+    client.close()
+
+
+@pytest.mark.parametrize("release", list(RELEASES))
+def test_a_modular_cluster_keeps_its_load_reports_and_its_guard_before_anything_else(release):
+    doc = {**ELM_SCENARIO, "loadManager": "modular", "brokerVersion": RELEASES[release]}
+    with serve(lambda allocate: SimulatedCluster(parse_scenario(doc), allocate)) as served:
+        check_modular(served, RELEASES[release])
+
+
+def check_modular(served, version):
+    client = AdminClient(served.admin_url)
+    order = []
+    session = elm.Session(guard=lambda: order.append(len(served.requests)))
+    executor = Executor(client, "sim", Safety(dry_run=True), sleep=lambda _s: None)
+    result = run_cycle(
+        client,
+        "sim",
+        LoadBalancerConfig(),
+        executor,
+        OperatorState(),
+        random.Random(1),
+        now_ms=served.cluster.now_ms,
+        load_manager=session,
+    )
+    assert result.load_manager.kind == "modular" and result.load_manager.version == version
+    brokers = result.snapshot.brokers.values()
+    assert len(brokers) == 3 and sum(len(b.lastStats) for b in brokers) == 16  # every bundle's stats: load reports
+    assert order and not any("load-report" in r.path for r in served.requests[: order[0]])  # guard first
+    assert session.reader is None  # no pulsar-client on a modular cluster
+    now = served.cluster.now_ms
+    run_cycle(
+        client, "sim", LoadBalancerConfig(), executor, result.state, random.Random(2), now_ms=now, load_manager=session
+    )
+    assert len(order) == 1  # the guard runs once
+    client.close()
+
+
+def test_a_load_manager_that_cannot_be_read_defers_the_guard_until_the_load_was_read(served):
+    served.add_fault("*:GET:/configuration/runtime:status=500")
+    client = AdminClient(served.admin_url, retries=1)
+    calls = []
+    session = elm.Session(guard=lambda: calls.append(1))
+    found = session.begin(client)
+    assert found.kind == "unknown" and "configuration/runtime" in found.error and not calls
+    session.collect(client, "sim", LoadBalancerConfig(), found, now_ms=served.cluster.now_ms)
+    assert calls == [1]  # load reports were read: a modular cluster after all
+    client.close()
+
+
+def test_the_daemon_exposes_the_load_manager_as_an_info_metric(served, tmp_path):
+    settings = OperatorSettings(
+        adminUrl=served.admin_url,
+        stateFile=str(tmp_path / "state.json"),
+        historyUri="",
+        profileUri="",
+        metricsPort=0,
+        aggregateEveryMinutes=0,
+    )
+    daemon = Daemon(
+        settings, LoadBalancerConfig(), AdminClient(served.admin_url), "sim", clock_ms=lambda: served.cluster.now_ms
+    )
+    try:
+        result = daemon.run_once()
+        assert result is not None and result.load_manager.kind == "modular"
+        value = daemon.metrics.registry.get_sample_value(
+            "pulsar_lb_operator_load_manager_info",
+            {"cluster": "sim", "load_manager": "modular", "version": "4.0.4-sim"},
+        )
+        assert value == 1
+    finally:
+        daemon.close(0)
+
+
+# ------------------------------------------------------------------------------------------- ELM's documents
+
+# BrokerLoadData as a 3.1 broker published it (pulsar-site's "check load report from system topics" example)
+BROKER_LOAD_DATA_31 = (
+    '{"cpu":{"usage":14.397985201479854,"limit":800.0},"memory":{"usage":300.0,"limit":2096.0},'
+    '"directMemory":{"usage":40.0,"limit":256.0},"bandwidthIn":{"usage":0.7817884878178855,"limit":1.0E7},'
+    '"bandwidthOut":{"usage":0.7213945272139455,"limit":1.0E7},"msgThroughputIn":3.000538680274058,'
+    '"msgThroughputOut":3.0005621893825616,"msgRateIn":0.03333931866971176,"msgRateOut":0.033339579882028465,'
+    '"bundleCount":3,"topics":3,"maxResourceUsage":0.15625,"weightedMaxEMA":0.15625,'
+    '"msgThroughputEMA":38.88925615962549,"updatedAt":1691043751060,"reportedAt":1691043631073}'
+)
+TOP_BUNDLES = json.dumps(
+    {
+        "topBundlesLoadData": [
+            {"bundleName": "my-tenant/my-ns/0x00000000_0x40000000", "stats": {"msgRateIn": 5.0, "topics": 2}},
+            {"bundleName": "my-tenant/my-ns/0x40000000_0x80000000", "stats": {"msgRateIn": 9.0, "topics": 2}},
+        ]
+    }
+)
+
+
+@pytest.mark.parametrize("release", ["3.1+", "3.0.0"])
+def test_brokerloaddata_of_each_release_maps_onto_the_snapshot_model(release):
+    doc = json.loads(BROKER_LOAD_DATA_31)
+    if release == "3.0.0":  # BrokerLoadData before `topics` and `msgThroughputEMA` were added
+        del doc["topics"], doc["msgThroughputEMA"]
+    payload = json.dumps(doc).encode()
+    load_data = elm.parse_broker_load_data(payload, "BrokerLoadData of broker-1:8080")
+    top = elm.parse_top_bundles(TOP_BUNDLES.encode(), "TopBundlesLoadData of broker-1:8080")
+    manager = elm.LoadManager(elm.EXTENSIBLE, "3.1.0")
+    owned = [
+        "my-tenant/my-ns/0x00000000_0x40000000",
+        "my-tenant/my-ns/0x40000000_0x80000000",
+        "a/b/0x80000000_0xffffffff",
+    ]
+    load = parse_broker_load("broker-1:8080", elm.local_broker_data(load_data, top, owned, manager))
+    assert load.cpu.usage == pytest.approx(14.397985201479854) and load.cpu.limit == 800.0
+    assert load.lastUpdate == 1691043751060 and load.msgRateIn == pytest.approx(0.0333, rel=1e-2)
+    assert set(load.lastStats) == {t[0] for t in top} and load.bundles == frozenset(owned)
+    assert load.lastStats["my-tenant/my-ns/0x40000000_0x80000000"].msgRateIn == 9.0
+    assert load.raw["numTopics"] == (3 if release == "3.1+" else 4)  # 3.0.0: summed from the top bundles
+    without_owned = parse_broker_load("b:1", elm.local_broker_data(load_data, top, None, manager))
+    assert without_owned.bundles == frozenset(t[0] for t in top)  # ownedNamespaces unread: the top bundles only
+    assert elm.parse_top_bundles(None, "tombstone") == [] and elm.parse_top_bundles(b"", "tombstone") == []
+
+
+@pytest.mark.parametrize(
+    ("payload", "named"),
+    [
+        (b"\xff\xfenot json", "BrokerLoadData of b:1: not JSON"),
+        (b'{"cpu": "lots"}', "BrokerLoadData of b:1.cpu: expected an object"),
+        (BROKER_LOAD_DATA_31.replace('"updatedAt":1691043751060,', "").encode(), "BrokerLoadData of b:1.updatedAt"),
+        (BROKER_LOAD_DATA_31.replace("800.0", "-1").encode(), "BrokerLoadData of b:1.cpu.limit: must not be negative"),
+    ],
+    ids=["not-json", "cpu-not-an-object", "no-updatedAt", "negative-limit"],
+)
+def test_a_brokerloaddata_that_cannot_be_used_is_named_field_by_field(payload, named):
+    with pytest.raises(SnapshotError, match=re.escape(named)):
+        elm.parse_broker_load_data(payload, "BrokerLoadData of b:1")
+
+
+def test_a_snapshot_of_an_elm_cluster_is_captured_from_its_topics_and_planned_offline_as_elm(capsys, tmp_path):
+    out_file = tmp_path / "elm-snapshot.json"
+    with elm_cluster() as (sim, reporters), advancing(sim):
+        elm_settings = ["--set", f"elmServiceUrl={reporters.service_url}", "--set", "elmReadTimeoutSeconds=20"]
+        code = cli.main(["snapshot", "--admin-url", sim.admin_url, "--out", str(out_file), *elm_settings])
+        assert code == 0, capsys.readouterr().err
+    doc = json.loads(out_file.read_text())
+    assert len(doc["brokers"]) == 3 and doc["namespaces"]["t/ns"]["boundaries"][0] == "0x00000000"
+    assert all(b["loadManagerClassName"] == elm.EXTENSIBLE for b in doc["brokers"].values())
+    capsys.readouterr()
+    code = cli.main(["rebalance", "--snapshot", str(out_file), "--output", "json"])
+    plan = json.loads(capsys.readouterr().out)
+    assert code == 0 and plan["shedding"] == "TransferShedder" and "ELM publishes each broker's top" in plan["notes"][0]
+    code = cli.main(["rebalance", "--snapshot", str(out_file), "--strategy", "UniformLoadShedder"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "UniformLoadShedder" in err[0] and "ExtensibleLoadManagerImpl" in err[0]
+
+
+def test_the_daemon_keeps_reading_elms_topics_between_cycles_and_labels_its_metric(tmp_path):
+    with elm_cluster(wall_clock=False) as (sim, reporters):
+        settings = OperatorSettings(
+            adminUrl=sim.admin_url,
+            elmServiceUrl=reporters.service_url,
+            elmReadTimeoutSeconds=10,
+            dryRun=True,
+            stateFile=str(tmp_path / "state.json"),
+            historyUri="",
+            profileUri="",
+            metricsPort=0,
+            aggregateEveryMinutes=0,
+        )
+        client = AdminClient(sim.admin_url)
+        daemon = Daemon(settings, LoadBalancerConfig(), client, "sim", clock_ms=lambda: sim.cluster.now_ms)
+        try:
+            reader = daemon.load_manager.connect(client)
+            reporters.publish(force=True)
+            assert reader.caught_up(reporters.sent, 10)
+            first = daemon.run_once()
+            sim.cluster.advance(60)  # every broker reports again
+            assert reader.caught_up(reporters.sent, 10)
+            second = daemon.run_once()
+            assert first.load_manager.extensible and second.load_manager.extensible
+            assert daemon.load_manager.reader is reader and reader.received[elm.BROKER_LOAD_DATA_TOPIC] == 6
+            assert len(second.snapshot.brokers) == 3 and second.plan.shedding == "TransferShedder"
+            labels = {"cluster": "sim", "load_manager": "extensible", "version": "4.0.4-sim"}
+            assert daemon.metrics.registry.get_sample_value("pulsar_lb_operator_load_manager_info", labels) == 1
+        finally:
+            daemon.close(0)
+            client.close()
+        assert daemon.load_manager.reader is None
+        assert sim.mutating_requests() == []  # a dry run: the guard would turn the shedder off, and says so

@@ -1,0 +1,140 @@
+"""The simulator on the extensible load manager: no load report, ELM's class name in the runtime config, and
+every broker's BrokerLoadData and TopBundlesLoadData published on a real pulsar-lite broker, keyed by broker id."""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import logging
+import threading
+import time
+
+import pulsar
+import pytest
+import requests
+
+from pulsar_lb_operator import cli, demo
+from simulator import elm as sim_elm
+from simulator.cluster import SimulatedCluster
+from simulator.http import serve
+from simulator.scenario import ScenarioError, parse_scenario
+from strategies.shedding.transfer import compare_bundle_stats
+from strategies.snapshots import BundleStats
+from tests.simulator.conftest import SMALL
+
+ELM = {**SMALL, "loadManager": "extensible"}
+BROKER_LOAD_DATA_FIELDS = {
+    "cpu",
+    "memory",
+    "directMemory",
+    "bandwidthIn",
+    "bandwidthOut",
+    "msgThroughputIn",
+    "msgThroughputOut",
+    "msgRateIn",
+    "msgRateOut",
+    "bundleCount",
+    "topics",
+    "maxResourceUsage",
+    "weightedMaxEMA",
+    "msgThroughputEMA",
+    "updatedAt",
+    "reportedAt",
+}
+_quiet = logging.getLogger("tests.elm_client")
+_quiet.setLevel("CRITICAL")
+
+
+def test_the_scenario_key_and_its_values():
+    scenario = parse_scenario(ELM)
+    assert scenario.load_manager == "extensible"
+    assert scenario.config["loadBalancerLoadSheddingStrategy"] == "TransferShedder"  # ELM's own shedder
+    assert parse_scenario(SMALL).load_manager == "modular"
+    with pytest.raises(ScenarioError, match="loadManager: 'elastic' is not one of modular, extensible"):
+        parse_scenario({**SMALL, "loadManager": "elastic"})
+
+
+def test_elm_brokers_give_no_load_report_and_name_their_load_manager():
+    with serve(lambda allocate: SimulatedCluster(parse_scenario(ELM), allocate)) as sim:
+        report = requests.get(f"{sim.admin_url}/admin/v2/broker-stats/load-report", timeout=5)
+        assert report.status_code == 500 and report.headers["Content-Type"].startswith("text/plain")
+        assert "--- An unexpected error occurred in the server ---" in report.text
+        assert "java.lang.UnsupportedOperationException" in report.text
+        runtime = requests.get(f"{sim.admin_url}/admin/v2/brokers/configuration/runtime", timeout=5).json()
+        assert runtime["loadManagerClassName"] == sim_elm.EXTENSIBLE
+        assert runtime["loadBalancerReportUpdateMaxIntervalMinutes"] == "1"
+        # everything else is served as before: ownership, unload, lookups
+        owned = requests.get(f"{sim.admin_url}/admin/v2/brokers/sim/{sim.cluster.active_ids()[0]}/ownedNamespaces")
+        assert owned.status_code == 200 and owned.json()
+
+
+def test_each_broker_publishes_brokerloaddata_and_its_top_bundles_on_advance_keyed_by_its_id():
+    k = 3
+    doc = {**ELM, "config": {**ELM["config"], "loadBalancerMaxNumberOfBundlesInBundleLoadReport": k}}
+    with serve(lambda allocate: SimulatedCluster(parse_scenario(doc), allocate)) as sim:
+        reporters = sim_elm.ElmBrokers(sim.cluster).start()
+        client = pulsar.Client(reporters.service_url, logger=_quiet)
+        try:
+            readers = {t: client.create_reader(t, pulsar.MessageId.latest) for t in sim_elm.TOPICS}
+            sim.cluster.advance(sim.cluster.scenario.report_interval_s)  # every broker samples once: it reports
+            got: dict[str, dict[str, dict]] = {t: {} for t in sim_elm.TOPICS}
+            for topic, reader in readers.items():
+                for _ in range(3):
+                    message = reader.read_next(5000)
+                    got[topic][message.partition_key()] = json.loads(message.data())
+        finally:
+            client.close()
+            reporters.close()
+        cluster = sim.cluster
+        assert set(got[sim_elm.BROKER_LOAD_DATA_TOPIC]) == set(cluster.active_ids())
+        assert set(got[sim_elm.TOP_BUNDLES_TOPIC]) == set(cluster.active_ids())
+        assert reporters.sent == {t: 3 for t in sim_elm.TOPICS} and reporters.failed == 0
+        for broker_id, load in got[sim_elm.BROKER_LOAD_DATA_TOPIC].items():
+            broker = cluster.brokers[broker_id]
+            assert set(load) == BROKER_LOAD_DATA_FIELDS
+            assert load["cpu"] == {"usage": broker.host_sample["cpu"][0], "limit": broker.host_sample["cpu"][1]}
+            assert load["updatedAt"] == broker.last_update_ms and load["bundleCount"] == len(broker.stats_sample)
+            assert load["weightedMaxEMA"] == pytest.approx(load["cpu"]["usage"] / load["cpu"]["limit"], rel=1e-6)
+            top = got[sim_elm.TOP_BUNDLES_TOPIC][broker_id]["topBundlesLoadData"]
+            assert len(top) == min(k, len(broker.stats_sample))
+            stats = [BundleStats(**item["stats"]) for item in top]
+            ordered = sorted(stats, key=functools.cmp_to_key(compare_bundle_stats))
+            assert stats == ordered, "TopKBundles stores the top k smallest first"
+            rest = [s for b, s in broker.stats_sample.items() if b not in {i["bundleName"] for i in top}]
+            assert all(compare_bundle_stats(s, stats[0]) <= 0 for s in rest)
+
+
+def test_operator_simulate_load_manager_extensible_then_operator_rebalance_against_it(tmp_path, monkeypatch, capsys):
+    """As a user runs them: ``operator simulate demo --load-manager extensible`` in one terminal, ``operator
+    rebalance --set elmServiceUrl=…`` (the URL simulate prints) in the other."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PULSAR_ADMIN_URL", raising=False)
+    stop, served, out = threading.Event(), {}, io.StringIO()
+    thread = threading.Thread(
+        target=demo.run_simulator,
+        args=("demo", None, 60.0, None, stop, lambda s: served.setdefault("sim", s), out),
+        kwargs={"load_manager": "extensible"},
+    )
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while "sim" not in served and time.monotonic() < deadline:
+            time.sleep(0.05)
+        sim = served["sim"]
+        url = sim.elm_brokers.service_url
+        assert f"--set elmServiceUrl={url}" in out.getvalue()
+        settings = [f"elmServiceUrl={url}", "elmReadTimeoutSeconds=30", "pauseSeconds=0"]
+        settings += ["loadBalancerSheddingConditionHitCountThreshold=0"]
+        args = ["rebalance", "--admin-url", sim.admin_url, "--output", "json", "--no-dry-run"]
+        code = cli.main([*args, *(arg for s in settings for arg in ("--set", s))])
+        printed = capsys.readouterr()
+        assert code == 0, printed.err
+        doc = json.loads(printed.out)
+        assert doc["loadManager"]["kind"] == "extensible" and doc["shedding"] == "TransferShedder"
+        assert doc["skippedBrokers"] == {} and [o for o in doc["outcomes"] if o["outcome"] == "executed"]
+        assert not [r for r in sim.requests if "load-report" in r.path]
+    finally:
+        stop.set()
+        thread.join(30)
+    assert "Load manager: extensible" in out.getvalue()

@@ -1,0 +1,163 @@
+"""Decision time grows linearly with the number of bundles, and the fast paths decide as the plain ones.
+
+The scale test plans one cycle per shedding strategy (with its default placement, and the split
+trigger) on generated snapshots of 2,500 and 10,000 bundles (benchmarks/decide.py's generator, 100
+brokers so bundles dominate) and compares the times of the same run: four times the bundles may cost
+at most 4 × 1.6 times the time. A cost per unload or per bundle that scans every bundle (quadratic)
+makes it about 16×. CPU time, best of five, so a busy machine does not decide.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from strategies import parse_snapshot
+from strategies.config import LoadBalancerConfig
+from strategies.index import SnapshotIndex
+from strategies.loaddata import build_load_data
+from strategies.placement import least_long_term_message_rate as lltmr
+from strategies.placement.common import PlacementContext
+from strategies.policies import NO_POLICIES
+from strategies.shedding import predictive
+from tests.builders import broker_report, bundle, snapshot, stats
+
+SMALL, LARGE, BROKERS = 2_500, 10_000, 100
+BOUND = 4 * 1.6
+
+
+def _benchmark() -> object:
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "decide.py"
+    spec = importlib.util.spec_from_file_location("decide_benchmark", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def bench() -> object:
+    return _benchmark()
+
+
+@pytest.fixture(scope="module")
+def snapshots(bench: object) -> dict[int, object]:
+    return {n: parse_snapshot(bench.generate(BROKERS, n, seed=1)) for n in (SMALL, LARGE)}
+
+
+def _cpu_seconds(run: object, repeat: int = 5) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.process_time()
+        run()
+        best = min(best, time.process_time() - start)
+    return max(best, 1e-4)
+
+
+@pytest.mark.parametrize("strategy", ["split trigger", *_benchmark().STRATEGIES])
+def test_decide_time_grows_linearly_with_bundles(bench: object, snapshots: dict[int, object], strategy: str) -> None:
+    seconds, plans = {}, {}
+    for n, snap in snapshots.items():
+        state = bench.earlier_state(snap)
+        if strategy == "split trigger":
+            load = bench.sampled(snap, state)
+            seconds[n] = _cpu_seconds(lambda load=load: bench.split_trigger(load))
+            plans[n] = bench.split_trigger(load)[0]
+        else:
+            seconds[n] = _cpu_seconds(lambda snap=snap, state=state: bench.decide(snap, strategy, state))
+            plans[n] = bench.decide(snap, strategy, state)[0].actions
+    assert plans[LARGE], f"{strategy} decided nothing at {LARGE:,} bundles: the test would measure nothing"
+    ratio = seconds[LARGE] / seconds[SMALL]
+    assert ratio < BOUND, (
+        f"{strategy}: {seconds[SMALL]:.4f} s at {SMALL:,} bundles, {seconds[LARGE]:.4f} s at {LARGE:,} "
+        f"({ratio:.1f}× for 4× the bundles, bound {BOUND:.1f}×): faster than linear growth"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The fast paths against the plain ones they replace.
+
+
+def _forecast(rng: random.Random, brokers: list[str]) -> predictive.Forecast:
+    forecast = predictive.Forecast.__new__(predictive.Forecast)
+    forecast.weights = (1.0, rng.choice([1.0, 0.5]), 1.0, rng.choice([0.0, 1.0]))
+    forecast.slope = {
+        b: predictive.Slope(
+            (rng.choice([0.0, rng.uniform(0, 0.01), -0.001]), rng.uniform(0, 1e-6), rng.uniform(0, 1e-6)),
+            rng.uniform(0, 1e-5),
+            rng.uniform(0, 1e-5),
+            False,
+        )
+        for b in brokers
+    }
+    forecast.points = {
+        b: [rng.choice([rng.uniform(0, 100), 50.0]), rng.uniform(0, 100), rng.uniform(0, 30)] for b in brokers
+    }
+    forecast.direct = {b: rng.uniform(0, 60) for b in brokers}
+    return forecast
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_best_move_over_arrays_is_the_pairwise_choice(seed: int) -> None:
+    """Same bundle, destination and figures as the pair-by-pair loop, ties included (equal usages, equal
+    bundles, bundles without traffic, negative slopes, brokers that do not load persistent topics)."""
+    rng = random.Random(seed)
+    names = [f"b{i:02d}:8080" for i in range(rng.randint(2, 25))]
+    reports = {}
+    for b in names:
+        rate = rng.choice([0.0, 500.0, rng.uniform(0, 1000)])
+        owned = {
+            f"t/n{k % 3}/0x{k:08x}_0x{k + 1:08x}": SimpleNamespace(
+                traffic=(rate, rng.choice([0.0, rate * 1000]), rng.choice([0.0, rate * 1500, 1e6]))
+            )
+            for k in range(rng.randint(0, 8))
+        }
+        reports[b] = SimpleNamespace(lastStats=owned, persistentTopicsEnabled=rng.random() > 0.2)
+    snap = SimpleNamespace(brokers=reports, policies=NO_POLICIES)
+    snap.index = SnapshotIndex(snap)
+    load = SimpleNamespace(snapshot=snap)
+    forecast = _forecast(rng, names)
+    mean = sum(forecast.usage(b) for b in names) / len(names)
+    source = max(names, key=forecast.usage)
+    takers = set(rng.sample(names, rng.randint(1, len(names))))
+    bundles = sorted(reports[source].lastStats)
+    config = LoadBalancerConfig()
+    expected = predictive._best_move_pairwise(load, forecast, source, bundles, takers, mean, config)
+    assert predictive._best_move(load, forecast, source, bundles, takers, mean, config) == expected
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_least_long_term_message_rate_ranking_is_the_full_scan(seed: int) -> None:
+    """Walking the cycle's ranking and rescoring the preallocated brokers picks what scoring every
+    candidate picks, with the same random draw: ties, overloaded brokers, any candidate subset."""
+    rng = random.Random(seed)
+    brokers = {}
+    for i in range(rng.randint(1, 12)):
+        owned = {bundle(f"t/n{i}", k): stats(rng.choice([10, 20, 30]), 0, 1e3, 0) for k in range(rng.randint(0, 3))}
+        cpu = rng.choice([10, 50, 95])
+        brokers[f"b{i}:8080"] = broker_report(cpu=(cpu, 100), bundles=owned)
+    snap = snapshot(brokers)
+    config = LoadBalancerConfig()
+    load, _, _ = build_load_data(snap, {}, {}, config.grace_period_ms)
+    preallocated: dict[str, list[str]] = {}
+    for k in range(rng.randint(0, 4)):
+        preallocated.setdefault(rng.choice(sorted(brokers)), []).append(bundle("t/new", k))
+    candidates = sorted(rng.sample(sorted(brokers), rng.randint(1, len(brokers))))
+
+    def full_scan(ctx: PlacementContext) -> str | None:
+        scores = {b: lltmr.broker_score(b, ctx) for b in candidates}
+        lowest = min(scores.values())
+        return ctx.rng.choice([b for b in candidates if scores[b] == lowest])
+
+    fast = PlacementContext(
+        load, config, random.Random(seed), preallocated={b: list(v) for b, v in preallocated.items()}
+    )
+    plain = PlacementContext(
+        load, config, random.Random(seed), preallocated={b: list(v) for b, v in preallocated.items()}
+    )
+    for _ in range(3):
+        assert lltmr.select(candidates, "t/x/0x00000000_0xffffffff", fast) == full_scan(plain)
