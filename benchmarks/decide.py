@@ -1,34 +1,35 @@
-"""Benchmark: decision time at scale — parse, every shedding strategy with its default placement, the split
-trigger, peak memory, and how decide time grows with the number of bundles.
+"""Benchmark: decision time at scale — reading a snapshot, every shedding strategy with its default
+placement, the split trigger, peak memory, and how decide time grows with the number of bundles.
 
     python benchmarks/decide.py                              # 1,000 brokers; 10k, 50k and 100k bundles
-    python benchmarks/decide.py --brokers 1000 --bundles 100000
+    python benchmarks/decide.py --bundles 100000 --no-memory --repeat 5
 
-For each size it generates a seeded ``pulsar-lb-snapshot/1`` document (see ``generate``), writes it as
-JSON and times, on the same bytes:
+For each size it generates a seeded ``pulsar-lb-snapshot/1`` document (``generate``), writes it as JSON
+and measures:
 
-* ``json.loads`` alone, and the operator's own read (``files.read_snapshot``: strict JSON, then every
-  field checked by ``parse_snapshot``), and their ratio;
+* ``json.loads`` of the file's bytes, and the operator's own reading of the same bytes
+  (``files.snapshot_from_bytes``: strict JSON, every field checked), and their ratio;
 * ``plan_cycle`` per shedding strategy with its default placement (the decision of ``operator rebalance
-  --snapshot``: sampling the bundles, shedding, placing each unload, the split trigger, the estimate);
+  --snapshot``: sampling every bundle, shedding, placing each unload, the split trigger, the estimate);
 * the split trigger alone (``find_bundles_to_split``);
-* the peak of Python's allocations during the whole decide (tracemalloc, in a separate run: tracing
-  slows everything down, so it never touches the times).
+* at the largest size, the peak of what the decide allocates (tracemalloc, in runs of their own: tracing
+  slows everything down) and the resident peak of a fresh process that reads the file and plans.
 
-Then, per strategy, the slope: decide time per 10,000 bundles between consecutive sizes; linear growth
-keeps it flat. Every time is the best of ``--repeat`` runs (default 3).
+Every time is the best of ``--repeat`` runs (default 3), as wall and as CPU seconds; the slope — CPU
+seconds per 10,000 bundles between consecutive sizes — stays flat when the growth is linear.
 
 The cluster: ``--brokers`` brokers (host:port ids), of which 5% just restarted and own nothing; the
 others own bundles in proportion to a weight drawn between 0.2 and 1.8, so some are overloaded and
-every strategy finds work. Namespaces of 100 bundles each (Pulsar's default boundaries, listed in the
+every strategy finds work. Namespaces of 100 bundles (Pulsar's default boundaries, listed in the
 snapshot as ``operator snapshot`` writes them); each bundle 1 to 19 topics (10 on average: 1M topics
-at 100k bundles), log-normal msg rates of 1 KiB messages; 0.05% of bundles are hot (over the split
-trigger's thresholds); every broker owns its heartbeat namespace's bundle (a system namespace, never
-shed). CPU usage is a 5-point background plus the broker's msg rate, so the busiest brokers are above
-the overload threshold. The state is what an earlier cycle a minute before left (every bundle sampled
-once), and AvgShedder's and TransferShedder's hit-count thresholds are set so they act on this cycle
-(as ``--set loadBalancerAvgShedderHitCountHighThreshold=1`` does in the README's example);
-PredictivePairingShedder gets a cost model for every broker, so it does not fall back to AvgShedder.
+at 100k bundles) and log-normal msg rates of 2 KiB messages, scaled so that a broker carries the same
+traffic whatever the number of bundles; one bundle in 2,000 is over a split threshold; every broker
+owns its heartbeat namespace's bundle (a system namespace, never shed). CPU usage is a 5-point
+background plus 50 points at the mean msg rate, so the busiest brokers are over the overload threshold.
+The state is what a cycle a minute before left (every bundle sampled once), and AvgShedder's and
+TransferShedder's hit-count thresholds are set so they act on this cycle (as ``--set
+loadBalancerAvgShedderHitCountHighThreshold=1`` does in the README's example); PredictivePairingShedder
+gets that CPU law as every broker's cost model, so it does not fall back to AvgShedder.
 """
 
 from __future__ import annotations

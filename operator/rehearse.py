@@ -214,9 +214,10 @@ def rehearsal_scenario(name: str) -> Scenario:
         "loadBalancerNamespaceBundleMaxMsgRate": 1500,
         "loadBalancerAvgShedderHitCountHighThreshold": 1,
     }
-    # Policies, so the collector's reads of them answer 200 and every fault kind fires there too: acme/*
-    # isolated on broker-1 and broker-2 (the others stay shared), and its namespaces in one group.
-    isolated = IsolationPolicySpec("rehearsal", ("acme/.*",), ("broker-1", "broker-2"))
+    # Policies, so the collector's reads of them answer 200 and every fault kind fires there too: a policy
+    # whose namespace does not exist and whose primary is the busiest broker (it still sheds; nothing new
+    # is placed on it), and acme's namespaces in one anti-affinity group.
+    isolated = IsolationPolicySpec("rehearsal", ("rehearsal/isolated",), ("broker-0",))
     namespaces = tuple(
         dataclasses.replace(n, anti_affinity_group="rehearsal") if n.name.startswith("acme/") else n
         for n in scenario.namespaces
@@ -323,11 +324,13 @@ def crash_mid_cycle(scenario: Scenario) -> Tally:
         original = sim.cluster.unload
 
         def unload_then_crash(bundle: str, destination: str | None = None, *args: Any, **kwargs: Any) -> Any:
+            # the owner's hop carries no destination: the leader remembered it (modular load manager)
+            target = destination or sim.cluster.affinity.get(bundle)
             result = original(bundle, destination, *args, **kwargs)
-            if not crashed and destination:
-                crashed["id"] = destination
+            if not crashed and target:
+                crashed["id"] = target
                 crashed["after"] = len(sim.requests) + 1
-                sim.cluster.crash(sim.cluster.brokers[destination].name)
+                sim.cluster.crash(sim.cluster.brokers[target].name)
             return result
 
         sim.cluster.unload = unload_then_crash  # type: ignore[method-assign]

@@ -31,7 +31,12 @@ def client(**kwargs):
 @pytest.mark.parametrize(
     "status, body, cls, reason",
     [
-        (401, "<html>HTTP ERROR 401 Authentication required</html>", Unauthorized, "HTTP 401: HTTP ERROR 401 Authentication"),
+        (
+            401,
+            "<html>HTTP ERROR 401 Authentication required</html>",
+            Unauthorized,
+            "HTTP 401: HTTP ERROR 401 Authentication",
+        ),
         (403, {"reason": "Need to authenticate to perform the request"}, Unauthorized, "Need to authenticate"),
         (404, {"reason": "Namespace does not exist"}, NotFound, "Namespace does not exist"),
         (409, {"reason": "Not allowed unload namespace bundle to inactive destination broker"}, Conflict, "inactive"),

@@ -21,6 +21,7 @@ from pulsar_lb_operator.collector import MAX_CONCURRENCY, collect, concurrency
 from pulsar_lb_operator.cycle import OperatorState, run_cycle
 from pulsar_lb_operator.executor import Executor, Outcome, Safety
 from simulator import http as sim_http
+from simulator import suite
 from simulator.cluster import Ownership, SimulatedCluster
 from simulator.http import ServeError, ensure_fd_limit, loopback_address, serve
 from simulator.metrics import RunMetrics
@@ -231,6 +232,8 @@ def test_the_shipped_large_scenario():
     assert len(scenario.brokers) == 1000 and scenario.addresses == "distinct"
     assert sum(ns.bundles for ns in scenario.namespaces) == 100_000
     assert scenario.initial_owners["broker-0"] == 1.8 and scenario.initial_owners["broker-999"] == 0
+    _, by_name = suite.scenario_tasks([], suite.combinations()[:1], 0, 10.0)  # the strategy benchmark skips it
+    assert "large-1000" not in by_name and "demo" in by_name
 
 
 def _large(brokers, bundles):

@@ -9,11 +9,14 @@ makes it about 16×. CPU time, best of five, so a busy machine does not decide.
 
 from __future__ import annotations
 
+import enum
 import importlib.util
+import math
 import random
 import time
+from decimal import Decimal
 from pathlib import Path
-from types import SimpleNamespace
+from types import MappingProxyType, SimpleNamespace
 
 import pytest
 
@@ -25,6 +28,7 @@ from strategies.placement import least_long_term_message_rate as lltmr
 from strategies.placement.common import PlacementContext
 from strategies.policies import NO_POLICIES
 from strategies.shedding import predictive
+from strategies.snapshots import SnapshotError, _bundle_stats, _plain_last_stats, _reader
 from tests.builders import broker_report, bundle, snapshot, stats
 
 SMALL, LARGE, BROKERS = 2_500, 10_000, 100
@@ -161,3 +165,43 @@ def test_least_long_term_message_rate_ranking_is_the_full_scan(seed: int) -> Non
     )
     for _ in range(3):
         assert lltmr.select(candidates, "t/x/0x00000000_0xffffffff", fast) == full_scan(plain)
+
+
+class _Count(enum.IntEnum):
+    THREE = 3
+
+
+_NAME = "t/n/0x00000000_0x00000001"
+
+
+@pytest.mark.parametrize(
+    "last_stats",
+    [
+        {},
+        {_NAME: {"topics": 1, "msgRateIn": 2, "msgRateOut": -0.0, "extra": [1, {"a": None}]}},
+        {_NAME: {"topics": 2.0}},  # an integral float: the reader takes it, the fast path leaves it
+        {_NAME: {"msgRateIn": True}},
+        {_NAME: {"msgRateIn": math.nan}},
+        {_NAME: {"msgRateIn": 1e15}},
+        {_NAME: {"msgRateIn": 1.0000000000000002e15}},
+        {_NAME: {"topics": 2**53}},
+        {_NAME: {"topics": 10**400}},
+        {_NAME: {"msgRateIn": Decimal("2.5")}},
+        {_NAME: {"topics": _Count.THREE}},
+        {_NAME: MappingProxyType({"topics": 1})},
+        MappingProxyType({_NAME: {"topics": 1}}),
+        {_NAME: []},
+        {1: {"topics": 1}},
+    ],
+)
+def test_plain_last_stats_reads_as_the_reader_does(last_stats: object) -> None:
+    """The msgspec fast path takes only what the field-by-field reader takes, and gives the same values
+    (-0.0 as 0.0, integers as floats for rates); anything else is left to the reader (None)."""
+    fast = _plain_last_stats(last_stats)
+    try:
+        plain = {name: _bundle_stats(reader) for name, reader in _reader(last_stats, "lastStats").entries()}
+    except SnapshotError:
+        plain = None
+    if fast is not None:
+        assert plain is not None
+        assert {k: repr(v) for k, v in fast.items()} == {k: repr(v) for k, v in plain.items()}

@@ -3,34 +3,11 @@
 from strategies.shedding.transfer import compare_bundle_stats, top_bundles
 from strategies.snapshots import BundleStats
 from tests.builders import broker_report, cfg, run_shedder, snapshot, stats
+from tests.conformance.test_transfer_shedder import base_cluster  # TransferShedderTest.setupContext
 
 # TransferShedderTest.getContext(): hit count threshold 0 and debug mode on (which, in Pulsar, also makes a
 # swap count as traffic gained by the max broker).
 NO_HIT_COUNT = {"loadBalancerSheddingConditionHitCountThreshold": 0, "loadBalancerDebugModeEnabled": True}
-
-
-BASE_TOPS = [
-    (1_000_000, 2_000_000),
-    (1_000_000, 3_000_000),
-    (2_000_000, 4_000_000),
-    (2_000_000, 6_000_000),
-    (2_000_000, 7_000_000),
-]
-
-
-def base_cluster(loads=(2, 4, 6, 80, 90), tops=None, reported=None):
-    """setupContext(): cpu loads and two top bundles per broker; the broker's throughput out is the
-    sum of the ``reported`` tops (default: the tops themselves), its throughput in 1."""
-    tops = tops or BASE_TOPS
-    reported = reported or tops
-    brokers = {}
-    for i, (load, (a, b), (ra, rb)) in enumerate(zip(loads, tops, reported), 1):
-        ns = f"my-tenant/my-namespace{'ABCDE'[i - 1]}"
-        bundles = {f"{ns}/0x00000000_0x0FFFFFFF": stats(thr_out=a), f"{ns}/0x0FFFFFFF_0xFFFFFFFF": stats(thr_out=b)}
-        brokers[f"broker{i}:8080"] = broker_report(
-            cpu=(load, 100), bundles=bundles, thr_in=1, thr_out=ra + rb, rate_in=3, rate_out=4
-        )
-    return snapshot(brokers)
 
 
 BASE = {
