@@ -104,6 +104,7 @@ def run_cycle(
     detected, elm_notes = None, ()
     if load_manager is not None:
         detected = load_manager.begin(client)
+        executor.broker_version = detected.version if detected is not None else executor.broker_version
         shedding, placement, elm_notes = elm.resolve_strategies(detected, config, shedding, placement)
     strategy = shedding or config.loadBalancerLoadSheddingStrategy
     context = audit_events.CycleContext(cycle_id, cluster, strategy, executor.safety.dry_run)

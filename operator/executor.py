@@ -170,6 +170,8 @@ class Executor:
     fence: Callable[[], str | None] = lambda: None
     # brokers being drained: never a destination
     draining: Callable[[], Collection[str]] = frozenset
+    # the brokers' Pulsar version (run_cycle sets it from what it detects); None: unknown, treated as old
+    broker_version: str | None = None
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -204,7 +206,7 @@ class Executor:
             if self.stop_requested():
                 skip_rest(index, "shutting down")
                 break
-            why_not = self._rail(action, last_moved, {p["bundle"] for p in pending}, sent, per_broker)
+            why_not = self._rail(action, last_moved, pending, sent, per_broker)
             if why_not:
                 done(self._record(action, Outcome.SKIPPED, why_not))
                 continue
@@ -261,7 +263,12 @@ class Executor:
         return records, ExecutorState(last_moved, tuple(pending))
 
     def _rail(
-        self, action: Action, last_moved: dict[str, int], awaiting: set[str], sent: int, per_broker: dict[str, int]
+        self,
+        action: Action,
+        last_moved: dict[str, int],
+        pending: list[dict[str, Any]],
+        sent: int,
+        per_broker: dict[str, int],
     ) -> str | None:
         killed = self.safety.killed()
         if killed:
@@ -273,7 +280,7 @@ class Executor:
             return f"namespace {namespace} is excluded"
         if action.source in self.safety.excluded_brokers:
             return f"broker {action.source} is excluded"
-        if action.bundle in awaiting:
+        if any(p["bundle"] == action.bundle for p in pending):
             return "an earlier action on this bundle awaits verification of where it went"
         moved_at = last_moved.get(action.bundle)
         cooldown_ms = self.safety.cooldown_minutes * 60_000
@@ -293,6 +300,13 @@ class Executor:
                 return f"destination {action.destination} is excluded"
             if action.destination in self.draining():
                 return f"destination {action.destination} is being drained"
+            twin = self._same_range_in_flight(action, pending)
+            if twin is not None:
+                version = self.broker_version or "of unknown version"
+                return (
+                    f"deferred to a later cycle: the unload of {twin} (same range, another namespace) is not verified "
+                    f"yet, and Pulsar {version} keeps one destination per bundle range (fixed in 4.0.10)"
+                )
             try:
                 active = set(self.client.active_brokers(self.cluster))
             except AdminError as exc:
@@ -318,6 +332,18 @@ class Executor:
         policy = policies.policy_for(namespace)
         which = f"isolation policy {policy.name}" if policy else "it is another namespace's primary broker"
         return f"destination {action.destination} is excluded by the isolation policies of {namespace} ({which})"
+
+    def _same_range_in_flight(self, action: Unload, pending: list[dict[str, Any]]) -> str | None:
+        """On brokers before 4.0.10 a second destination for the same range would overwrite the first's:
+        the bundle of another namespace with this range whose unload is still unverified, if any."""
+        if not bundle_names.destination_keyed_by_range(self.broker_version):
+            return None
+        bundle_range = action.bundle.rsplit("/", 1)[1]
+        for item in pending:
+            other = item["bundle"]
+            if item.get("type", "unload") == "unload" and other != action.bundle and other.endswith("/" + bundle_range):
+                return other
+        return None
 
     def _execute(self, action: Action) -> Record:
         try:

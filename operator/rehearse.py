@@ -325,7 +325,7 @@ def crash_mid_cycle(scenario: Scenario) -> Tally:
 
         def unload_then_crash(bundle: str, destination: str | None = None, *args: Any, **kwargs: Any) -> Any:
             # the owner's hop carries no destination: the leader remembered it (modular load manager)
-            target = destination or sim.cluster.affinity.get(bundle)
+            target = destination or sim.cluster.affinity.get(sim.cluster.affinity_key(bundle))
             result = original(bundle, destination, *args, **kwargs)
             if not crashed and target:
                 crashed["id"] = target

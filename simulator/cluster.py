@@ -596,7 +596,7 @@ class SimulatedCluster:
             "bundles": sorted(self.ownership.owned(broker.id) | set(heartbeat)),
             "lastBundleGains": [],
             "lastBundleLosses": [],
-            "brokerVersionString": "4.0.4-sim",
+            "brokerVersionString": self.scenario.broker_version,
             "protocols": {},
             "loadManagerClassName": "org.apache.pulsar.broker.loadbalance.impl.ModularLoadManagerImpl",
             "startTimestamp": self.epoch_ms + int(broker.started_at_s * 1000),
@@ -668,6 +668,13 @@ class SimulatedCluster:
 
     # ----------------------------------------------------------------------------- admin operations
 
+    def affinity_key(self, bundle: str) -> str:
+        """The key of the leader's destination map: the bundle, or — before Pulsar 4.0.10, which kept it in
+        a map keyed by the bundle's *range* — the range alone, so two namespaces' bundles of one range
+        overwrite each other's destination (the bug the operator's executor works around)."""
+        by_range = bundle_names.destination_keyed_by_range(self.scenario.broker_version)
+        return bundle.rsplit("/", 1)[1] if by_range else bundle
+
     def unload(self, bundle: str, destination: str | None = None) -> None:
         """PUT …/{bundle}/unload[?destinationBroker=]: validated as Pulsar does (409, 404, 412)."""
         with self.lock:
@@ -677,7 +684,7 @@ class SimulatedCluster:
                     raise SimError(409, "Not allowed unload namespace bundle to inactive destination broker")
             self.check_bundle(bundle)
             if destination is not None:
-                self.affinity[bundle] = destination  # the leader remembers it for the next assignment
+                self.affinity[self.affinity_key(bundle)] = destination  # the leader remembers it
             if self.in_transition(bundle):  # after the affinity, as Pulsar: the destination is kept
                 raise unexpected("java.lang.IllegalStateException", f"Namespace bundle {bundle} is being unloaded")
             owner = self.ownership.get(bundle)
@@ -735,7 +742,7 @@ class SimulatedCluster:
             alive = self.active_ids()
             if not alive:
                 raise SimError(503, "No broker is available")
-            destination = self.affinity.pop(bundle, None)
+            destination = self.affinity.pop(self.affinity_key(bundle), None)
             if destination not in alive:
                 destination = self._place(bundle)
             self.ownership[bundle] = destination

@@ -1071,7 +1071,7 @@ class _Handler:
         owner = self.cluster.owner_of(bundle)
         if owner is not None and owner != self.broker_id:
             if destination is not None:  # recorded on the leader; the owner hop drops it (modular)
-                self.cluster.affinity[bundle] = destination
+                self.cluster.affinity[self.cluster.affinity_key(bundle)] = destination
             rest = {k: v for k, v in query.items() if k != "destinationBroker"}
             rest["authoritative"] = ["true" if self.broker_id == leader else "false"]
             return self._redirect(owner, self._path(), rest)

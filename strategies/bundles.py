@@ -173,3 +173,13 @@ def apply_split(boundaries: list[int], bundle_range: BundleRange, split_at: list
     if bundle_range.lower not in boundaries or bundle_range.upper not in boundaries:
         raise BundleNameError(f"bundle {bundle_range} is not a bundle of this namespace")
     return sorted(set(boundaries) | set(split_at))
+
+
+def destination_keyed_by_range(version: str | None) -> bool:
+    """Pulsar 3.0 – 4.0.9 keep an unload's destinationBroker in a map keyed by the bundle *range* only
+    (fixed in 4.0.10 and 4.1): two unloads of one range in different namespaces overwrite each other's
+    destination. An unknown version counts as affected — the cautious reading."""
+    found = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version or "")
+    if not found:
+        return True
+    return tuple(int(p or 0) for p in found.groups()) < (4, 0, 10)

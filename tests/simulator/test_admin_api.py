@@ -73,7 +73,7 @@ def test_unload_of_an_unowned_bundle_is_a_no_op_but_remembers_the_destination(si
     sim.cluster.advance(UNLOAD_WINDOW_S)  # its topics are closed: unowned, not looked up again yet
     dest = sim.cluster.by_name("broker-2").id
     resp = requests.put(f"{sim.admin_url}{split_path(bundle)}/unload?destinationBroker={dest}", timeout=T)
-    assert resp.status_code == 204 and sim.cluster.affinity == {bundle: dest}
+    assert resp.status_code == 204 and sim.cluster.affinity == {sim.cluster.affinity_key(bundle): dest}
     topic = next(t.name for t in sim.cluster.topics_in(bundle))
     lookup = requests.get(f"{sim.admin_url}/lookup/v2/topic/persistent/{topic.split('://')[1]}", timeout=T).json()
     assert lookup["httpUrl"] == f"http://{dest}" and sim.cluster.owner_of(bundle) == dest

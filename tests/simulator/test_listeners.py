@@ -91,7 +91,9 @@ def test_a_bundle_being_unloaded_refuses_another_unload_for_a_short_window(sim):
     assert again.status_code == 500 and again.headers["Content-Type"] == "text/plain"
     assert again.text.startswith("\n --- An unexpected error occurred in the server --- \n\nMessage: ")
     assert f"Namespace bundle {bundle} is being unloaded" in again.text
-    assert sim.cluster.affinity == {bundle: dest}  # the leader recorded the destination before it failed
+    assert sim.cluster.affinity == {
+        sim.cluster.affinity_key(bundle): dest
+    }  # the leader recorded the destination before it failed
     sim.cluster.advance(UNLOAD_WINDOW_S)
     assert requests.put(f"{sim.admin_url}{path_of(bundle)}/unload", timeout=T).status_code == 204
     sim.cluster.advance(5)
