@@ -27,11 +27,12 @@ WORKDIR /app
 # Dependencies first, in their own layer: a code change does not reinstall them.
 COPY requirements.lock ./
 RUN pip install --no-cache-dir -r requirements.lock
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY operator ./operator
 COPY strategies ./strategies
 COPY simulator ./simulator
 COPY spark_jobs ./spark_jobs
+COPY benchmarks ./benchmarks
 RUN pip install --no-cache-dir --no-deps . && pip check
 
 USER 10001:10001

@@ -29,18 +29,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
 BASE_CYCLES = 500
 WINDOWS = (60, 1440)
 
 
 def base_samples() -> pa.Table:
     from pulsar_lb_operator.history import bundle_row
-    from simulator.cluster import SimulatedCluster
-    from simulator.scenario import load_scenario
-    from spark_jobs.load_profile import BUNDLE_COLUMNS
+    from pulsar_lb_operator.simulator.cluster import SimulatedCluster
+    from pulsar_lb_operator.simulator.scenario import load_scenario
+    from pulsar_lb_operator.spark_jobs.load_profile import BUNDLE_COLUMNS
 
     sim = SimulatedCluster(load_scenario("demo"))
     rows: dict[str, list] = {column: [] for column in BUNDLE_COLUMNS}
@@ -89,8 +86,8 @@ def write_history(base: pa.Table, rows: int, folder: Path) -> int:
 def spark_run(history: Path) -> dict:
     from pyspark.sql import functions as F
 
-    from spark_jobs import load_profile
-    from spark_jobs.session import build_session
+    from pulsar_lb_operator.spark_jobs import load_profile
+    from pulsar_lb_operator.spark_jobs.session import build_session
 
     spark = build_session("local[2]", "aggregation-benchmark")
     bundles = spark.read.parquet(str(history / "bundle_samples")).select(*load_profile.BUNDLE_COLUMNS)

@@ -52,16 +52,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from strategies import LoadBalancerConfig, StrategyState, plan_cycle  # noqa: E402
-from strategies.bundles import default_boundaries, format_boundary  # noqa: E402
-from strategies.loaddata import LoadData, build_load_data, update_bundle_data  # noqa: E402
-from strategies.profile import CostModel, LoadProfile  # noqa: E402
-from strategies.registry import SHEDDING  # noqa: E402
-from strategies.snapshots import ClusterSnapshot  # noqa: E402
-from strategies.splitting.trigger import find_bundles_to_split  # noqa: E402
+from pulsar_lb_operator.strategies import LoadBalancerConfig, StrategyState, plan_cycle
+from pulsar_lb_operator.strategies.bundles import default_boundaries, format_boundary
+from pulsar_lb_operator.strategies.loaddata import LoadData, build_load_data, update_bundle_data
+from pulsar_lb_operator.strategies.profile import CostModel, LoadProfile
+from pulsar_lb_operator.strategies.registry import SHEDDING
+from pulsar_lb_operator.strategies.snapshots import ClusterSnapshot
+from pulsar_lb_operator.strategies.splitting.trigger import find_bundles_to_split
 
 NOW = 1_750_000_000_000
 BUNDLES_PER_NAMESPACE = 100

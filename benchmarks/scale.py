@@ -48,14 +48,11 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
+from importlib import resources
 from types import SimpleNamespace
 from typing import Any
 
 import yaml
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 STRATEGIES = (
     "AvgShedder",
@@ -72,9 +69,11 @@ SHIPPED_BUNDLES = 100_000  # large-1000.yaml: 1,000 namespaces of 100 bundles
 def scenario_data(brokers: int, bundles: int) -> dict[str, Any]:
     """The shipped large-1000 scenario, resized: ``brokers`` brokers (the first and the last 0.5% as in
     it: overloaded, and just restarted) and ``bundles`` bundles, each broker carrying the same load."""
-    from simulator.scenario import load_scenario  # noqa: F401 - the shipped file sits beside it
+    from pulsar_lb_operator.simulator.scenario import load_scenario  # noqa: F401 - the shipped file sits beside it
 
-    data = yaml.safe_load((ROOT / "simulator" / "scenarios" / "large-1000.yaml").read_text())
+    data = yaml.safe_load(
+        (resources.files("pulsar_lb_operator.simulator") / "scenarios" / "large-1000.yaml").read_text()
+    )
     data["brokers"][0]["count"] = brokers
     namespace = data["namespaces"][0]
     namespace["count"] = max(1, bundles // BUNDLES_PER_NAMESPACE)
@@ -94,9 +93,9 @@ def scenario_data(brokers: int, bundles: int) -> dict[str, Any]:
 
 def _simulator(conn: Any, data: dict[str, Any]) -> None:
     """The simulator's process: build and serve the cluster, answer commands until "stop"."""
-    from simulator.cluster import SimulatedCluster
-    from simulator.http import serve
-    from simulator.scenario import parse_scenario
+    from pulsar_lb_operator.simulator.cluster import SimulatedCluster
+    from pulsar_lb_operator.simulator.http import serve
+    from pulsar_lb_operator.simulator.scenario import parse_scenario
 
     started = time.perf_counter()
     sim = serve(lambda allocate: SimulatedCluster(parse_scenario(data), allocate))
@@ -122,7 +121,7 @@ def _simulator(conn: Any, data: dict[str, Any]) -> None:
             elif command == "rss":
                 conn.send(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
             elif command == "usage":
-                from simulator.metrics import RunMetrics
+                from pulsar_lb_operator.benchmarks.metrics import RunMetrics
 
                 sample = RunMetrics().record(sim.cluster)
                 conn.send((sample.usage, sim.cluster.unloads, len(sim.mutating_requests())))
@@ -227,8 +226,8 @@ def _measure(conn: Any, info: dict[str, Any], scenario: dict[str, Any], options:
 
     from pulsar_lb_operator.adminapi import AdminClient
     from pulsar_lb_operator.collector import collect, concurrency
-    from strategies import LoadBalancerConfig, StrategyState, plan_cycle
-    from strategies.snapshots import parse_broker_load
+    from pulsar_lb_operator.strategies import LoadBalancerConfig, StrategyState, plan_cycle
+    from pulsar_lb_operator.strategies.snapshots import parse_broker_load
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))  # errors only
     brokers: list[str] = info["brokers"]
@@ -309,7 +308,7 @@ def _one_cycle_peak(conn: Any, info: dict[str, Any], scenario: dict[str, Any]) -
 
     from pulsar_lb_operator.adminapi import AdminClient
     from pulsar_lb_operator.collector import collect
-    from strategies import LoadBalancerConfig, StrategyState, plan_cycle
+    from pulsar_lb_operator.strategies import LoadBalancerConfig, StrategyState, plan_cycle
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
     client = AdminClient(info["admin_url"])
@@ -406,11 +405,13 @@ def balance(brokers: int, bundles: int, dry_cycles: int, real_cycles: int, strat
     from pulsar_lb_operator.adminapi import AdminClient
     from pulsar_lb_operator.cycle import OperatorState, run_cycle
     from pulsar_lb_operator.executor import Executor, Outcome, Safety
-    from strategies import LoadBalancerConfig
+    from pulsar_lb_operator.strategies import LoadBalancerConfig
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
     data = scenario_data(brokers, bundles) if (brokers, bundles) != (1000, SHIPPED_BUNDLES) else None
-    data = data or yaml.safe_load((ROOT / "simulator" / "scenarios" / "large-1000.yaml").read_text())
+    data = data or yaml.safe_load(
+        (resources.files("pulsar_lb_operator.simulator") / "scenarios" / "large-1000.yaml").read_text()
+    )
     config = LoadBalancerConfig().replace(data.get("config", {}))
     few = max(1, brokers // 200)
     hot = [f"broker-{i}" for i in range(few)]

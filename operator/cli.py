@@ -16,10 +16,10 @@ from typing import Any, NoReturn
 
 from pulsar_lb_operator import __version__, control_cli, elm, files, hints, logs, render
 from pulsar_lb_operator.adminapi import AdminError
+from pulsar_lb_operator.sandbox import ScenarioError, shipped_scenarios
 from pulsar_lb_operator.settings import resolve
 from pulsar_lb_operator.statefile import AnotherInstanceError
-from simulator.scenario import ScenarioError, shipped_scenarios
-from strategies import (
+from pulsar_lb_operator.strategies import (
     PLACEMENT,
     SHEDDING,
     ConfigError,
@@ -348,8 +348,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_aggregate(args: argparse.Namespace) -> int:
     import time
 
-    from spark_jobs.load_profile import ProfileError, ProfileOptions, build_profile
-    from spark_jobs.session import build_session
+    from pulsar_lb_operator.spark_jobs.load_profile import ProfileError, ProfileOptions, build_profile
+    from pulsar_lb_operator.spark_jobs.session import build_session
 
     started = time.monotonic()
 
@@ -370,7 +370,7 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from pulsar_lb_operator import demo
+    from pulsar_lb_operator.sandbox import demo
 
     if args.audit_url and not args.audit_url.startswith(("pulsar://", "pulsar+ssl://")):
         raise UsageError(f"--audit-url {args.audit_url!r} is not a pulsar:// or pulsar+ssl:// URL")
@@ -387,7 +387,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from pulsar_lb_operator import demo
+    from pulsar_lb_operator.sandbox import demo
 
     if args.speed <= 0:
         raise UsageError("--speed must be positive")
@@ -405,29 +405,20 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def cmd_benchmark(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from simulator import replay, suite
+    from pulsar_lb_operator.sandbox import benchmark
 
     if args.jobs < 1 or args.target <= 0:
         raise UsageError("--jobs and --target must be positive")
     command = "operator " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["benchmark"] else "operator benchmark"
+    options = (args.scenario, args.strategy, args.seed, args.target, args.jobs, Path(args.out), not args.no_plots)
     try:
-        return suite.benchmark_command(
-            args.scenario,
-            args.strategy,
-            args.seed,
-            args.target,
-            args.jobs,
-            Path(args.out),
-            not args.no_plots,
-            args.history,
-            command,
-        )
-    except (suite.UnknownCombinationError, replay.ReplayError) as exc:
+        return benchmark.run(*options, args.history, command)
+    except ValueError as exc:
         raise UsageError(str(exc)) from None
 
 
 def cmd_rehearse(args: argparse.Namespace) -> int:
-    from pulsar_lb_operator import rehearse
+    from pulsar_lb_operator.sandbox import rehearse
 
     if args.jobs < 1:
         raise UsageError("--jobs must be at least 1")

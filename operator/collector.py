@@ -33,10 +33,16 @@ from requests.adapters import HTTPAdapter
 from requests.exceptions import InvalidSchema
 
 from pulsar_lb_operator.adminapi import AdminClient, AdminError, BadResponse, NotFound, ServerError, TransportError
-from strategies import bundles as bundle_names
-from strategies import policies as ns_policies
-from strategies.documents import Reader
-from strategies.snapshots import BrokerLoad, ClusterSnapshot, SnapshotError, TopicStats, parse_broker_load
+from pulsar_lb_operator.strategies import bundles as bundle_names
+from pulsar_lb_operator.strategies import policies as ns_policies
+from pulsar_lb_operator.strategies.documents import Reader
+from pulsar_lb_operator.strategies.snapshots import (
+    BrokerLoad,
+    ClusterSnapshot,
+    SnapshotError,
+    TopicStats,
+    parse_broker_load,
+)
 
 log = structlog.get_logger(__name__)
 

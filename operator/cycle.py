@@ -20,9 +20,17 @@ from pulsar_lb_operator import elm
 from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.collector import collect
 from pulsar_lb_operator.executor import Executor, ExecutorState, ExecutorStateError, Outcome, Record
-from strategies import ClusterSnapshot, LoadBalancerConfig, Plan, StateError, StrategyState, Unload, plan_cycle
-from strategies.drain import plan_drain
-from strategies.profile import LoadProfile
+from pulsar_lb_operator.strategies import (
+    ClusterSnapshot,
+    LoadBalancerConfig,
+    Plan,
+    StateError,
+    StrategyState,
+    Unload,
+    plan_cycle,
+)
+from pulsar_lb_operator.strategies.drain import plan_drain
+from pulsar_lb_operator.strategies.profile import LoadProfile
 
 log = structlog.get_logger(__name__)
 

@@ -6,28 +6,31 @@ sends nothing. The state (strategy counters and history, cooldowns, actions awai
 written before every action is sent and after every cycle, so neither a restart nor a SIGKILL forgets
 what was sent. SIGTERM stops the cycle before its next call and the daemon exits within
 ``shutdownTimeoutSeconds`` even if a call hangs (what was sent is on disk and verified after the
-restart). ``/healthz``, ``/readyz`` and Prometheus ``/metrics`` are served on ``metricsPort``.
+restart).
+
+This module schedules and runs the cycles; the jobs around them are their own modules:
+``endpoints.py`` serves ``/healthz``, ``/readyz``, ``/metrics`` and the status page on ``metricsPort``,
+``metrics.py`` turns each cycle's result into Prometheus series, ``shutdown.py`` hears the signals and
+bounds the exit, ``leadership.py`` decides who acts.
 """
 
 from __future__ import annotations
 
 import json
 import random
-import signal
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Protocol
 
 import structlog
 from apscheduler.schedulers.background import BackgroundScheduler
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from pulsar_lb_operator import elm, guard, hints, statefile, status_page, workflows
+from pulsar_lb_operator import elm, endpoints, guard, hints, shutdown, statefile, workflows
 from pulsar_lb_operator.adminapi import AdminClient, AdminError
 from pulsar_lb_operator.audit import publisher as audit_publisher
 from pulsar_lb_operator.control import ControlFile
@@ -35,11 +38,12 @@ from pulsar_lb_operator.cycle import CycleResult, OperatorState, run_cycle
 from pulsar_lb_operator.executor import Executor, ExecutorState, ExecutorStateError
 from pulsar_lb_operator.history import HistoryStore
 from pulsar_lb_operator.leadership import STATE_ANNOTATION
+from pulsar_lb_operator.metrics import Metrics
 from pulsar_lb_operator.profile import read_profile
 from pulsar_lb_operator.settings import OperatorSettings
-from strategies import LoadBalancerConfig, Split
-from strategies.config import ConfigError
-from strategies.snapshots import SnapshotError
+from pulsar_lb_operator.strategies import LoadBalancerConfig
+from pulsar_lb_operator.strategies.config import ConfigError
+from pulsar_lb_operator.strategies.snapshots import SnapshotError
 
 log = structlog.get_logger(__name__)
 
@@ -59,114 +63,6 @@ class Elector(Protocol):
     def publish(self, key: str, value: str) -> bool: ...
 
     def inherited(self, key: str) -> str | None: ...
-
-
-class _PerCluster:
-    """A metric whose first label, ``cluster``, is filled in: ``labels(*rest)``; ``clear()`` drops this cluster's."""
-
-    def __init__(self, metric: Counter | Gauge, cluster: str) -> None:
-        self.metric = metric
-        self.cluster = cluster
-        self._seen: set[tuple[str, ...]] = set()
-
-    def labels(self, *values: str) -> Counter | Gauge:
-        self._seen.add(values)
-        return self.metric.labels(self.cluster, *values)
-
-    def clear(self) -> None:
-        for values in self._seen:
-            self.metric.remove(self.cluster, *values)
-        self._seen.clear()
-
-
-class Metrics:
-    """The operator's Prometheus metrics: every name starts with ``pulsar_lb_operator_`` (Pulsar's brokers
-    export their own load balancer's as ``pulsar_lb_*``) and every series carries the ``cluster`` label."""
-
-    PREFIX = "pulsar_lb_operator_"
-
-    def __init__(self, cluster: str = "") -> None:
-        self.registry = CollectorRegistry()
-        self.cluster = cluster
-
-        def metric(kind, name, doc, labels=()):  # one per cluster: bound to it when it has no other label
-            made = kind(self.PREFIX + name, doc, ["cluster", *labels], registry=self.registry)
-            return _PerCluster(made, cluster) if labels else made.labels(cluster)
-
-        self.cycles = metric(Counter, "cycles", "Balancing cycles run, by result (ok, error)", ["result"])
-        for result in ("ok", "error"):
-            self.cycles.labels(result)
-        self.duration = metric(Histogram, "cycle_duration_seconds", "Duration of a cycle")
-        self.interval = metric(Gauge, "cycle_interval_seconds", "Seconds between two cycles")
-        self.last_success = metric(
-            Gauge,
-            "last_success_timestamp_seconds",
-            "End of the last successful cycle (epoch seconds); when this instance became the leader until then",
-        )
-        self.brokers_seen = metric(Gauge, "brokers_seen", "Brokers whose report was used")
-        self.brokers_skipped = metric(Gauge, "brokers_skipped", "Brokers left out of the last cycle")
-        self.planned = metric(Counter, "actions_planned", "Actions planned", ["type", "strategy"])
-        self.outcomes = metric(Counter, "actions", "Actions by outcome", ["type", "strategy", "outcome"])
-        self.score = metric(
-            Gauge, "broker_usage_percent", "Weighted max resource usage per broker, last cycle", ["broker"]
-        )
-        self.leader = metric(Gauge, "leader", "1 while this instance leads (acts on the cluster), 0 on a standby")
-        self.kill_switch = metric(
-            Gauge,
-            "kill_switch",
-            "1 while the kill switch is on (killSwitchFile exists or PULSAR_LB_KILL_SWITCH is set): nothing is sent",
-        )
-        self.prediction_error = metric(
-            Gauge,
-            "prediction_error_points",
-            "PredictivePairingShedder: reported minus predicted usage after its moves, per broker (last measured)",
-            ["broker"],
-        )
-        self.audit_published = metric(Counter, "audit_events_published", "Audit events the broker acknowledged")
-        self.audit_dropped = metric(
-            Counter, "audit_events_dropped", "Audit events lost: the spool was full or not writable"
-        )
-        self.audit_backlog = metric(Gauge, "audit_events_spooled", "Audit events waiting in the spool for the broker")
-        self.load_manager = metric(
-            Gauge,
-            "load_manager_info",
-            "1 for the cluster's load manager (modular, extensible, …) and broker version, as last detected",
-            ["load_manager", "version"],
-        )
-
-    def names(self) -> set[str]:
-        """Every series name the registry exposes (``_total``, ``_bucket``, … included)."""
-        return {sample.name for family in self.registry.collect() for sample in family.samples}
-
-    def observe(self, result: CycleResult, seconds: float) -> None:
-        self.cycles.labels("ok").inc()
-        self.duration.observe(seconds)
-        self.last_success.set(time.time())
-        plan = result.plan
-        self.brokers_skipped.set(len(result.skipped_brokers))
-        if plan is None:
-            return
-        self.brokers_seen.set(len(plan.brokers))
-        for action in plan.actions:
-            self.planned.labels("split" if isinstance(action, Split) else "unload", plan.shedding).inc()
-        for record in (*result.records, *result.verifications):
-            kind = "split" if isinstance(record.action, Split) else "unload"
-            self.outcomes.labels(kind, plan.shedding, record.outcome.value).inc()
-        self.score.clear()
-        for broker in plan.brokers:
-            self.score.labels(broker.broker).set(broker.usage_before)
-        for broker, error in result.state.strategy.prediction_errors.items():
-            self.prediction_error.labels(broker).set(error)
-        if result.load_manager is not None:  # operator/elm.py detects it every cycle
-            self.load_manager.clear()
-            self.load_manager.labels(result.load_manager.kind, result.load_manager.version or "").set(1)
-
-    def standby(self) -> None:
-        """A standby reports no brokers and no usage: the leader's are the cluster's (dashboards take the max)."""
-        self.score.clear()
-        self.prediction_error.clear()
-        self.brokers_seen.set(0)
-        self.brokers_skipped.set(0)
 
 
 @dataclass
@@ -381,8 +277,8 @@ class Daemon:
 
     def aggregate(self) -> None:
         """Run the Spark load-profile job in-process; failures are logged, the daemon goes on."""
-        from spark_jobs.load_profile import ProfileError, ProfileOptions, build_profile
-        from spark_jobs.session import build_session
+        from pulsar_lb_operator.spark_jobs.load_profile import ProfileError, ProfileOptions, build_profile
+        from pulsar_lb_operator.spark_jobs.session import build_session
 
         started = time.monotonic()
         try:
@@ -449,9 +345,7 @@ class Daemon:
             scheduler.add_job(
                 self.aggregate, "interval", minutes=self.settings.aggregateEveryMinutes, max_instances=1, coalesce=True
             )
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, lambda *_: self.stop.set())
+        shutdown.on_signals(self.stop)
         scheduler.start()
         try:
             self.stop.wait()
@@ -459,9 +353,7 @@ class Daemon:
             deadline = time.monotonic() + self.settings.shutdownTimeoutSeconds
             log.info("stopping: no further call is sent", timeout_s=self.settings.shutdownTimeoutSeconds)
             scheduler.shutdown(wait=False)
-            if self._lock.acquire(timeout=max(0.0, deadline - time.monotonic() - 2.0)):
-                self._lock.release()
-            else:
+            if not shutdown.wait_for_cycle(self._lock, deadline):
                 self.abandoned = True
                 log.error(
                     "exiting with a call still in flight: it was recorded before it was sent, "
@@ -469,9 +361,7 @@ class Daemon:
                 )
             if self.elector is not None:
                 self.elector.stop()
-            if server is not None:
-                server.shutdown()
-                server.server_close()
+            endpoints.stop(server)
             self.close(flush_s=max(0.0, min(5.0, deadline - time.monotonic() - 1.0)))
             log.info("daemon stopped", cycles=self.cycles)
         return 0
@@ -485,44 +375,8 @@ class Daemon:
     def _start_probe_server(self) -> ThreadingHTTPServer | None:
         if not self.settings.metricsPort:
             return None
-        daemon = self
-
-        class Probes(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                if self.path == "/healthz":
-                    ok = daemon.healthy()
-                    self._send(200 if ok else 503, b"ok" if ok else b"stuck", "text/plain")
-                elif self.path == "/readyz":
-                    ready = daemon.ready()
-                    self._send(200 if ready else 503, b"ready" if ready else b"no cycle yet", "text/plain")
-                elif self.path == "/metrics":
-                    self._send(200, generate_latest(daemon.metrics.registry), CONTENT_TYPE_LATEST)
-                else:
-                    self._send(*status_page.handle(daemon, "GET", self.path, self.headers, b""))
-
-            def do_POST(self) -> None:
-                length = min(int(self.headers.get("Content-Length") or 0), 65536)
-                body = self.rfile.read(length) if length else b""
-                self._send(*status_page.handle(daemon, "POST", self.path, self.headers, body))
-
-            def _send(self, status: int, body: bytes, ctype: str, headers: dict[str, str] | None = None) -> None:
-                self.send_response(status)
-                for key, value in (headers or {}).items():
-                    self.send_header(key, value)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        host, port = self.settings.metricsHost, self.settings.metricsPort
         try:
-            server = ThreadingHTTPServer((host, port), Probes)
-        except OSError as exc:  # one line for the user (exit 2), never a traceback
+            return endpoints.serve(self, self.settings.metricsHost, self.settings.metricsPort)
+        except ConfigError:
             self.close(flush_s=0.0)
-            fix = "set another with --set metricsPort=N (or PULSAR_LB_METRICS_PORT; 0 turns /metrics off)"
-            raise ConfigError(hints.port_in_use("metricsPort", host, port, exc, fix)) from None
-        threading.Thread(target=server.serve_forever, args=(0.1,), daemon=True).start()
-        return server
+            raise

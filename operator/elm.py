@@ -56,10 +56,10 @@ import structlog
 from pulsar_lb_operator import collector
 from pulsar_lb_operator.adminapi import AdminClient, AdminError
 from pulsar_lb_operator.collector import Collection
-from strategies import registry
-from strategies.config import ConfigError, LoadBalancerConfig
-from strategies.documents import MAX_BROKER_TOTAL, Reader, describe
-from strategies.snapshots import BrokerLoad, ClusterSnapshot, SnapshotError, parse_broker_load
+from pulsar_lb_operator.strategies import registry
+from pulsar_lb_operator.strategies.config import ConfigError, LoadBalancerConfig
+from pulsar_lb_operator.strategies.documents import MAX_BROKER_TOTAL, Reader, describe
+from pulsar_lb_operator.strategies.snapshots import BrokerLoad, ClusterSnapshot, SnapshotError, parse_broker_load
 
 log = structlog.get_logger(__name__)
 

@@ -18,22 +18,20 @@ invariants (README, "Safety"):
 from __future__ import annotations
 
 import enum
-import os
-import re
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import structlog
 
 from pulsar_lb_operator.adminapi import AdminClient, AdminError, Conflict, ServerError, TransportError
 from pulsar_lb_operator.collector import read_isolation_policies
-from strategies import bundles as bundle_names
-from strategies import policies as ns_policies
-from strategies.plans import Action, Plan, Split, Unload
-from strategies.snapshots import SnapshotError
+from pulsar_lb_operator.safety import Safety
+from pulsar_lb_operator.strategies import bundles as bundle_names
+from pulsar_lb_operator.strategies import policies as ns_policies
+from pulsar_lb_operator.strategies.plans import Action, Plan, Split, Unload
+from pulsar_lb_operator.strategies.snapshots import SnapshotError
 
 log = structlog.get_logger(__name__)
 
@@ -53,32 +51,6 @@ class Outcome(enum.Enum):
 
 # An explicit refusal: the broker checked the request and did nothing. Anything else may have acted.
 REFUSED_STATUSES = frozenset({400, 401, 403, 404, 405, 412})
-
-
-@dataclass(frozen=True)
-class Safety:
-    """Rails checked before each action; the defaults are deliberately conservative."""
-
-    dry_run: bool = True
-    max_unloads_per_cycle: int = 10
-    max_unloads_per_broker: int = 5
-    cooldown_minutes: float = 30  # loadBalancerSheddingGracePeriodMinutes
-    excluded_namespaces: tuple[str, ...] = ()  # regular expressions, matched against tenant/namespace
-    excluded_brokers: tuple[str, ...] = ()
-    kill_switch_file: str | None = None
-    kill_switch_env: str = "PULSAR_LB_KILL_SWITCH"
-    pause_seconds: float = 0.0
-    verify_after_seconds: float = 120.0
-
-    def killed(self) -> str | None:
-        if os.environ.get(self.kill_switch_env, "").strip().lower() in ("1", "true", "yes", "on"):
-            return f"kill switch: environment variable {self.kill_switch_env} is set"
-        if self.kill_switch_file and Path(self.kill_switch_file).exists():
-            return f"kill switch: file {self.kill_switch_file} exists"
-        return None
-
-    def excludes_namespace(self, namespace: str) -> bool:
-        return any(re.fullmatch(p, namespace) for p in self.excluded_namespaces)
 
 
 @dataclass(frozen=True)

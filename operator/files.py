@@ -21,9 +21,9 @@ import tomllib
 import yaml
 
 from pulsar_lb_operator import hints
-from strategies.documents import describe, type_name
-from strategies.snapshots import ClusterSnapshot, SnapshotError, parse_snapshot
-from strategies.state import StrategyState
+from pulsar_lb_operator.strategies.documents import describe, type_name
+from pulsar_lb_operator.strategies.snapshots import ClusterSnapshot, SnapshotError, parse_snapshot
+from pulsar_lb_operator.strategies.state import StrategyState
 
 
 class FileError(ValueError):

@@ -51,7 +51,7 @@ from typing import Any
 import requests
 import structlog
 
-from strategies.config import ConfigError
+from pulsar_lb_operator.strategies.config import ConfigError
 
 log = structlog.get_logger(__name__)
 

@@ -18,8 +18,8 @@ from pulsar_lb_operator.control import ControlFile
 from pulsar_lb_operator.cycle import OperatorState, run_cycle
 from pulsar_lb_operator.executor import Executor
 from pulsar_lb_operator.settings import OperatorSettings, resolve
-from strategies import LoadBalancerConfig, Split
-from strategies.config import ConfigError
+from pulsar_lb_operator.strategies import LoadBalancerConfig, Split
+from pulsar_lb_operator.strategies.config import ConfigError
 
 
 def settings_from(args: argparse.Namespace, **flags: object) -> tuple[OperatorSettings, LoadBalancerConfig, set[str]]:

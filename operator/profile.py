@@ -9,9 +9,9 @@ import pyarrow.parquet as pq
 import structlog
 
 from pulsar_lb_operator.history import _filesystem
-from strategies.loaddata import NUM_LONG_SAMPLES as LONG_SAMPLES_CAP
-from strategies.loaddata import MessageAverage
-from strategies.profile import CostModel, HotBundle, LoadProfile
+from pulsar_lb_operator.strategies.averages import MessageAverage
+from pulsar_lb_operator.strategies.loaddata import NUM_LONG_SAMPLES as LONG_SAMPLES_CAP
+from pulsar_lb_operator.strategies.profile import CostModel, HotBundle, LoadProfile
 
 log = structlog.get_logger(__name__)
 

@@ -18,8 +18,9 @@ from typing import Any
 from pulsar_lb_operator import hints
 from pulsar_lb_operator.adminapi import auth
 from pulsar_lb_operator.adminapi.client import TEMPLATE_FIELDS, render_template, template_fields
-from pulsar_lb_operator.executor import Safety
-from strategies.config import ConfigError, LoadBalancerConfig, config_keys, convert_value
+from pulsar_lb_operator.safety import Safety
+from pulsar_lb_operator.strategies.config import ConfigError, LoadBalancerConfig, config_keys, convert_value
+from pulsar_lb_operator.strategies.rails import DEFAULT_RAILS
 
 ENV_PREFIX = "PULSAR_LB_"
 MAY_BE_EMPTY = ("historyUri", "profileUri")  # "" turns the history or the profile off
@@ -43,8 +44,8 @@ class OperatorSettings:
     brokerWebServiceUrlTemplate: str | None = None  # e.g. https://{host}:8443 ({id}, {host}, {port}): proxy, NAT
     brokerWebServiceUrls: tuple[str, ...] = ()  # brokerId=URL pairs (a mapping in a settings file), over the template
     dryRun: bool = True  # log what would be done; call no mutating endpoint
-    maxUnloadsPerCycle: int = 10
-    maxUnloadsPerBroker: int = 5
+    maxUnloadsPerCycle: int = DEFAULT_RAILS.max_unloads_per_cycle
+    maxUnloadsPerBroker: int = DEFAULT_RAILS.max_unloads_per_broker
     excludedNamespaces: tuple[str, ...] = ()  # regular expressions over tenant/namespace
     excludedBrokers: tuple[str, ...] = ()
     killSwitchFile: str | None = None  # while this file exists, no action is taken

@@ -22,7 +22,7 @@ import structlog
 
 from pulsar_lb_operator import files, hints
 from pulsar_lb_operator.cycle import OperatorState
-from strategies import StateError
+from pulsar_lb_operator.strategies import StateError
 
 log = structlog.get_logger(__name__)
 

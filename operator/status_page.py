@@ -24,7 +24,7 @@ from urllib.parse import parse_qs, unquote
 
 from pulsar_lb_operator import workflows
 from pulsar_lb_operator.control import ControlError
-from strategies.plans import Split
+from pulsar_lb_operator.strategies.plans import Split
 
 if TYPE_CHECKING:
     from pulsar_lb_operator.daemon import Daemon

@@ -14,9 +14,9 @@ from typing import Any
 from pulsar_lb_operator.control import APPROVED, EXECUTED, PENDING, ControlFile
 from pulsar_lb_operator.cycle import CycleResult
 from pulsar_lb_operator.executor import Record
-from strategies import bundles as bundle_names
-from strategies.plans import Plan, action_from_json
-from strategies.snapshots import ClusterSnapshot
+from pulsar_lb_operator.strategies import bundles as bundle_names
+from pulsar_lb_operator.strategies.plans import Plan, action_from_json
+from pulsar_lb_operator.strategies.snapshots import ClusterSnapshot
 
 
 def spread(values: Iterable[float]) -> float:

@@ -27,20 +27,26 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from simulator.scenario import BrokerSpec, EventSpec, Scenario
-from simulator.traffic import Pattern
-from strategies import bundles as bundle_names
-from strategies import planner, registry
-from strategies import policies as ns_policies
-from strategies.config import LoadBalancerConfig
-from strategies.documents import Reader
-from strategies.loaddata import BundleData, LoadData, update_bundle_data
-from strategies.placement.common import PlacementContext
-from strategies.planner import plan_cycle
-from strategies.plans import Split, Unload
-from strategies.snapshots import BrokerLoad, BundleStats, ClusterSnapshot, TopicStats, parse_broker_load
-from strategies.splitting import algorithms
-from strategies.state import StrategyState
+from pulsar_lb_operator.simulator.scenario import BrokerSpec, EventSpec, Scenario
+from pulsar_lb_operator.simulator.traffic import Pattern
+from pulsar_lb_operator.strategies import bundles as bundle_names
+from pulsar_lb_operator.strategies import planner, registry
+from pulsar_lb_operator.strategies import policies as ns_policies
+from pulsar_lb_operator.strategies.config import LoadBalancerConfig
+from pulsar_lb_operator.strategies.documents import Reader
+from pulsar_lb_operator.strategies.loaddata import BundleData, LoadData, update_bundle_data
+from pulsar_lb_operator.strategies.placement.common import PlacementContext
+from pulsar_lb_operator.strategies.planner import plan_cycle
+from pulsar_lb_operator.strategies.plans import Split, Unload
+from pulsar_lb_operator.strategies.snapshots import (
+    BrokerLoad,
+    BundleStats,
+    ClusterSnapshot,
+    TopicStats,
+    parse_broker_load,
+)
+from pulsar_lb_operator.strategies.splitting import algorithms
+from pulsar_lb_operator.strategies.state import StrategyState
 
 EPOCH_MS = 1_750_000_000_000  # simulated time 0
 MIB = 1024 * 1024

@@ -47,15 +47,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from simulator.cluster import Broker, SimError, unexpected
-from strategies import bundles as bundle_names
-from strategies.policies import shedding_allowed
-from strategies.shedding.transfer import compare_bundle_stats
-from strategies.snapshots import BundleStats, ResourceUsage
+from pulsar_lb_operator.simulator.cluster import Broker, SimError, unexpected
+from pulsar_lb_operator.strategies import bundles as bundle_names
+from pulsar_lb_operator.strategies.policies import shedding_allowed
+from pulsar_lb_operator.strategies.shedding.transfer import compare_bundle_stats
+from pulsar_lb_operator.strategies.snapshots import BundleStats, ResourceUsage
 
 if TYPE_CHECKING:
-    from simulator.cluster import SimulatedCluster
-    from simulator.scenario import Scenario
+    from pulsar_lb_operator.simulator.cluster import SimulatedCluster
+    from pulsar_lb_operator.simulator.scenario import Scenario
 
 EXTENSIBLE = "org.apache.pulsar.broker.loadbalance.extensions.ExtensibleLoadManagerImpl"
 BROKER_LOAD_DATA_TOPIC = "non-persistent://pulsar/system/loadbalancer-broker-load-data"

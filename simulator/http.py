@@ -40,13 +40,13 @@ from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
-from simulator import elm as sim_elm
-from simulator.cluster import Broker, SimError, SimulatedCluster
-from simulator.faults import FaultRule, FaultSet, FaultSpecError, parse_fault
-from simulator.listeners import TLS, AdvertisedIds, advertised_tls_url, reachable_tls_url
-from simulator.scenario import ADDRESSES, Scenario, ScenarioError
-from strategies.bundles import format_boundary, split_bundle_name
-from strategies.config import ConfigError, LoadBalancerConfig, config_keys
+from pulsar_lb_operator.simulator import elm as sim_elm
+from pulsar_lb_operator.simulator.cluster import Broker, SimError, SimulatedCluster
+from pulsar_lb_operator.simulator.faults import FaultRule, FaultSet, FaultSpecError, parse_fault
+from pulsar_lb_operator.simulator.listeners import TLS, AdvertisedIds, advertised_tls_url, reachable_tls_url
+from pulsar_lb_operator.simulator.scenario import ADDRESSES, Scenario, ScenarioError
+from pulsar_lb_operator.strategies.bundles import format_boundary, split_bundle_name
+from pulsar_lb_operator.strategies.config import ConfigError, LoadBalancerConfig, config_keys
 
 UNEXPECTED = "--- An unexpected error occurred in the server ---"
 STATIC_RUNTIME = {

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from simulator.traffic import Pattern
+from pulsar_lb_operator.simulator.traffic import Pattern
 
 if TYPE_CHECKING:
-    from simulator.faults import FaultRule
+    from pulsar_lb_operator.simulator.faults import FaultRule
 
 ADDRESSES = ("ports", "distinct")
 EVENT_TYPES = ("add_broker", "crash_broker", "remove_broker", "restart_broker", "rolling_restart", "traffic")
@@ -404,7 +404,7 @@ def parse_scenario(data: Any, default_name: str = "scenario") -> Scenario:
     config = data.get("config", {}) or {}
     if not isinstance(config, dict):
         raise ScenarioError("config: expected a mapping of Pulsar settings")
-    from simulator.faults import parse_faults  # faults.py builds on this module's ScenarioError
+    from pulsar_lb_operator.simulator.faults import parse_faults  # faults.py builds on this module's ScenarioError
 
     faults = parse_faults(data.get("faults"), names)  # names now include the brokers events add
     isolation = _isolation_policies(data.get("isolation_policies"), names, addresses)
@@ -442,7 +442,7 @@ def load_scenario(path: str | Path) -> Scenario:
     """A scenario file by path, or a shipped one by name (``rolling-restart``)."""
     candidate = Path(path)
     if not candidate.exists() and not candidate.suffix:
-        shipped = resources.files("simulator") / "scenarios" / f"{path}.yaml"
+        shipped = resources.files("pulsar_lb_operator.simulator") / "scenarios" / f"{path}.yaml"
         if shipped.is_file():
             return parse_scenario(yaml.safe_load(shipped.read_text()), str(path))
     try:
@@ -457,5 +457,5 @@ def load_scenario(path: str | Path) -> Scenario:
 
 
 def shipped_scenarios() -> list[str]:
-    folder = resources.files("simulator") / "scenarios"
+    folder = resources.files("pulsar_lb_operator.simulator") / "scenarios"
     return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))

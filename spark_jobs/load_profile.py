@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from strategies.costs import RESOURCES, solve
+from pulsar_lb_operator.strategies.costs import RESOURCES, solve
 
 SHORT_SAMPLES = 10
 LONG_SAMPLES = 1000
@@ -329,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--master", default=None, help="Spark master (spark-submit sets it; default local[2])")
     args = parser.parse_args(argv)
-    from spark_jobs.session import build_session
+    from pulsar_lb_operator.spark_jobs.session import build_session
 
     spark = build_session(args.master or "local[2]")
     try:

@@ -4,12 +4,12 @@ Nothing here does I/O, reads a clock or uses global randomness: a strategy takes
 snapshot, the configuration and its own small state, and returns a plan and its next state.
 """
 
-from strategies.config import ConfigError, LoadBalancerConfig
-from strategies.planner import plan_cycle
-from strategies.plans import Plan, Split, Unload
-from strategies.registry import PLACEMENT, SHEDDING, UnknownStrategyError
-from strategies.snapshots import ClusterSnapshot, SnapshotError, parse_snapshot
-from strategies.state import StateError, StrategyState
+from pulsar_lb_operator.strategies.config import ConfigError, LoadBalancerConfig
+from pulsar_lb_operator.strategies.planner import plan_cycle
+from pulsar_lb_operator.strategies.plans import Plan, Split, Unload
+from pulsar_lb_operator.strategies.registry import PLACEMENT, SHEDDING, UnknownStrategyError
+from pulsar_lb_operator.strategies.snapshots import ClusterSnapshot, SnapshotError, parse_snapshot
+from pulsar_lb_operator.strategies.state import StateError, StrategyState
 
 __all__ = [
     "PLACEMENT",

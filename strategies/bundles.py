@@ -14,7 +14,7 @@ import re
 import zlib
 from dataclasses import dataclass
 
-from strategies.documents import describe
+from pulsar_lb_operator.strategies.documents import describe
 
 FIRST_BOUNDARY = 0x00000000
 LAST_BOUNDARY = 0xFFFFFFFF

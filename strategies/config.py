@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from strategies.documents import MAX_AMOUNT, MAX_INTEGER, describe
-from strategies.snapshots import ResourceWeights
+from pulsar_lb_operator.strategies.documents import MAX_AMOUNT, MAX_INTEGER, describe
+from pulsar_lb_operator.strategies.snapshots import ResourceWeights
 
 SPLIT_ALGORITHMS = (
     "range_equally_divide",

@@ -13,7 +13,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from strategies.profile import CostModel
+from pulsar_lb_operator.strategies.profile import CostModel
 
 RESOURCES = ("cpu", "bandwidthIn", "bandwidthOut")
 N = 4  # 1, msg rate, throughput in, throughput out

@@ -14,15 +14,15 @@ from __future__ import annotations
 import random
 from collections.abc import Collection
 
-from strategies import bundles as bundle_names
-from strategies import registry
-from strategies.config import LoadBalancerConfig
-from strategies.loaddata import build_load_data
-from strategies.placement.common import PlacementContext
-from strategies.planner import select_broker_for_assignment
-from strategies.plans import Unload
-from strategies.snapshots import ClusterSnapshot
-from strategies.state import StrategyState
+from pulsar_lb_operator.strategies import bundles as bundle_names
+from pulsar_lb_operator.strategies import registry
+from pulsar_lb_operator.strategies.config import LoadBalancerConfig
+from pulsar_lb_operator.strategies.loaddata import build_load_data
+from pulsar_lb_operator.strategies.placement.common import PlacementContext
+from pulsar_lb_operator.strategies.planner import select_broker_for_assignment
+from pulsar_lb_operator.strategies.plans import Unload
+from pulsar_lb_operator.strategies.snapshots import ClusterSnapshot
+from pulsar_lb_operator.strategies.state import StrategyState
 
 
 def plan_drain(

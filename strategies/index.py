@@ -14,10 +14,10 @@ from collections import Counter
 from collections.abc import Callable, Hashable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from strategies import bundles as bundle_names
+from pulsar_lb_operator.strategies import bundles as bundle_names
 
 if TYPE_CHECKING:  # snapshots.py builds the index
-    from strategies.snapshots import ClusterSnapshot, ResourceWeights
+    from pulsar_lb_operator.strategies.snapshots import ClusterSnapshot, ResourceWeights
 
 T = TypeVar("T")
 

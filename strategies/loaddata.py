@@ -12,61 +12,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
-from strategies import bundles as bundle_names
-from strategies.documents import MAX_AVERAGE, Reader, StateError
-from strategies.snapshots import BundleStats, ClusterSnapshot, MessageTotals
-
-if TYPE_CHECKING:  # profile.py imports this module
-    from strategies.profile import CostModel, LoadProfile
-
-NUM_SHORT_SAMPLES = 10
-NUM_LONG_SAMPLES = 1000
-# Default stats of a bundle with no data yet (BundleData's defaults).
-DEFAULT_MSG_RATE = 50.0
-DEFAULT_MSG_THROUGHPUT = 50_000.0
-
-
-class MessageAverage(NamedTuple):
-    """TimeAverageMessageData: exact mean until ``max_samples``, then an EMA with weight 1/max.
-
-    A named tuple rather than a dataclass, as ``BundleData``: every cycle makes two per reported bundle
-    (200,000 with 100,000 bundles), and a tuple is several times cheaper to make and to keep.
-    """
-
-    max_samples: int
-    num_samples: int = 0
-    msgRateIn: float = DEFAULT_MSG_RATE
-    msgRateOut: float = DEFAULT_MSG_RATE
-    msgThroughputIn: float = DEFAULT_MSG_THROUGHPUT
-    msgThroughputOut: float = DEFAULT_MSG_THROUGHPUT
-
-    msg_rate = MessageTotals.msg_rate
-    msg_throughput = MessageTotals.msg_throughput
-    traffic = MessageTotals.traffic
-
-    def update(self, stats: BundleStats) -> MessageAverage:
-        max_samples, samples, rate_in, rate_out, thr_in, thr_out = self
-        n = min(samples + 1, max_samples)
-        kept = n - 1
-        return MessageAverage(
-            max_samples,
-            n,
-            (kept * rate_in + stats.msgRateIn) / n,
-            (kept * rate_out + stats.msgRateOut) / n,
-            (kept * thr_in + stats.msgThroughputIn) / n,
-            (kept * thr_out + stats.msgThroughputOut) / n,
-        )
-
-    def to_json(self) -> list[float]:
-        return [self.num_samples, self.msgRateIn, self.msgRateOut, self.msgThroughputIn, self.msgThroughputOut]
-
-    @classmethod
-    def from_json(cls, max_samples: int, data: Any, path: str = "average") -> MessageAverage:
-        """``[samples, rate in, rate out, throughput in, throughput out]``; anything else raises StateError."""
-        count, *values = Reader(data, path, StateError).items(length=5)
-        return cls(max_samples, count.integer(maximum=max_samples), *(v.number(maximum=MAX_AVERAGE) for v in values))
+from pulsar_lb_operator.strategies import bundles as bundle_names
+from pulsar_lb_operator.strategies.averages import NUM_LONG_SAMPLES, NUM_SHORT_SAMPLES, MessageAverage
+from pulsar_lb_operator.strategies.documents import Reader, StateError
+from pulsar_lb_operator.strategies.profile import CostModel, LoadProfile
+from pulsar_lb_operator.strategies.snapshots import BundleStats, ClusterSnapshot
 
 
 class BundleData(NamedTuple):

@@ -21,19 +21,19 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from strategies import bundles as bundle_names
-from strategies import policies as ns_policies
-from strategies import registry
-from strategies.config import LoadBalancerConfig
-from strategies.heap import collector_paused
-from strategies.loaddata import LoadData, build_load_data
-from strategies.placement.common import PlacementContext
-from strategies.plans import Action, BrokerScore, Plan, Split, Unload
-from strategies.profile import LoadProfile
-from strategies.shedding.transfer import NAME as TRANSFER_SHEDDER
-from strategies.snapshots import ClusterSnapshot
-from strategies.splitting.trigger import find_bundles_to_split
-from strategies.state import StrategyState
+from pulsar_lb_operator.strategies import bundles as bundle_names
+from pulsar_lb_operator.strategies import policies as ns_policies
+from pulsar_lb_operator.strategies import registry
+from pulsar_lb_operator.strategies.config import LoadBalancerConfig
+from pulsar_lb_operator.strategies.heap import collector_paused
+from pulsar_lb_operator.strategies.loaddata import LoadData, build_load_data
+from pulsar_lb_operator.strategies.placement.common import PlacementContext
+from pulsar_lb_operator.strategies.plans import Action, BrokerScore, Plan, Split, Unload
+from pulsar_lb_operator.strategies.profile import LoadProfile
+from pulsar_lb_operator.strategies.shedding.transfer import NAME as TRANSFER_SHEDDER
+from pulsar_lb_operator.strategies.snapshots import ClusterSnapshot
+from pulsar_lb_operator.strategies.splitting.trigger import find_bundles_to_split
+from pulsar_lb_operator.strategies.state import StrategyState
 
 
 def _broker_topics(load: LoadData, broker: str, ctx: PlacementContext) -> int:

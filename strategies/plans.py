@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from strategies import bundles as bundle_names
+from pulsar_lb_operator.strategies import bundles as bundle_names
 
 
 @dataclass(frozen=True)

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from strategies import bundles as bundle_names
-from strategies.documents import Reader, describe
+from pulsar_lb_operator.strategies import bundles as bundle_names
+from pulsar_lb_operator.strategies.documents import Reader, describe
 
 MIN_AVAILABLE = "min_available"  # AutoFailoverPolicyType: the only policy type Pulsar has
 ALL = "*"  # policiesUnknown key: the policies of every namespace are unknown

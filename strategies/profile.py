@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from strategies.loaddata import MessageAverage
+from pulsar_lb_operator.strategies.averages import MessageAverage
 
 
 @dataclass(frozen=True)

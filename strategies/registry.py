@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from strategies.config import LoadBalancerConfig
-from strategies.loaddata import LoadData
-from strategies.placement import avg as avg_placement
-from strategies.placement import least_long_term_message_rate, least_resource_usage_with_weight
-from strategies.placement.common import PlacementContext
-from strategies.shedding import avg, overload, predictive, threshold, transfer, uniform
-from strategies.shedding.common import SheddingResult
-from strategies.state import StrategyState
+from pulsar_lb_operator.strategies.config import LoadBalancerConfig
+from pulsar_lb_operator.strategies.loaddata import LoadData
+from pulsar_lb_operator.strategies.placement import avg as avg_placement
+from pulsar_lb_operator.strategies.placement import least_long_term_message_rate, least_resource_usage_with_weight
+from pulsar_lb_operator.strategies.placement.common import PlacementContext
+from pulsar_lb_operator.strategies.shedding import avg, overload, predictive, threshold, transfer, uniform
+from pulsar_lb_operator.strategies.shedding.common import SheddingResult
+from pulsar_lb_operator.strategies.state import StrategyState
 
 Shedder = Callable[[LoadData, LoadBalancerConfig, StrategyState], SheddingResult]
 Placer = Callable[[Sequence[str], str, PlacementContext], "str | None"]

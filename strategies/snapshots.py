@@ -26,11 +26,18 @@ try:  # checks each broker's lastStats in C; without it (a Spark driver has only
 except ImportError:  # pragma: no cover
     msgspec = None
 
-from strategies import bundles as bundle_names
-from strategies.documents import MAX_AMOUNT, MAX_BROKER_TOTAL, MAX_INTEGER, MIN_LIMIT, Reader, describe
-from strategies.heap import collector_paused
-from strategies.index import SnapshotIndex
-from strategies.policies import NO_POLICIES, NamespacePolicies, parse_policies
+from pulsar_lb_operator.strategies import bundles as bundle_names
+from pulsar_lb_operator.strategies.documents import (
+    MAX_AMOUNT,
+    MAX_BROKER_TOTAL,
+    MAX_INTEGER,
+    MIN_LIMIT,
+    Reader,
+    describe,
+)
+from pulsar_lb_operator.strategies.heap import collector_paused
+from pulsar_lb_operator.strategies.index import SnapshotIndex
+from pulsar_lb_operator.strategies.policies import NO_POLICIES, NamespacePolicies, parse_policies
 
 SNAPSHOT_FORMAT = "pulsar-lb-snapshot/1"
 RESOURCE_FIELDS = ("cpu", "memory", "directMemory", "bandwidthIn", "bandwidthOut")

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-from strategies.documents import MAX_AVERAGE, MAX_FINITE, Reader, StateError, describe, type_name
-from strategies.loaddata import BundleData
+from pulsar_lb_operator.strategies.documents import MAX_AVERAGE, MAX_FINITE, Reader, StateError, describe, type_name
+from pulsar_lb_operator.strategies.loaddata import BundleData
 
 STATE_FORMAT = "pulsar-lb-state/1"
 

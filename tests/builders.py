@@ -11,8 +11,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from strategies import parse_snapshot
-from strategies.snapshots import ClusterSnapshot
+from pulsar_lb_operator.strategies import parse_snapshot
+from pulsar_lb_operator.strategies.snapshots import ClusterSnapshot
 
 MIB = 1024 * 1024
 NOW = 1_750_000_000_000  # a fixed epoch-ms "now" for every test snapshot
@@ -117,8 +117,8 @@ def bundle(ns: str, index: int, count: int = 16) -> str:
 
 def run_shedder(name: str, snap: ClusterSnapshot, config: Any = None, state: Any = None) -> Any:
     """Run one shedding strategy alone, as Pulsar's unit tests do (no placement, no split)."""
-    from strategies import SHEDDING, LoadBalancerConfig, StrategyState
-    from strategies.loaddata import build_load_data
+    from pulsar_lb_operator.strategies import SHEDDING, LoadBalancerConfig, StrategyState
+    from pulsar_lb_operator.strategies.loaddata import build_load_data
 
     config = config or LoadBalancerConfig()
     state = state or StrategyState()
@@ -127,7 +127,7 @@ def run_shedder(name: str, snap: ClusterSnapshot, config: Any = None, state: Any
 
 
 def cfg(**overrides: Any) -> Any:
-    from strategies import LoadBalancerConfig
+    from pulsar_lb_operator.strategies import LoadBalancerConfig
 
     return LoadBalancerConfig().replace(overrides)
 
@@ -144,7 +144,7 @@ def cli_shedder(workdir: Path, name: str, snap: ClusterSnapshot, config: Any = N
     from types import SimpleNamespace
 
     from pulsar_lb_operator import cli
-    from strategies import LoadBalancerConfig, StrategyState, Unload
+    from pulsar_lb_operator.strategies import LoadBalancerConfig, StrategyState, Unload
 
     workdir.mkdir(parents=True, exist_ok=True)
     index = len(list(workdir.glob("snapshot-*.json")))

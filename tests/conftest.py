@@ -12,9 +12,9 @@ import time  # noqa: E402
 
 import pytest  # noqa: E402
 
-from simulator.cluster import SimulatedCluster  # noqa: E402
-from simulator.http import serve  # noqa: E402
-from simulator.scenario import load_scenario  # noqa: E402
+from pulsar_lb_operator.simulator.cluster import SimulatedCluster  # noqa: E402
+from pulsar_lb_operator.simulator.http import serve  # noqa: E402
+from pulsar_lb_operator.simulator.scenario import load_scenario  # noqa: E402
 from tests.builders import cli_shedder, run_shedder  # noqa: E402
 
 

@@ -12,7 +12,7 @@ import logging
 
 import pulsar
 
-from simulator.elm import LiteBroker as _LiteBroker
+from pulsar_lb_operator.simulator.elm import LiteBroker as _LiteBroker
 
 _quiet = logging.getLogger("tests.pulsar_client")
 _quiet.setLevel("CRITICAL")

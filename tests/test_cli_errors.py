@@ -14,9 +14,9 @@ import pytest
 from pulsar_lb_operator import cli, hints
 from pulsar_lb_operator.adminapi.errors import Unauthorized
 from pulsar_lb_operator.settings import OperatorSettings, resolve
-from simulator.cluster import SimulatedCluster
-from simulator.http import serve
-from simulator.scenario import load_scenario
+from pulsar_lb_operator.simulator.cluster import SimulatedCluster
+from pulsar_lb_operator.simulator.http import serve
+from pulsar_lb_operator.simulator.scenario import load_scenario
 from tests.builders import free_port, operator_script
 
 ROOT = Path(__file__).resolve().parent.parent

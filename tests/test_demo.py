@@ -8,7 +8,7 @@ import threading
 
 import requests
 
-from pulsar_lb_operator import demo
+from pulsar_lb_operator.sandbox import demo
 from tests.builders import free_port, operator_script
 
 

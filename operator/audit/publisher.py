@@ -24,7 +24,7 @@ from pulsar_lb_operator.adminapi import auth
 from pulsar_lb_operator.adminapi.auth import Credentials
 from pulsar_lb_operator.audit.spool import Spool
 from pulsar_lb_operator.settings import OperatorSettings
-from strategies.config import ConfigError
+from pulsar_lb_operator.strategies.config import ConfigError
 
 log = structlog.get_logger(__name__)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from strategies.placement.common import PlacementContext
-from strategies.shedding.avg import expected_broker
+from pulsar_lb_operator.strategies.placement.common import PlacementContext
+from pulsar_lb_operator.strategies.shedding.avg import expected_broker
 
 NAME = "AvgShedder"
 

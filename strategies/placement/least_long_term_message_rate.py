@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from strategies.placement.common import PlacementContext
+from pulsar_lb_operator.strategies.placement.common import PlacementContext
 
 NAME = "LeastLongTermMessageRate"
 

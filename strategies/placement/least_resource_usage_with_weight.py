@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from strategies.placement.common import PlacementContext
+from pulsar_lb_operator.strategies.placement.common import PlacementContext
 
 NAME = "LeastResourceUsageWithWeight"
 

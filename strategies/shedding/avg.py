@@ -12,11 +12,11 @@ import random
 import zlib
 from collections.abc import Sequence
 
-from strategies.config import LoadBalancerConfig
-from strategies.loaddata import LoadData
-from strategies.plans import Unload
-from strategies.shedding.common import SheddingResult, fmt_bytes
-from strategies.state import StrategyState
+from pulsar_lb_operator.strategies.config import LoadBalancerConfig
+from pulsar_lb_operator.strategies.loaddata import LoadData
+from pulsar_lb_operator.strategies.plans import Unload
+from pulsar_lb_operator.strategies.shedding.common import SheddingResult, fmt_bytes
+from pulsar_lb_operator.strategies.state import StrategyState
 
 NAME = "AvgShedder"
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from strategies.config import LoadBalancerConfig
-from strategies.loaddata import LoadData
-from strategies.plans import Unload
-from strategies.state import StrategyState
+from pulsar_lb_operator.strategies.config import LoadBalancerConfig
+from pulsar_lb_operator.strategies.loaddata import LoadData
+from pulsar_lb_operator.strategies.plans import Unload
+from pulsar_lb_operator.strategies.state import StrategyState
 
 
 @dataclass(frozen=True)

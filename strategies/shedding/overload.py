@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from strategies.config import LoadBalancerConfig
-from strategies.loaddata import LoadData
-from strategies.plans import Unload
-from strategies.shedding.common import SheddingResult, fmt_bytes, select_by_short_term_throughput, weighted_usage
-from strategies.state import StrategyState
+from pulsar_lb_operator.strategies.config import LoadBalancerConfig
+from pulsar_lb_operator.strategies.loaddata import LoadData
+from pulsar_lb_operator.strategies.plans import Unload
+from pulsar_lb_operator.strategies.shedding.common import (
+    SheddingResult,
+    fmt_bytes,
+    select_by_short_term_throughput,
+    weighted_usage,
+)
+from pulsar_lb_operator.strategies.state import StrategyState
 
 NAME = "OverloadShedder"
 

@@ -28,15 +28,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from strategies import bundles as bundle_names
-from strategies.config import LoadBalancerConfig
-from strategies.loaddata import LoadData
-from strategies.plans import Unload
-from strategies.policies import candidates_for
-from strategies.profile import CostModel
-from strategies.shedding import avg
-from strategies.shedding.common import SheddingResult
-from strategies.state import PendingMove, StrategyState
+from pulsar_lb_operator.strategies import bundles as bundle_names
+from pulsar_lb_operator.strategies.config import LoadBalancerConfig
+from pulsar_lb_operator.strategies.loaddata import LoadData
+from pulsar_lb_operator.strategies.plans import Unload
+from pulsar_lb_operator.strategies.policies import candidates_for
+from pulsar_lb_operator.strategies.profile import CostModel
+from pulsar_lb_operator.strategies.shedding import avg
+from pulsar_lb_operator.strategies.shedding.common import SheddingResult
+from pulsar_lb_operator.strategies.state import PendingMove, StrategyState
 
 NAME = "PredictivePairingShedder"
 MIN_R2 = 0.8

@@ -13,14 +13,14 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from strategies import bundles as bundle_names
-from strategies.config import LoadBalancerConfig
-from strategies.loaddata import LoadData
-from strategies.plans import Unload
-from strategies.policies import shedding_allowed, transfer_filter
-from strategies.shedding.common import SheddingResult, fmt_bytes
-from strategies.snapshots import BrokerLoad, BundleStats
-from strategies.state import StrategyState, TransferBrokerEma
+from pulsar_lb_operator.strategies import bundles as bundle_names
+from pulsar_lb_operator.strategies.config import LoadBalancerConfig
+from pulsar_lb_operator.strategies.loaddata import LoadData
+from pulsar_lb_operator.strategies.plans import Unload
+from pulsar_lb_operator.strategies.policies import shedding_allowed, transfer_filter
+from pulsar_lb_operator.strategies.shedding.common import SheddingResult, fmt_bytes
+from pulsar_lb_operator.strategies.snapshots import BrokerLoad, BundleStats
+from pulsar_lb_operator.strategies.state import StrategyState, TransferBrokerEma
 
 NAME = "TransferShedder"
 

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import math
 
-from strategies.config import LoadBalancerConfig
-from strategies.loaddata import LoadData
-from strategies.plans import Unload
-from strategies.shedding.common import SheddingResult, fmt_bytes
-from strategies.state import StrategyState
+from pulsar_lb_operator.strategies.config import LoadBalancerConfig
+from pulsar_lb_operator.strategies.loaddata import LoadData
+from pulsar_lb_operator.strategies.plans import Unload
+from pulsar_lb_operator.strategies.shedding.common import SheddingResult, fmt_bytes
+from pulsar_lb_operator.strategies.state import StrategyState
 
 NAME = "UniformLoadShedder"
 _EPS = 1e-6

@@ -6,9 +6,9 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 
-from strategies import bundles as bundle_names
-from strategies.bundles import BundleRange
-from strategies.snapshots import TopicStats
+from pulsar_lb_operator.strategies import bundles as bundle_names
+from pulsar_lb_operator.strategies.bundles import BundleRange
+from pulsar_lb_operator.strategies.snapshots import TopicStats
 
 RANGE_EQUALLY_DIVIDE = "range_equally_divide"
 TOPIC_COUNT_EQUALLY_DIVIDE = "topic_count_equally_divide"

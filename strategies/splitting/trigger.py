@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from strategies import bundles as bundle_names
-from strategies.config import LoadBalancerConfig
-from strategies.loaddata import BundleData, LoadData
-from strategies.plans import Split
-from strategies.profile import HotBundle
-from strategies.shedding.common import fmt_bytes
-from strategies.splitting import algorithms
+from pulsar_lb_operator.strategies import bundles as bundle_names
+from pulsar_lb_operator.strategies.config import LoadBalancerConfig
+from pulsar_lb_operator.strategies.loaddata import BundleData, LoadData
+from pulsar_lb_operator.strategies.plans import Split
+from pulsar_lb_operator.strategies.profile import HotBundle
+from pulsar_lb_operator.strategies.shedding.common import fmt_bytes
+from pulsar_lb_operator.strategies.splitting import algorithms
 
 
 class SplitLimits(NamedTuple):

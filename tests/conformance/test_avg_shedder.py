@@ -5,7 +5,7 @@ Bundles are 450+450 msg/s each; broker message rates are set as in the Java test
 differ from the sum of their bundles, as there).
 """
 
-from strategies import StrategyState
+from pulsar_lb_operator.strategies import StrategyState
 from tests.builders import broker_report, cfg, snapshot, stats
 
 

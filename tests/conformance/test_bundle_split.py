@@ -10,12 +10,12 @@ import random
 
 import pytest
 
-from strategies import StrategyState, plan_cycle
-from strategies.bundles import BundleRange, topic_hash
-from strategies.loaddata import build_load_data
-from strategies.snapshots import TopicStats
-from strategies.splitting import algorithms
-from strategies.splitting.trigger import find_bundles_to_split
+from pulsar_lb_operator.strategies import StrategyState, plan_cycle
+from pulsar_lb_operator.strategies.bundles import BundleRange, topic_hash
+from pulsar_lb_operator.strategies.loaddata import build_load_data
+from pulsar_lb_operator.strategies.snapshots import TopicStats
+from pulsar_lb_operator.strategies.splitting import algorithms
+from pulsar_lb_operator.strategies.splitting.trigger import find_bundles_to_split
 from tests.builders import broker_report, cfg, snapshot, stats
 
 

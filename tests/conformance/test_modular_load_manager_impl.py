@@ -8,11 +8,11 @@ metadata-store paths, and the isolation / anti-affinity cases (no such policies 
 
 import random
 
-from strategies import StrategyState, plan_cycle
-from strategies.loaddata import BundleData, MessageAverage, build_load_data
-from strategies.placement import least_long_term_message_rate as lltmr
-from strategies.placement.common import PlacementContext
-from strategies.planner import select_broker_for_assignment
+from pulsar_lb_operator.strategies import StrategyState, plan_cycle
+from pulsar_lb_operator.strategies.loaddata import BundleData, MessageAverage, build_load_data
+from pulsar_lb_operator.strategies.placement import least_long_term_message_rate as lltmr
+from pulsar_lb_operator.strategies.placement.common import PlacementContext
+from pulsar_lb_operator.strategies.planner import select_broker_for_assignment
 from tests.builders import broker_report, cfg, snapshot, stats
 
 T0 = 1_750_000_000_000

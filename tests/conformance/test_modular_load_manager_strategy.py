@@ -12,9 +12,9 @@ import random
 
 import pytest
 
-from strategies import PLACEMENT, StrategyState
-from strategies.loaddata import build_load_data
-from strategies.placement.common import PlacementContext
+from pulsar_lb_operator.strategies import PLACEMENT, StrategyState
+from pulsar_lb_operator.strategies.loaddata import build_load_data
+from pulsar_lb_operator.strategies.placement.common import PlacementContext
 from tests.builders import broker_report, cfg, snapshot, stats
 
 lltmr_select = PLACEMENT["LeastLongTermMessageRate"]

@@ -14,14 +14,14 @@ import random
 
 import pytest
 
-from strategies import StrategyState, plan_cycle
-from strategies import policies as P
-from strategies.documents import Reader
-from strategies.loaddata import build_load_data
-from strategies.placement import least_long_term_message_rate as lltmr
-from strategies.placement.common import PlacementContext
-from strategies.planner import select_broker_for_assignment
-from strategies.snapshots import (
+from pulsar_lb_operator.strategies import StrategyState, plan_cycle
+from pulsar_lb_operator.strategies import policies as P
+from pulsar_lb_operator.strategies.documents import Reader
+from pulsar_lb_operator.strategies.loaddata import build_load_data
+from pulsar_lb_operator.strategies.placement import least_long_term_message_rate as lltmr
+from pulsar_lb_operator.strategies.placement.common import PlacementContext
+from pulsar_lb_operator.strategies.planner import select_broker_for_assignment
+from pulsar_lb_operator.strategies.snapshots import (
     SnapshotError,
     parse_snapshot,
 )

@@ -4,7 +4,7 @@
 Not mirrored: testPrintResourceUsage (LocalBrokerData's log formatting, no decision).
 """
 
-from strategies import StrategyState
+from pulsar_lb_operator.strategies import StrategyState
 from tests.builders import MIB, broker_report, cfg, snapshot, stats
 
 OVERLOADED = {"bw_in": (999, 1000), "bw_out": (999, 1000)}

@@ -6,7 +6,7 @@ has a single broker, an idle second broker is added when the planner path needs 
 (ModularLoadManagerImpl.doLoadShedding does nothing with one broker); it does not change the decision.
 """
 
-from strategies import StrategyState
+from pulsar_lb_operator.strategies import StrategyState
 from tests.builders import MIB, broker_report, cfg, snapshot, stats
 
 OVERLOADED = {"bw_in": (999, 1000), "bw_out": (999, 1000)}

@@ -12,8 +12,8 @@ testRandomLoad and testRandomLoadStats (random loads, LoadStats internals).
 
 import pytest
 
-from strategies import StrategyState
-from strategies.shedding.transfer import update_emas
+from pulsar_lb_operator.strategies import StrategyState
+from pulsar_lb_operator.strategies.shedding.transfer import update_emas
 from tests.builders import NOW, broker_report, cfg, run_shedder, snapshot, stats
 
 NO_HIT_COUNT = {"loadBalancerSheddingConditionHitCountThreshold": 0, "loadBalancerDebugModeEnabled": True}
@@ -246,7 +246,7 @@ def test_min_broker_with_low_traffic():
     snap = base_cluster(loads=(2, 4, 6, 55, 65))
 
     config = cfg(**NO_HIT_COUNT)
-    load = __import__("strategies.loaddata", fromlist=["x"]).build_load_data(snap, {}, {}, 0)[0]
+    load = __import__("pulsar_lb_operator.strategies.loaddata", fromlist=["x"]).build_load_data(snap, {}, {}, 0)[0]
     emas = update_emas(load, config, StrategyState())
     emas["broker2:8080"] = type(emas["broker2:8080"])(
         emas["broker2:8080"].weighted_max_ema, 10, emas["broker2:8080"].updated_at

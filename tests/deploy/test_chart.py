@@ -17,8 +17,8 @@ from pulsar_lb_operator.daemon import Daemon
 from pulsar_lb_operator.executor import Outcome
 from pulsar_lb_operator.leadership import LeaseClient, LeaseElector, elector_from_settings
 from pulsar_lb_operator.settings import OperatorSettings, resolve
-from strategies import PLACEMENT, SHEDDING
-from strategies.config import config_keys
+from pulsar_lb_operator.strategies import PLACEMENT, SHEDDING
+from pulsar_lb_operator.strategies.config import config_keys
 from tests.kube_api import FakeKubeApi
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "pulsar-lb-operator"

@@ -18,7 +18,7 @@ import pytest
 from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.daemon import Daemon
 from pulsar_lb_operator.settings import OperatorSettings
-from strategies import LoadBalancerConfig
+from pulsar_lb_operator.strategies import LoadBalancerConfig
 from tests.builders import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,8 +21,8 @@ from pulsar_lb_operator.cycle import CycleResult, OperatorState
 from pulsar_lb_operator.daemon import Daemon
 from pulsar_lb_operator.executor import Outcome, Record
 from pulsar_lb_operator.settings import OperatorSettings
-from strategies import LoadBalancerConfig, Plan, Split, StrategyState, Unload
-from strategies.plans import BrokerScore
+from pulsar_lb_operator.strategies import LoadBalancerConfig, Plan, Split, StrategyState, Unload
+from pulsar_lb_operator.strategies.plans import BrokerScore
 from tests.deploy.test_chart import CHART
 
 MONITORING = {

@@ -179,9 +179,9 @@ def test_the_token_never_shows_in_repr():
 
 def test_end_to_end_unload_through_leader_and_owner_with_token():
     """Real HTTP: unload with a destination from a non-leader broker; every hop must carry the token."""
-    from simulator.cluster import SimulatedCluster
-    from simulator.http import serve
-    from simulator.scenario import parse_scenario
+    from pulsar_lb_operator.simulator.cluster import SimulatedCluster
+    from pulsar_lb_operator.simulator.http import serve
+    from pulsar_lb_operator.simulator.scenario import parse_scenario
     from tests.simulator.conftest import SMALL
 
     with serve(lambda alloc: SimulatedCluster(parse_scenario(SMALL), alloc), token="s3cret") as sim:

@@ -10,11 +10,11 @@ import pytest
 from pulsar_lb_operator.audit import AuditPublisher, Spool, SpoolFullError
 from pulsar_lb_operator.audit.events import FORMAT, KIND_OF_OUTCOME, CycleContext, record_event
 from pulsar_lb_operator.cli import main
-from pulsar_lb_operator.demo import run_demo
 from pulsar_lb_operator.executor import Outcome, Record
+from pulsar_lb_operator.sandbox.demo import run_demo
 from pulsar_lb_operator.settings import OperatorSettings
-from strategies.config import ConfigError
-from strategies.plans import Unload
+from pulsar_lb_operator.strategies.config import ConfigError
+from pulsar_lb_operator.strategies.plans import Unload
 from tests.operator.test_daemon import make_daemon
 from tests.pulsar_broker import LiteBroker
 

@@ -8,10 +8,10 @@ from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.collector import collect
 from pulsar_lb_operator.cycle import OperatorState, run_cycle
 from pulsar_lb_operator.executor import Executor, ExecutorState, Outcome, Safety
-from simulator.cluster import UNLOAD_WINDOW_S, SimulatedCluster
-from simulator.http import Fault, serve
-from simulator.scenario import parse_scenario
-from strategies import LoadBalancerConfig, Plan, Split, Unload
+from pulsar_lb_operator.simulator.cluster import UNLOAD_WINDOW_S, SimulatedCluster
+from pulsar_lb_operator.simulator.http import Fault, serve
+from pulsar_lb_operator.simulator.scenario import parse_scenario
+from pulsar_lb_operator.strategies import LoadBalancerConfig, Plan, Split, Unload
 from tests.simulator.conftest import SMALL
 
 

@@ -10,14 +10,14 @@ import pytest
 import requests
 
 from pulsar_lb_operator.adminapi import AdminClient
+from pulsar_lb_operator.benchmarks.metrics import RunMetrics
 from pulsar_lb_operator.daemon import Daemon
 from pulsar_lb_operator.executor import Outcome
 from pulsar_lb_operator.settings import OperatorSettings
-from simulator.cluster import SimulatedCluster
-from simulator.http import Fault, serve
-from simulator.metrics import RunMetrics
-from simulator.scenario import load_scenario
-from strategies import LoadBalancerConfig
+from pulsar_lb_operator.simulator.cluster import SimulatedCluster
+from pulsar_lb_operator.simulator.http import Fault, serve
+from pulsar_lb_operator.simulator.scenario import load_scenario
+from pulsar_lb_operator.strategies import LoadBalancerConfig
 from tests.builders import free_port, operator_script
 
 
@@ -224,7 +224,7 @@ def test_predictive_pairing_closes_the_heterogeneous_gap_over_http(served, tmp_p
     """Where AvgShedder is stuck and TransferShedder only narrows the gap, the cost models close it."""
     from prometheus_client import generate_latest
 
-    from simulator.warmup import day_of_history_profile
+    from pulsar_lb_operator.benchmarks.warmup import day_of_history_profile
 
     write_profile(
         tmp_path / "profile", day_of_history_profile(served.cluster.scenario, lambda _s: served.cluster).cost_models

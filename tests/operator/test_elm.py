@@ -15,18 +15,19 @@ import time
 
 import pytest
 
-from pulsar_lb_operator import cli, demo, elm
+from pulsar_lb_operator import cli, elm
 from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.cycle import OperatorState, run_cycle
 from pulsar_lb_operator.daemon import Daemon
 from pulsar_lb_operator.executor import Executor, Outcome, Safety
+from pulsar_lb_operator.sandbox import demo
 from pulsar_lb_operator.settings import OperatorSettings
-from simulator import elm as sim_elm
-from simulator.cluster import SimulatedCluster
-from simulator.http import serve
-from simulator.scenario import parse_scenario
-from strategies import LoadBalancerConfig
-from strategies.snapshots import SnapshotError, parse_broker_load
+from pulsar_lb_operator.simulator import elm as sim_elm
+from pulsar_lb_operator.simulator.cluster import SimulatedCluster
+from pulsar_lb_operator.simulator.http import serve
+from pulsar_lb_operator.simulator.scenario import parse_scenario
+from pulsar_lb_operator.strategies import LoadBalancerConfig
+from pulsar_lb_operator.strategies.snapshots import SnapshotError, parse_broker_load
 from tests.builders import free_port, operator_script
 
 ELM_SCENARIO = {

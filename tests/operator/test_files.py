@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pulsar_lb_operator import cli, files
-from strategies import StateError, StrategyState
+from pulsar_lb_operator.strategies import StateError, StrategyState
 from tests.builders import broker_report, snapshot_doc
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "unbalanced-after-restart.json"

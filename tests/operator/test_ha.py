@@ -12,10 +12,10 @@ from pulsar_lb_operator.daemon import Daemon
 from pulsar_lb_operator.executor import ExecutorState, Outcome
 from pulsar_lb_operator.leadership import STATE_ANNOTATION, LeaseClient, LeaseElector
 from pulsar_lb_operator.settings import OperatorSettings
-from simulator.cluster import SimulatedCluster
-from simulator.http import serve
-from simulator.scenario import load_scenario
-from strategies import LoadBalancerConfig, Plan, Unload
+from pulsar_lb_operator.simulator.cluster import SimulatedCluster
+from pulsar_lb_operator.simulator.http import serve
+from pulsar_lb_operator.simulator.scenario import load_scenario
+from pulsar_lb_operator.strategies import LoadBalancerConfig, Plan, Unload
 from tests.kube_api import FakeKubeApi
 
 NS, NAME = "pulsar", "lb-pulsar-lb-operator"

@@ -3,9 +3,9 @@
 import pyarrow.parquet as pq
 
 from pulsar_lb_operator.history import HistoryStore
-from simulator.cluster import SimulatedCluster
-from simulator.scenario import parse_scenario
-from strategies.snapshots import ClusterSnapshot, parse_broker_load
+from pulsar_lb_operator.simulator.cluster import SimulatedCluster
+from pulsar_lb_operator.simulator.scenario import parse_scenario
+from pulsar_lb_operator.strategies.snapshots import ClusterSnapshot, parse_broker_load
 from tests.simulator.conftest import SMALL
 
 

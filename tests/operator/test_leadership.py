@@ -23,7 +23,7 @@ from pulsar_lb_operator.leadership import (
     elector_from_settings,
 )
 from pulsar_lb_operator.settings import OperatorSettings, resolve
-from strategies.config import ConfigError
+from pulsar_lb_operator.strategies.config import ConfigError
 from tests.kube_api import FakeKubeApi
 
 NS, NAME = "pulsar", "lb-pulsar-lb-operator"

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from pulsar_lb_operator import cli
-from simulator.http import Fault
+from pulsar_lb_operator.simulator.http import Fault
 
 ACT_NOW = ["--set", "loadBalancerAvgShedderHitCountHighThreshold=1"]
 

@@ -12,11 +12,11 @@ from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.collector import collect
 from pulsar_lb_operator.cycle import OperatorState, run_cycle
 from pulsar_lb_operator.executor import Executor, ExecutorState, Outcome, Safety
-from simulator.cluster import SimulatedCluster
-from simulator.http import serve
-from simulator.scenario import parse_scenario
-from strategies import LoadBalancerConfig, Plan, Unload
-from strategies import policies as P
+from pulsar_lb_operator.simulator.cluster import SimulatedCluster
+from pulsar_lb_operator.simulator.http import serve
+from pulsar_lb_operator.simulator.scenario import parse_scenario
+from pulsar_lb_operator.strategies import LoadBalancerConfig, Plan, Unload
+from pulsar_lb_operator.strategies import policies as P
 
 # broker-0/1: tenant-a's (broker-2 its secondary below min_limit); broker-2..5 shared. The shared brokers are
 # crowded on broker-3 while tenant-a's own brokers are nearly idle: exactly when an unconstrained balancer

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from pulsar_lb_operator.rehearse import pending_on_disk, wait_until
-from simulator.http import Fault
+from pulsar_lb_operator.sandbox.rehearse import pending_on_disk, wait_until
+from pulsar_lb_operator.simulator.http import Fault
 from tests.builders import operator_script
 
 ACT = [

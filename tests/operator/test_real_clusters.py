@@ -21,11 +21,11 @@ from pulsar_lb_operator.audit import AuditPublisher, Spool
 from pulsar_lb_operator.cycle import OperatorState, run_cycle
 from pulsar_lb_operator.executor import Executor, Outcome, Safety
 from pulsar_lb_operator.settings import OperatorSettings, resolve
-from simulator.cluster import SimulatedCluster
-from simulator.http import serve
-from simulator.scenario import load_scenario
-from strategies import Unload
-from strategies.config import ConfigError
+from pulsar_lb_operator.simulator.cluster import SimulatedCluster
+from pulsar_lb_operator.simulator.http import serve
+from pulsar_lb_operator.simulator.scenario import load_scenario
+from pulsar_lb_operator.strategies import Unload
+from pulsar_lb_operator.strategies.config import ConfigError
 from tests.oauth2_issuer import Issuer
 
 ACT_NOW = ["--set", "loadBalancerAvgShedderHitCountHighThreshold=1", "--set", "pauseSeconds=0"]

@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-from pulsar_lb_operator import cli, rehearse
+from pulsar_lb_operator import cli
 from pulsar_lb_operator.executor import Executor
+from pulsar_lb_operator.sandbox import rehearse
 
 UNLOAD_500 = ("*:PUT:/unload:status-after=500",)
 

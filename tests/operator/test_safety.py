@@ -13,10 +13,10 @@ from pulsar_lb_operator import cli, statefile
 from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.cycle import OperatorState, run_cycle
 from pulsar_lb_operator.executor import Executor, ExecutorState, Outcome, Safety
-from simulator.cluster import SimulatedCluster
-from simulator.http import Fault, serve
-from simulator.scenario import parse_scenario
-from strategies import LoadBalancerConfig, Plan, Unload
+from pulsar_lb_operator.simulator.cluster import SimulatedCluster
+from pulsar_lb_operator.simulator.http import Fault, serve
+from pulsar_lb_operator.simulator.scenario import parse_scenario
+from pulsar_lb_operator.strategies import LoadBalancerConfig, Plan, Unload
 from tests.simulator.conftest import SMALL
 
 

@@ -8,11 +8,11 @@ import pytest
 
 from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.executor import Executor, ExecutorState, Outcome, Safety
-from simulator.cluster import SimulatedCluster
-from simulator.http import serve
-from simulator.scenario import parse_scenario
-from strategies import Plan, Unload
-from strategies.bundles import destination_keyed_by_range
+from pulsar_lb_operator.simulator.cluster import SimulatedCluster
+from pulsar_lb_operator.simulator.http import serve
+from pulsar_lb_operator.simulator.scenario import parse_scenario
+from pulsar_lb_operator.strategies import Plan, Unload
+from pulsar_lb_operator.strategies.bundles import destination_keyed_by_range
 
 
 def twins(version):

@@ -15,11 +15,11 @@ from pulsar_lb_operator.control import ControlFile
 from pulsar_lb_operator.daemon import Daemon
 from pulsar_lb_operator.executor import Outcome
 from pulsar_lb_operator.settings import OperatorSettings
-from simulator.cluster import SimulatedCluster
-from simulator.http import serve
-from simulator.scenario import load_scenario
-from strategies import LoadBalancerConfig
-from strategies import bundles as bundle_names
+from pulsar_lb_operator.simulator.cluster import SimulatedCluster
+from pulsar_lb_operator.simulator.http import serve
+from pulsar_lb_operator.simulator.scenario import load_scenario
+from pulsar_lb_operator.strategies import LoadBalancerConfig
+from pulsar_lb_operator.strategies import bundles as bundle_names
 from tests.builders import free_port
 
 

@@ -1,8 +1,8 @@
 import pytest
 
-from simulator.cluster import SimulatedCluster
-from simulator.http import serve
-from simulator.scenario import parse_scenario
+from pulsar_lb_operator.simulator.cluster import SimulatedCluster
+from pulsar_lb_operator.simulator.http import serve
+from pulsar_lb_operator.simulator.scenario import parse_scenario
 
 SMALL = {
     "cluster": "sim",

@@ -2,8 +2,8 @@
 
 import requests
 
-from simulator.cluster import UNLOAD_WINDOW_S
-from simulator.http import Fault
+from pulsar_lb_operator.simulator.cluster import UNLOAD_WINDOW_S
+from pulsar_lb_operator.simulator.http import Fault
 
 T = (2, 10)
 

@@ -6,9 +6,8 @@ import struct
 import pytest
 
 from pulsar_lb_operator import cli
-from pulsar_lb_operator.history import HistoryStore
-from simulator import replay, report
-from simulator.benchmark import (
+from pulsar_lb_operator.benchmarks import replay, report
+from pulsar_lb_operator.benchmarks.runs import (
     BASELINE,
     Combination,
     Move,
@@ -17,8 +16,9 @@ from simulator.benchmark import (
     moves_lower_bound,
     run,
 )
-from simulator.cluster import SimulatedCluster
-from simulator.scenario import load_scenario, parse_scenario
+from pulsar_lb_operator.history import HistoryStore
+from pulsar_lb_operator.simulator.cluster import SimulatedCluster
+from pulsar_lb_operator.simulator.scenario import load_scenario, parse_scenario
 
 AVG = Combination("AvgShedder", "AvgShedder", "AvgShedder")
 UNIFORM = Combination("UniformLoadShedder + LeastLongTermMessageRate", "UniformLoadShedder", "LeastLongTermMessageRate")

@@ -2,9 +2,9 @@
 
 import pytest
 
-from simulator.cluster import SimulatedCluster
-from simulator.metrics import RunMetrics
-from simulator.scenario import ScenarioError, load_scenario, parse_scenario, shipped_scenarios
+from pulsar_lb_operator.benchmarks.metrics import RunMetrics
+from pulsar_lb_operator.simulator.cluster import SimulatedCluster
+from pulsar_lb_operator.simulator.scenario import ScenarioError, load_scenario, parse_scenario, shipped_scenarios
 from tests.simulator.conftest import SMALL
 
 

@@ -14,13 +14,14 @@ import pulsar
 import pytest
 import requests
 
-from pulsar_lb_operator import cli, demo
-from simulator import elm as sim_elm
-from simulator.cluster import SimulatedCluster
-from simulator.http import serve
-from simulator.scenario import ScenarioError, parse_scenario
-from strategies.shedding.transfer import compare_bundle_stats
-from strategies.snapshots import BundleStats
+from pulsar_lb_operator import cli
+from pulsar_lb_operator.sandbox import demo
+from pulsar_lb_operator.simulator import elm as sim_elm
+from pulsar_lb_operator.simulator.cluster import SimulatedCluster
+from pulsar_lb_operator.simulator.http import serve
+from pulsar_lb_operator.simulator.scenario import ScenarioError, parse_scenario
+from pulsar_lb_operator.strategies.shedding.transfer import compare_bundle_stats
+from pulsar_lb_operator.strategies.snapshots import BundleStats
 from tests.simulator.conftest import SMALL
 
 ELM = {**SMALL, "loadManager": "extensible"}

@@ -8,11 +8,12 @@ import time
 import pytest
 import requests
 
-from pulsar_lb_operator import cli, demo
-from simulator.cluster import SimulatedCluster
-from simulator.faults import FaultRule, FaultSpecError, parse_fault
-from simulator.http import Fault, serve
-from simulator.scenario import ScenarioError, load_scenario, parse_scenario
+from pulsar_lb_operator import cli
+from pulsar_lb_operator.sandbox import demo
+from pulsar_lb_operator.simulator.cluster import SimulatedCluster
+from pulsar_lb_operator.simulator.faults import FaultRule, FaultSpecError, parse_fault
+from pulsar_lb_operator.simulator.http import Fault, serve
+from pulsar_lb_operator.simulator.scenario import ScenarioError, load_scenario, parse_scenario
 
 from .conftest import SMALL
 

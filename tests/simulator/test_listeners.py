@@ -4,9 +4,9 @@ ids that do not resolve, and the window in which a bundle being unloaded refuses
 import pytest
 import requests
 
-from simulator.cluster import UNLOAD_WINDOW_S, SimulatedCluster
-from simulator.http import serve
-from simulator.scenario import EventSpec, parse_scenario
+from pulsar_lb_operator.simulator.cluster import UNLOAD_WINDOW_S, SimulatedCluster
+from pulsar_lb_operator.simulator.http import serve
+from pulsar_lb_operator.simulator.scenario import EventSpec, parse_scenario
 from tests.simulator.conftest import SMALL
 
 T = 10

@@ -5,10 +5,10 @@ placement of unowned bundles honouring them."""
 import pytest
 import requests
 
-from simulator.cluster import SimulatedCluster
-from simulator.http import serve
-from simulator.scenario import ScenarioError, parse_scenario
-from strategies import policies as P
+from pulsar_lb_operator.simulator.cluster import SimulatedCluster
+from pulsar_lb_operator.simulator.http import serve
+from pulsar_lb_operator.simulator.scenario import ScenarioError, parse_scenario
+from pulsar_lb_operator.strategies import policies as P
 
 POLICIES = {
     "cluster": "sim",

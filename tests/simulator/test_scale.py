@@ -15,18 +15,19 @@ import pytest
 import requests
 import yaml
 
-from pulsar_lb_operator import cli, demo
+from pulsar_lb_operator import cli
 from pulsar_lb_operator.adminapi import AdminClient
+from pulsar_lb_operator.benchmarks import suite
+from pulsar_lb_operator.benchmarks.metrics import RunMetrics
 from pulsar_lb_operator.collector import MAX_CONCURRENCY, collect, concurrency
 from pulsar_lb_operator.cycle import OperatorState, run_cycle
 from pulsar_lb_operator.executor import Executor, Outcome, Safety
-from simulator import http as sim_http
-from simulator import suite
-from simulator.cluster import Ownership, SimulatedCluster
-from simulator.http import ServeError, ensure_fd_limit, loopback_address, serve
-from simulator.metrics import RunMetrics
-from simulator.scenario import ScenarioError, load_scenario, parse_scenario
-from strategies import LoadBalancerConfig
+from pulsar_lb_operator.sandbox import demo
+from pulsar_lb_operator.simulator import http as sim_http
+from pulsar_lb_operator.simulator.cluster import Ownership, SimulatedCluster
+from pulsar_lb_operator.simulator.http import ServeError, ensure_fd_limit, loopback_address, serve
+from pulsar_lb_operator.simulator.scenario import ScenarioError, load_scenario, parse_scenario
+from pulsar_lb_operator.strategies import LoadBalancerConfig
 from tests.builders import free_port
 
 T = (5, 30)
@@ -78,7 +79,9 @@ def test_a_thousand_brokers_on_ports_never_share_one():
 
 def test_simulate_serves_every_broker_of_a_thousand_broker_scenario(tmp_path):
     scenario = tmp_path / "thousand.yaml"
-    data = yaml.safe_load((resources.files("simulator") / "scenarios" / "large-1000.yaml").read_text())
+    data = yaml.safe_load(
+        (resources.files("pulsar_lb_operator.simulator") / "scenarios" / "large-1000.yaml").read_text()
+    )
     data["namespaces"][0].update(count=10)  # 1,000 bundles: the brokers are what this is about
     scenario.write_text(yaml.safe_dump(data))
     stop, served, out = threading.Event(), {}, io.StringIO()
@@ -238,7 +241,9 @@ def test_the_shipped_large_scenario():
 
 def _large(brokers, bundles):
     """The shipped large-1000 scenario at another size, each broker loaded alike (as benchmarks/scale.py)."""
-    data = yaml.safe_load((resources.files("simulator") / "scenarios" / "large-1000.yaml").read_text())
+    data = yaml.safe_load(
+        (resources.files("pulsar_lb_operator.simulator") / "scenarios" / "large-1000.yaml").read_text()
+    )
     data["brokers"][0]["count"] = brokers
     data["namespaces"][0].update(
         count=bundles // 100, rate=data["namespaces"][0]["rate"] * 100_000 / bundles * brokers / 1000

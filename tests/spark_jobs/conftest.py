@@ -1,6 +1,6 @@
 import pytest
 
-from spark_jobs.session import build_session
+from pulsar_lb_operator.spark_jobs.session import build_session
 
 
 @pytest.fixture(scope="session")

@@ -4,12 +4,12 @@ import pytest
 from pyspark.sql import Row
 
 from pulsar_lb_operator.history import HistoryStore
-from simulator.cluster import SimulatedCluster
-from simulator.scenario import parse_scenario
-from spark_jobs import load_profile
-from spark_jobs.load_profile import ProfileError, ProfileOptions
-from strategies.loaddata import MessageAverage
-from strategies.snapshots import BundleStats, ClusterSnapshot, parse_broker_load
+from pulsar_lb_operator.simulator.cluster import SimulatedCluster
+from pulsar_lb_operator.simulator.scenario import parse_scenario
+from pulsar_lb_operator.spark_jobs import load_profile
+from pulsar_lb_operator.spark_jobs.load_profile import ProfileError, ProfileOptions
+from pulsar_lb_operator.strategies.averages import MessageAverage
+from pulsar_lb_operator.strategies.snapshots import BundleStats, ClusterSnapshot, parse_broker_load
 
 
 def bundle_rows(bundle, rates, start=0, step_ms=60_000, **extra):
@@ -190,9 +190,9 @@ def test_the_daemon_aggregates_in_process_and_plans_with_the_profile(spark, tmp_
     from pulsar_lb_operator.adminapi import AdminClient
     from pulsar_lb_operator.daemon import Daemon
     from pulsar_lb_operator.settings import OperatorSettings
-    from simulator.http import serve
-    from simulator.scenario import load_scenario
-    from strategies import LoadBalancerConfig
+    from pulsar_lb_operator.simulator.http import serve
+    from pulsar_lb_operator.simulator.scenario import load_scenario
+    from pulsar_lb_operator.strategies import LoadBalancerConfig
 
     scenario = load_scenario("hot-bundle-split")
     with serve(lambda allocate: SimulatedCluster(scenario, allocate)) as sim:

@@ -2,8 +2,8 @@
 
 import random
 
-from strategies import StrategyState, plan_cycle
-from strategies.shedding.avg import find_broker_pairs
+from pulsar_lb_operator.strategies import StrategyState, plan_cycle
+from pulsar_lb_operator.strategies.shedding.avg import find_broker_pairs
 from tests.builders import broker_report, cfg, snapshot, stats
 
 

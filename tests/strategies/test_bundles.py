@@ -2,7 +2,7 @@
 
 import pytest
 
-from strategies import bundles
+from pulsar_lb_operator.strategies import bundles
 
 
 def test_crc32_of_full_topic_name():

@@ -11,9 +11,9 @@ import random
 import pytest
 
 from pulsar_lb_operator import cli
-from strategies import StrategyState, plan_cycle
-from strategies.loaddata import build_load_data
-from strategies.snapshots import SnapshotError
+from pulsar_lb_operator.strategies import StrategyState, plan_cycle
+from pulsar_lb_operator.strategies.loaddata import build_load_data
+from pulsar_lb_operator.strategies.snapshots import SnapshotError
 from tests.builders import NOW, broker_report, cfg, run_shedder, snapshot, stats, write_snapshot
 
 HOT = {"topics": 5}  # a bundle the split trigger would split (≥ 2 topics, rate over 30 000 msg/s)

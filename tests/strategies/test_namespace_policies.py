@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from strategies import SHEDDING, StrategyState, parse_snapshot, plan_cycle
-from strategies import policies as P
-from strategies.snapshots import SnapshotError
+from pulsar_lb_operator.strategies import SHEDDING, StrategyState, parse_snapshot, plan_cycle
+from pulsar_lb_operator.strategies import policies as P
+from pulsar_lb_operator.strategies.snapshots import SnapshotError
 from tests.builders import broker_report, cfg, snapshot_doc, stats
 
 DEDICATED = "tenant-a"  # tenant-a/* may use only a1 and a2 (a3 when fewer than two of them are up)
@@ -217,7 +217,7 @@ def test_predictive_pairing_with_cost_models_pairs_only_allowed_brokers():
     they go without the policy)."""
     from types import MappingProxyType
 
-    from strategies.profile import CostModel, LoadProfile
+    from pulsar_lb_operator.strategies.profile import CostModel, LoadProfile
 
     def plan_for(isolation):
         doc = cluster_doc({"a1": 90, "a2": 85, "a3": 20, "s1": 5}, isolation=isolation)

@@ -5,12 +5,12 @@ import random
 
 import pytest
 
-from strategies import StrategyState, plan_cycle
-from strategies.loaddata import build_load_data
-from strategies.placement import least_long_term_message_rate as lltmr
-from strategies.placement import least_resource_usage_with_weight as lruww
-from strategies.placement.common import PlacementContext
-from strategies.planner import select_broker, select_broker_for_assignment
+from pulsar_lb_operator.strategies import StrategyState, plan_cycle
+from pulsar_lb_operator.strategies.loaddata import build_load_data
+from pulsar_lb_operator.strategies.placement import least_long_term_message_rate as lltmr
+from pulsar_lb_operator.strategies.placement import least_resource_usage_with_weight as lruww
+from pulsar_lb_operator.strategies.placement.common import PlacementContext
+from pulsar_lb_operator.strategies.planner import select_broker, select_broker_for_assignment
 from tests.builders import broker_report, cfg, snapshot, stats
 
 

@@ -6,10 +6,10 @@ from types import MappingProxyType
 
 import pytest
 
-from strategies import StrategyState, plan_cycle
-from strategies.loaddata import build_load_data
-from strategies.profile import CostModel, LoadProfile
-from strategies.shedding import avg, predictive
+from pulsar_lb_operator.strategies import StrategyState, plan_cycle
+from pulsar_lb_operator.strategies.loaddata import build_load_data
+from pulsar_lb_operator.strategies.profile import CostModel, LoadProfile
+from pulsar_lb_operator.strategies.shedding import avg, predictive
 from tests.builders import NOW, broker_report, bundle, cfg, snapshot, stats
 
 CPU = 800.0  # 8 cores: LocalBrokerData's cpu limit

@@ -3,11 +3,11 @@
 import random
 from types import MappingProxyType
 
-from strategies import StrategyState, plan_cycle
-from strategies.loaddata import MessageAverage, build_load_data
-from strategies.placement import least_long_term_message_rate as lltmr
-from strategies.placement.common import PlacementContext
-from strategies.profile import CostModel, HotBundle, LoadProfile
+from pulsar_lb_operator.strategies import StrategyState, plan_cycle
+from pulsar_lb_operator.strategies.loaddata import MessageAverage, build_load_data
+from pulsar_lb_operator.strategies.placement import least_long_term_message_rate as lltmr
+from pulsar_lb_operator.strategies.placement.common import PlacementContext
+from pulsar_lb_operator.strategies.profile import CostModel, HotBundle, LoadProfile
 from tests.builders import broker_report, cfg, snapshot, stats
 
 

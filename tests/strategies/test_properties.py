@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from strategies import (
+from pulsar_lb_operator.strategies import (
     PLACEMENT,
     SHEDDING,
     ConfigError,
@@ -35,10 +35,10 @@ from strategies import (
     StrategyState,
     plan_cycle,
 )
-from strategies.documents import MAX_AMOUNT, MAX_AVERAGE, MAX_BROKER_TOTAL, MAX_INTEGER, MIN_LIMIT
-from strategies.loaddata import BundleData, MessageAverage
-from strategies.profile import CostModel, LoadProfile
-from strategies.snapshots import RESOURCE_FIELDS, ClusterSnapshot, parse_broker_load, parse_snapshot
+from pulsar_lb_operator.strategies.documents import MAX_AMOUNT, MAX_AVERAGE, MAX_BROKER_TOTAL, MAX_INTEGER, MIN_LIMIT
+from pulsar_lb_operator.strategies.loaddata import BundleData, MessageAverage
+from pulsar_lb_operator.strategies.profile import CostModel, LoadProfile
+from pulsar_lb_operator.strategies.snapshots import RESOURCE_FIELDS, ClusterSnapshot, parse_broker_load, parse_snapshot
 from tests.builders import NOW, broker_report, bundle, snapshot_doc, stats
 
 FUZZ = settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])

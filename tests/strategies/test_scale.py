@@ -10,42 +10,33 @@ makes it about 16×. CPU time, best of five, so a busy machine does not decide.
 from __future__ import annotations
 
 import enum
-import importlib.util
 import math
 import random
 import time
 from decimal import Decimal
-from pathlib import Path
 from types import MappingProxyType, SimpleNamespace
 
 import pytest
 
-from strategies import parse_snapshot
-from strategies.config import LoadBalancerConfig
-from strategies.index import SnapshotIndex
-from strategies.loaddata import build_load_data
-from strategies.placement import least_long_term_message_rate as lltmr
-from strategies.placement.common import PlacementContext
-from strategies.policies import NO_POLICIES
-from strategies.shedding import predictive
-from strategies.snapshots import SnapshotError, _bundle_stats, _plain_last_stats, _reader
+from pulsar_lb_operator.benchmarks import decide as decide_benchmark
+from pulsar_lb_operator.strategies import parse_snapshot
+from pulsar_lb_operator.strategies.config import LoadBalancerConfig
+from pulsar_lb_operator.strategies.index import SnapshotIndex
+from pulsar_lb_operator.strategies.loaddata import build_load_data
+from pulsar_lb_operator.strategies.placement import least_long_term_message_rate as lltmr
+from pulsar_lb_operator.strategies.placement.common import PlacementContext
+from pulsar_lb_operator.strategies.policies import NO_POLICIES
+from pulsar_lb_operator.strategies.shedding import predictive
+from pulsar_lb_operator.strategies.snapshots import SnapshotError, _bundle_stats, _plain_last_stats, _reader
 from tests.builders import broker_report, bundle, snapshot, stats
 
 SMALL, LARGE, BROKERS = 2_500, 10_000, 100
 BOUND = 4 * 1.6
 
 
-def _benchmark() -> object:
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "decide.py"
-    spec = importlib.util.spec_from_file_location("decide_benchmark", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def bench() -> object:
-    return _benchmark()
+    return decide_benchmark
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +53,7 @@ def _cpu_seconds(run: object, repeat: int = 5) -> float:
     return max(best, 1e-4)
 
 
-@pytest.mark.parametrize("strategy", ["split trigger", *_benchmark().STRATEGIES])
+@pytest.mark.parametrize("strategy", ["split trigger", *decide_benchmark.STRATEGIES])
 def test_decide_time_grows_linearly_with_bundles(bench: object, snapshots: dict[int, object], strategy: str) -> None:
     seconds, plans = {}, {}
     for n, snap in snapshots.items():

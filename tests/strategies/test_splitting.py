@@ -1,10 +1,10 @@
 """Split algorithms (the concept page's examples) and the automatic trigger beyond Pulsar's own tests
 (those are in tests/conformance/test_bundle_split.py)."""
 
-from strategies.bundles import BundleRange
-from strategies.loaddata import build_load_data
-from strategies.splitting import algorithms
-from strategies.splitting.trigger import find_bundles_to_split
+from pulsar_lb_operator.strategies.bundles import BundleRange
+from pulsar_lb_operator.strategies.loaddata import build_load_data
+from pulsar_lb_operator.strategies.splitting import algorithms
+from pulsar_lb_operator.strategies.splitting.trigger import find_bundles_to_split
 from tests.builders import broker_report, cfg, snapshot, stats
 
 MB = 1024 * 1024

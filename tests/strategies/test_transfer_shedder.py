@@ -1,7 +1,7 @@
 """TransferShedder beyond Pulsar's own tests (TransferShedderTest is in tests/conformance/)."""
 
-from strategies.shedding.transfer import compare_bundle_stats, top_bundles
-from strategies.snapshots import BundleStats
+from pulsar_lb_operator.strategies.shedding.transfer import compare_bundle_stats, top_bundles
+from pulsar_lb_operator.strategies.snapshots import BundleStats
 from tests.builders import broker_report, cfg, run_shedder, snapshot, stats
 from tests.conformance.test_transfer_shedder import base_cluster  # TransferShedderTest.setupContext
 

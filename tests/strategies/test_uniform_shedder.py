@@ -1,6 +1,6 @@
 """UniformLoadShedder beyond Pulsar's own tests (those are in tests/conformance/test_uniform_load_shedder.py)."""
 
-from strategies.shedding.uniform import java_int
+from pulsar_lb_operator.strategies.shedding.uniform import java_int
 from tests.builders import MIB, broker_report, cfg, run_shedder, snapshot, stats
 
 

@@ -18,16 +18,16 @@ from typing import TextIO
 from pulsar_lb_operator import elm, hints
 from pulsar_lb_operator.adminapi import AdminClient, AdminError
 from pulsar_lb_operator.audit import AuditPublisher, Spool
+from pulsar_lb_operator.benchmarks.metrics import RunMetrics
 from pulsar_lb_operator.cycle import OperatorState, run_cycle
 from pulsar_lb_operator.executor import Executor, Outcome, Safety
-from simulator import elm as sim_elm
-from simulator.cluster import SimulatedCluster
-from simulator.http import ServeError, SimulatedPulsar, serve
-from simulator.metrics import RunMetrics
-from simulator.scenario import load_scenario
-from strategies import LoadBalancerConfig, Split
-from strategies.config import ConfigError
-from strategies.snapshots import SnapshotError
+from pulsar_lb_operator.simulator import elm as sim_elm
+from pulsar_lb_operator.simulator.cluster import SimulatedCluster
+from pulsar_lb_operator.simulator.http import ServeError, SimulatedPulsar, serve
+from pulsar_lb_operator.simulator.scenario import load_scenario
+from pulsar_lb_operator.strategies import LoadBalancerConfig, Split
+from pulsar_lb_operator.strategies.config import ConfigError
+from pulsar_lb_operator.strategies.snapshots import SnapshotError
 
 CONVERGED_SPREAD = 10.0  # points of usage between the busiest and the idlest broker
 CONVERGED_CYCLES = 3
@@ -205,7 +205,7 @@ def run_simulator(
     append one JSON line per request to.
     """
     from pulsar_lb_operator.files import FileError
-    from simulator.faults import parse_fault
+    from pulsar_lb_operator.simulator.faults import parse_fault
 
     scenario = sim_elm.with_load_manager(load_scenario(scenario_name), load_manager)
     rules = [*scenario.faults, *(parse_fault(f, scenario.broker_names, "--fault") for f in faults)]

@@ -15,10 +15,10 @@ import random
 from dataclasses import dataclass
 
 from pulsar_lb_operator.history import HistoryStore
-from simulator.cluster import MIB, SimulatedCluster, Topic
-from simulator.scenario import BrokerSpec, NamespaceSpec, Scenario
-from strategies import bundles as bundle_names
-from strategies.costs import CostLearner
+from pulsar_lb_operator.simulator.cluster import MIB, SimulatedCluster, Topic
+from pulsar_lb_operator.simulator.scenario import BrokerSpec, NamespaceSpec, Scenario
+from pulsar_lb_operator.strategies import bundles as bundle_names
+from pulsar_lb_operator.strategies.costs import CostLearner
 
 MIN_FIT_R2 = 0.5  # below this the CPU model falls back to a proportional one
 

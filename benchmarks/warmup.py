@@ -14,10 +14,10 @@ import math
 import random
 from collections.abc import Callable
 
-from simulator.cluster import SimulatedCluster
-from simulator.scenario import Scenario
-from strategies.costs import RESOURCES, CostLearner
-from strategies.profile import LoadProfile
+from pulsar_lb_operator.simulator.cluster import SimulatedCluster
+from pulsar_lb_operator.simulator.scenario import Scenario
+from pulsar_lb_operator.strategies.costs import RESOURCES, CostLearner
+from pulsar_lb_operator.strategies.profile import LoadProfile
 
 SAMPLES = 48
 AMPLITUDE = 0.3

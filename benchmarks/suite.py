@@ -15,10 +15,10 @@ from typing import TextIO
 
 from tqdm import tqdm
 
-from simulator import benchmark
-from simulator.benchmark import BASELINE, Combination, RunResult
-from simulator.cluster import SimulatedCluster
-from simulator.scenario import Scenario, load_scenario, shipped_scenarios
+from pulsar_lb_operator.benchmarks import runs as benchmark
+from pulsar_lb_operator.benchmarks.runs import BASELINE, Combination, RunResult
+from pulsar_lb_operator.simulator.cluster import SimulatedCluster
+from pulsar_lb_operator.simulator.scenario import Scenario, load_scenario, shipped_scenarios
 
 # shipped for scale (benchmarks/scale.py, operator simulate), too large to simulate once per strategy here;
 # ``--scenario large-1000`` still runs it
@@ -100,11 +100,11 @@ def benchmark_command(
     command: str,
     stdout: TextIO | None = None,
 ) -> int:
-    from simulator import report
+    from pulsar_lb_operator.benchmarks import report
 
     chosen = pick_combinations(strategies)
     if history:
-        from simulator import replay
+        from pulsar_lb_operator.benchmarks import replay
 
         recording = replay.read_recording(history)
         scenario = replay.scenario_of(recording)

@@ -45,10 +45,10 @@ from pulsar_lb_operator.adminapi import AdminClient, Timeouts
 from pulsar_lb_operator.cycle import OperatorState
 from pulsar_lb_operator.daemon import Daemon
 from pulsar_lb_operator.settings import OperatorSettings
-from simulator.cluster import SimulatedCluster
-from simulator.http import Request, SimulatedPulsar, serve
-from simulator.scenario import IsolationPolicySpec, Scenario, load_scenario
-from strategies import LoadBalancerConfig, StateError
+from pulsar_lb_operator.simulator.cluster import SimulatedCluster
+from pulsar_lb_operator.simulator.http import Request, SimulatedPulsar, serve
+from pulsar_lb_operator.simulator.scenario import IsolationPolicySpec, Scenario, load_scenario
+from pulsar_lb_operator.strategies import LoadBalancerConfig, StateError
 
 KINDS = (
     "status=500",

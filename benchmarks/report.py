@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simulator.benchmark import BASELINE, COTENANT_BACKGROUND, RunResult
-from simulator.scenario import Scenario
+from pulsar_lb_operator.benchmarks.runs import BASELINE, COTENANT_BACKGROUND, RunResult
+from pulsar_lb_operator.simulator.scenario import Scenario
 
 COLUMNS = ("Heterogeneous environment", "Load jitter", "Over placement", "Over unloading", "Slow load balancing")
 CUTOFFS = (  # column, metric, scenarios, good, normal (bad: anything else)
@@ -224,7 +224,7 @@ def write_report(
         runs = [r for r in results if r.scenario == name]
         parts += [f"## {name}", scenarios[name].description, scenario_table(runs, bounds[name])]
         if plots:
-            from simulator import plots as plotting  # matplotlib only when plots are asked for
+            from pulsar_lb_operator.benchmarks import plots as plotting  # matplotlib only when plots are asked for
 
             slug = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-")
             image = plotting.usage_figure(name, runs, out / "plots" / f"{slug}.png")

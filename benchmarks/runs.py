@@ -16,12 +16,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from simulator.cluster import SimError, SimulatedCluster
-from simulator.metrics import FLAP_WINDOW_S, OVERLOAD_PERCENT, RunMetrics, flapping_bundles
-from simulator.scenario import Scenario
-from simulator.warmup import day_of_history_profile
-from strategies import LoadBalancerConfig, Split, StrategyState, Unload, plan_cycle
-from strategies.profile import LoadProfile
+from pulsar_lb_operator.benchmarks.metrics import FLAP_WINDOW_S, OVERLOAD_PERCENT, RunMetrics, flapping_bundles
+from pulsar_lb_operator.benchmarks.warmup import day_of_history_profile
+from pulsar_lb_operator.simulator.cluster import SimError, SimulatedCluster
+from pulsar_lb_operator.simulator.scenario import Scenario
+from pulsar_lb_operator.strategies import LoadBalancerConfig, Split, StrategyState, Unload, plan_cycle
+from pulsar_lb_operator.strategies.profile import LoadProfile
 
 TARGET_SPREAD = 10.0  # points of usage: "balanced" means max − min below this
 COTENANT_BACKGROUND = 0.25  # a broker whose machine gives a quarter of its CPU to other processes

@@ -11,7 +11,7 @@ import matplotlib
 matplotlib.use("Agg")  # no screen: render straight to PNG
 import matplotlib.pyplot as plt
 
-from simulator.benchmark import RunResult
+from pulsar_lb_operator.benchmarks.runs import RunResult
 
 MAX_LINES = 12  # more brokers than this are drawn as a min–max band around the mean
 

@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from simulator.cluster import SimulatedCluster
+from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 
 OVERLOAD_PERCENT = 85.0
 FLAP_WINDOW_S = 30 * 60.0

@@ -1,0 +1,145 @@
+"""The tree's layers, held by every import: collect → store/aggregate → decide → execute → record.
+
+Lowest first; a layer imports only those below it (and itself):
+
+1. ``strategies`` — pure decisions over snapshots: nothing of ours.
+2. ``simulator`` (a fake Pulsar cluster) and ``spark_jobs`` (the aggregation): ``strategies`` only.
+3. ``operator`` — the daemon and the cycle: ``strategies`` and ``spark_jobs``, never the simulator.
+4. ``benchmarks`` — measures strategies and the operator's own parts: anything below.
+5. ``operator/sandbox`` — the commands that stand up a simulator or a benchmark (``demo``,
+   ``simulate``, ``rehearse``, ``benchmark``): the one place the operator reaches into layers 2 and 4.
+6. ``operator/cli.py`` — the command line: anything.
+
+Every import counts, at module level or inside a function. A wheel built from the project holds one
+top-level package of ours, so nothing generic (``strategies``, ``simulator``) lands in site-packages.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = "pulsar_lb_operator"
+SUBPACKAGES = ("strategies", "simulator", "spark_jobs", "benchmarks")
+ALLOWED = {
+    "strategies": {"strategies"},
+    "simulator": {"strategies", "simulator"},
+    "spark_jobs": {"strategies", "spark_jobs"},
+    "operator": {"strategies", "spark_jobs", "operator"},
+    "benchmarks": {"strategies", "simulator", "spark_jobs", "operator", "benchmarks"},
+    "sandbox": {"strategies", "simulator", "spark_jobs", "operator", "benchmarks", "sandbox"},
+    "cli": {"strategies", "simulator", "spark_jobs", "operator", "benchmarks", "sandbox", "cli"},
+}
+
+
+def layer_of_file(path: Path) -> str:
+    parts = path.relative_to(ROOT).parts
+    if parts[0] == "operator":
+        if parts[1:2] == ("sandbox",):
+            return "sandbox"
+        return "cli" if parts[1:] == ("cli.py",) else "operator"
+    return parts[0]
+
+
+def layer_of_module(name: str) -> str | None:
+    """The layer a module of ours belongs to; None for anything not ours. Old top-level names are errors."""
+    parts = name.split(".")
+    if parts[0] in SUBPACKAGES:
+        raise AssertionError(f"imports {name!r}: ours are imported as {PACKAGE}.{name}")
+    if parts[0] != PACKAGE:
+        return None
+    if parts[1:2] and parts[1] in SUBPACKAGES:
+        return parts[1]
+    if parts[1:2] == ["sandbox"]:
+        return "sandbox"
+    return "cli" if parts[1:2] == ["cli"] else "operator"
+
+
+def imported_modules(path: Path) -> list[tuple[int, str]]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path}:{node.lineno}: relative import; ours are absolute"
+            base = node.module or ""
+            # `from pulsar_lb_operator import sandbox` imports a sub-package: name it
+            found += [(node.lineno, f"{base}.{alias.name}") for alias in node.names] or [(node.lineno, base)]
+    return found
+
+
+def source_files() -> list[Path]:
+    folders = [ROOT / "operator", *(ROOT / name for name in SUBPACKAGES)]
+    return sorted(p for folder in folders for p in folder.rglob("*.py"))
+
+
+def violations(files: list[Path]) -> list[str]:
+    found = []
+    for path in files:
+        layer = layer_of_file(path)
+        for line, module in imported_modules(path):
+            try:
+                target = layer_of_module(module)
+            except AssertionError as exc:
+                found.append(f"{path.relative_to(ROOT)}:{line}: {exc}")
+                continue
+            if target is not None and target not in ALLOWED[layer]:
+                found.append(f"{path.relative_to(ROOT)}:{line}: {layer} imports {module} ({target})")
+    return found
+
+
+def test_no_module_imports_against_the_layering() -> None:
+    files = source_files()
+    assert len(files) > 80  # the whole tree was read, not an empty glob
+    assert violations(files) == []
+
+
+def test_the_check_catches_an_upward_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check itself fails on each kind of wrong import (else the test above could pass vacuously)."""
+    fake_root = tmp_path
+    for folder, text in {
+        "strategies/bad.py": "from pulsar_lb_operator.executor import Executor\n",
+        "simulator/bad.py": "def f():\n    from pulsar_lb_operator import collector\n",
+        "operator/bad.py": "from pulsar_lb_operator.simulator.cluster import SimulatedCluster\n",
+        "operator/old.py": "import strategies.bundles\n",
+        "benchmarks/bad.py": "from pulsar_lb_operator.sandbox import demo\n",
+        "operator/sandbox/ok.py": "from pulsar_lb_operator.simulator import http\n",
+    }.items():
+        path = fake_root / folder
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", fake_root)
+    found = violations(sorted(fake_root.rglob("*.py")))
+    assert len(found) == 5 and not any("sandbox/ok.py" in f for f in found), found
+
+
+def test_the_wheel_holds_one_top_level_package_of_ours(tmp_path: Path) -> None:
+    source = tmp_path / "source"  # a copy: building in place would leave build/ in the checkout
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, source / name)
+    for folder in ("operator", *SUBPACKAGES):
+        shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), "."],
+        cwd=source,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    (wheel,) = tmp_path.glob("*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {name.split("/")[0] for name in names if not name.split("/")[0].endswith((".dist-info", ".data"))}
+    assert top == {PACKAGE}
+    for module in ("strategies/planner.py", "simulator/scenarios/demo.yaml", "spark_jobs/load_profile.py"):
+        assert f"{PACKAGE}/{module}" in names
+    assert f"{PACKAGE}/benchmarks/suite.py" in names
+    entry_points = next(n for n in names if n.endswith("entry_points.txt"))
+    assert "operator = pulsar_lb_operator.cli:run" in zipfile.ZipFile(wheel).read(entry_points).decode()
