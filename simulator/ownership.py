@@ -1,0 +1,288 @@
+"""Ownership: who owns each bundle, unloads, the leader's assignment, and the namespace policies it honours.
+
+State: ``ownership`` (indexed by owner), ``affinity`` (the leader's remembered destinations),
+``pending_lookups`` (unowned bundles whose clients reconnect), ``unloading`` (bundles inside their
+unload's window), ``released_from``, ``preallocated``, ``moves``. An unloaded bundle is unowned until its
+clients look it up; the leader then assigns it to the destination remembered for it (once), else by the
+cluster's own placement within the namespace policies.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import itertools
+import re
+from types import MappingProxyType
+from typing import Any
+
+from pulsar_lb_operator.simulator.model import (
+    RECONNECT_DELAY_S,
+    UNLOAD_WINDOW_S,
+    SimError,
+    unexpected,
+)
+from pulsar_lb_operator.strategies import bundles as bundle_names
+from pulsar_lb_operator.strategies import planner, registry
+from pulsar_lb_operator.strategies import policies as ns_policies
+from pulsar_lb_operator.strategies.documents import Reader
+from pulsar_lb_operator.strategies.loaddata import LoadData
+from pulsar_lb_operator.strategies.placement.common import PlacementContext
+
+
+class Ownership(dict[str, str]):
+    """bundle → owner broker id, indexed by owner so a broker's bundles are found without a scan.
+
+    A plain dict to read (``dict(ownership)``, ``.items()``, ``.get``); every write keeps the index
+    (``by_owner``) and bumps the version of each broker whose bundles changed (``version_of``).
+    """
+
+    def __init__(self, items: Any = ()) -> None:
+        super().__init__()
+        self.by_owner: dict[str, set[str]] = {}
+        self._versions: dict[str, int] = {}
+        self._counter = itertools.count(1)
+        self.update(items)
+
+    def version_of(self, owner: str) -> int:
+        return self._versions.get(owner, 0)
+
+    def owned(self, owner: str) -> set[str]:
+        return self.by_owner.get(owner, set())
+
+    def _index(self, bundle: str, owner: str, add: bool) -> None:
+        if add:
+            self.by_owner.setdefault(owner, set()).add(bundle)
+        else:
+            self.by_owner.get(owner, set()).discard(bundle)
+        self._versions[owner] = next(self._counter)
+
+    def __setitem__(self, bundle: str, owner: str) -> None:
+        previous = dict.get(self, bundle)
+        if previous == owner:
+            return
+        if previous is not None:
+            self._index(bundle, previous, add=False)
+        dict.__setitem__(self, bundle, owner)
+        self._index(bundle, owner, add=True)
+
+    def __delitem__(self, bundle: str) -> None:
+        owner = dict.__getitem__(self, bundle)
+        dict.__delitem__(self, bundle)
+        self._index(bundle, owner, add=False)
+
+    _MISSING: Any = object()
+
+    def pop(self, bundle: str, default: Any = _MISSING) -> Any:
+        if bundle in self:
+            owner = dict.__getitem__(self, bundle)
+            del self[bundle]
+            return owner
+        if default is Ownership._MISSING:
+            raise KeyError(bundle)
+        return default
+
+    def popitem(self) -> tuple[str, str]:
+        bundle, owner = dict.popitem(self)
+        self._index(bundle, owner, add=False)
+        return bundle, owner
+
+    def setdefault(self, bundle: str, owner: Any = None) -> Any:
+        if bundle not in self:
+            self[bundle] = owner
+        return dict.__getitem__(self, bundle)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for bundle, owner in dict(*args, **kwargs).items():
+            self[bundle] = owner
+
+    def __ior__(self, other: Any) -> Ownership:
+        self.update(other)
+        return self
+
+    def clear(self) -> None:
+        for owner in list(self.by_owner):
+            self._versions[owner] = next(self._counter)
+        dict.clear(self)
+        self.by_owner.clear()
+
+    def copy(self) -> dict[str, str]:  # type: ignore[override]
+        return dict(self)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Ownership, (dict(self),))
+
+
+class OwnershipJobs:
+    """Mixed into SimulatedCluster (cluster.py), whose constructor creates the state listed above."""
+
+    def affinity_key(self, bundle: str) -> str:
+        """The key of the leader's destination map: the bundle, or — before Pulsar 4.0.10, which kept it in
+        a map keyed by the bundle's *range* — the range alone, so two namespaces' bundles of one range
+        overwrite each other's destination (the bug the operator's executor works around)."""
+        by_range = bundle_names.destination_keyed_by_range(self.scenario.broker_version)
+        return bundle.rsplit("/", 1)[1] if by_range else bundle
+
+    def unload(self, bundle: str, destination: str | None = None) -> None:
+        """PUT …/{bundle}/unload[?destinationBroker=]: validated as Pulsar does (409, 404, 412)."""
+        with self.lock:
+            if destination is not None:
+                destination = destination.removeprefix("http://").removeprefix("https://")
+                if destination not in self.active_ids():
+                    raise SimError(409, "Not allowed unload namespace bundle to inactive destination broker")
+            self.check_bundle(bundle)
+            if destination is not None:
+                self.affinity[self.affinity_key(bundle)] = destination  # the leader remembers it
+            if self.in_transition(bundle):  # after the affinity, as Pulsar: the destination is kept
+                raise unexpected("java.lang.IllegalStateException", f"Namespace bundle {bundle} is being unloaded")
+            owner = self.ownership.get(bundle)
+            if owner is None:
+                return  # unowned: 204, nothing to close
+            self._release(bundle)
+            self.unloading[bundle] = self.now_s + UNLOAD_WINDOW_S
+
+    def _release(self, bundle: str) -> None:
+        self.topics_disconnected += len(self.topics_in(bundle))
+        self.unloads += 1
+        self.released_from[bundle] = self.ownership.pop(bundle)
+        self.pending_lookups[bundle] = self.now_s + RECONNECT_DELAY_S
+
+    def in_transition(self, bundle: str) -> bool:
+        """Whether ``bundle`` is within its unload's window (its ownership disabled, topics closing)."""
+        with self.lock:
+            until = self.unloading.get(bundle)
+            if until is not None and self.now_s >= until:
+                del self.unloading[bundle]
+                return False
+            return until is not None
+
+    def check_bundle(self, bundle: str) -> None:
+        namespace, _, range_text = bundle.rpartition("/")
+        if namespace not in self.namespaces:
+            raise SimError(404, "Namespace does not exist")
+        try:
+            bundle_range = bundle_names.BundleRange.parse(range_text)
+        except bundle_names.BundleNameError:
+            raise SimError(412, f"Invalid bundle range {range_text}") from None
+        bounds = self.namespaces[namespace]
+        if (
+            bundle_range.lower not in bounds
+            or bundle_range.upper not in bounds
+            or (bounds.index(bundle_range.upper) != bounds.index(bundle_range.lower) + 1)
+        ):
+            raise SimError(412, f"Bundle {range_text} not found in namespace {namespace}")
+
+    def owner_of(self, bundle: str) -> str | None:
+        with self.lock:
+            return self.ownership.get(bundle)
+
+    def assign(self, bundle: str) -> str:
+        """The leader's assignment of an unowned bundle: the remembered destination once, else placement."""
+        with self.lock:
+            if bundle in self.ownership:
+                return self.ownership[bundle]
+            alive = self.active_ids()
+            if not alive:
+                raise SimError(503, "No broker is available")
+            destination = self.affinity.pop(self.affinity_key(bundle), None)
+            if destination not in alive:
+                destination = self._place(bundle)
+            self.ownership[bundle] = destination
+            self.pending_lookups.pop(bundle, None)
+            self.preallocated.setdefault(destination, []).append(bundle)
+            source = self.released_from.pop(bundle, None)
+            if source is not None:
+                self.moves.append((self.now_s, bundle, source, destination))
+            return destination
+
+    def _place(self, bundle: str) -> str:
+        """The cluster's own placement, within what the namespace policies allow (SimError 503: nothing)."""
+        policies = self.namespace_policies()
+        namespace = bundle_names.namespace_of(bundle)
+        alive = ns_policies.apply_namespace_policies(namespace, self.active_ids(), policies)
+        if not alive:
+            raise SimError(503, f"No broker is available for {bundle}: its namespace policies allow no active broker")
+        if self.scenario.placement == "random":
+            if policies.group_of(namespace) is not None:  # filterAntiAffinityGroupOwnedBrokers
+                owned = ns_policies.namespaces_by_broker({b: self.ownership.owned(b) for b in alive})
+                counts = ns_policies.anti_affinity_namespace_owned_brokers(namespace, owned, policies)
+                alive = ns_policies.filter_anti_affinity_group_owned_brokers(alive, counts)
+            return self.rng.choice(alive)
+        view = self.leader_view()
+        load = LoadData(view, dict(self.leader_bundle_data), {})
+        ctx = PlacementContext(
+            load,
+            self.config,
+            self.rng,
+            preallocated={b: list(v) for b, v in self.preallocated.items() if b in view.brokers},
+        )
+        chosen = planner.select_broker(bundle, registry.PLACEMENT["LeastLongTermMessageRate"], ctx)
+        return chosen or self.rng.choice(alive)
+
+    def bundle_of_topic(self, topic: str) -> str:
+        rest = topic.split("://", 1)[-1]
+        namespace = "/".join(rest.split("/")[:2])
+        if namespace not in self.namespaces:
+            raise SimError(404, f"Namespace {namespace} does not exist")
+        return bundle_names.bundle_of_topic(namespace, self.namespaces[namespace], topic)
+
+    def _initial_assignment(self) -> None:
+        names = {b.name: b.id for b in self.brokers.values()}
+        weights = self.scenario.initial_owners or {n: 1.0 for n in names}
+        pool = [names[n] for n in sorted(weights) if weights[n] > 0]
+        total = sum(weights[n] for n in sorted(weights) if weights[n] > 0)
+        bundles = [b for ns in sorted(self.namespaces) for b in self._bundles_of(ns)]
+        self.rng.shuffle(bundles)
+        # deal bundles out in proportion to the weights (largest remainder, deterministic)
+        quotas = {
+            bid: weights[n] / total * len(bundles)
+            for n, bid in ((n, names[n]) for n in sorted(weights))
+            if weights[n] > 0
+        }
+        counts = {bid: int(q) for bid, q in quotas.items()}
+        for bid in sorted(quotas, key=lambda b: quotas[b] - counts[b], reverse=True)[
+            : len(bundles) - sum(counts.values())
+        ]:
+            counts[bid] += 1
+        iterator = iter(bundles)
+        for bid in pool:
+            for _ in range(counts[bid]):
+                self.ownership[next(iterator)] = bid
+        if self.scenario.isolation_policies:  # an isolated namespace starts on brokers its policy allows
+            policies, alive = self.namespace_policies(), self.active_ids()
+            for bundle in bundles:
+                allowed = ns_policies.apply_namespace_policies(bundle_names.namespace_of(bundle), alive, policies)
+                if allowed and self.ownership.get(bundle) not in allowed:
+                    self.ownership[bundle] = min(allowed, key=lambda b: (len(self.ownership.owned(b)), b))
+
+    def isolation_policies_doc(self) -> dict[str, Any] | None:
+        """GET …/clusters/{cluster}/namespaceIsolationPolicies (None: none declared, Pulsar's 404): the
+        scenario's broker names become regexes of their hosts, which is what Pulsar matches."""
+        if not self.scenario.isolation_policies:
+            return None
+        names = sorted(b.name for b in self.brokers.values())
+
+        def hosts(patterns: tuple[str, ...]) -> list[str]:
+            found = {self.by_name(n).host for p in patterns for n in fnmatch.filter(names, p)}
+            return [re.escape(h) for h in sorted(found)]
+
+        return {
+            p.name: {
+                "namespaces": list(p.namespaces),
+                "primary": hosts(p.primary),
+                "secondary": hosts(p.secondary),
+                "auto_failover_policy": {
+                    "policy_type": ns_policies.MIN_AVAILABLE,
+                    "parameters": {"min_limit": str(p.min_limit), "usage_threshold": str(p.usage_threshold)},
+                },
+            }
+            for p in self.scenario.isolation_policies
+        }
+
+    def namespace_policies(self) -> ns_policies.NamespacePolicies:
+        """The policies as the leader sees them (what the two admin endpoints serve)."""
+        if self._policies is None or self._policies[0] != len(self.brokers):
+            doc = self.isolation_policies_doc() or {}
+            isolation = ns_policies.parse_isolation_policies(Reader(doc, "isolation_policies"))
+            groups = MappingProxyType(dict(self.anti_affinity_groups))
+            self._policies = (len(self.brokers), ns_policies.NamespacePolicies(isolation, groups))
+        return self._policies[1]

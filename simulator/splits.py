@@ -1,0 +1,59 @@
+"""Splits: ``PUT …/{bundle}/split`` as the owner carries it out, with Pulsar's four algorithms."""
+
+from __future__ import annotations
+
+import itertools
+
+from pulsar_lb_operator.simulator.model import (
+    SimError,
+)
+from pulsar_lb_operator.strategies import bundles as bundle_names
+from pulsar_lb_operator.strategies.splitting import algorithms
+
+
+class Splits:
+    """Mixed into SimulatedCluster (cluster.py), whose constructor creates the state listed above."""
+
+    def split(self, bundle: str, algorithm: str | None, positions: list[int] | None, unload: bool) -> None:
+        """PUT …/{bundle}/split: the owner splits the bundle and owns both halves (or unloads them)."""
+        with self.lock:
+            self.check_bundle(bundle)
+            supported = self.config.supportedNamespaceBundleSplitAlgorithms
+            name = algorithm or self.config.defaultNamespaceBundleSplitAlgorithm
+            if algorithm and algorithm not in supported:
+                raise SimError(
+                    412,
+                    f"Unsupported namespace bundle split algorithm, supported algorithms are [{', '.join(supported)}]",
+                )
+            namespace, bundle_range = bundle_names.split_bundle_name(bundle)
+            if not bundle_range.can_split():
+                raise SimError(412, "Split bundle failed due to invalid request: bundle can't be split further")
+            _, per_topic = self.bundle_stats(bundle)
+            try:
+                if name == algorithms.RANGE_EQUALLY_DIVIDE:
+                    cuts = algorithms.range_equally_divide(bundle_range)
+                elif name == algorithms.TOPIC_COUNT_EQUALLY_DIVIDE:
+                    cuts = algorithms.topic_count_equally_divide(sorted(per_topic))
+                elif name == algorithms.SPECIFIED_POSITIONS_DIVIDE:
+                    cuts = algorithms.specified_positions_divide(bundle_range, sorted(per_topic), positions or [])
+                else:
+                    cuts = algorithms.flow_or_qps_equally_divide(
+                        per_topic,
+                        self.config.loadBalancerNamespaceBundleMaxMsgRate,
+                        self.config.loadBalancerNamespaceBundleMaxBandwidthMbytes,
+                        self.config.flowOrQpsDifferenceThresholdPercentage,
+                    )
+            except algorithms.SplitError as exc:
+                raise SimError(412, str(exc)) from None
+            cuts = [c for c in cuts if bundle_range.lower < c < bundle_range.upper]
+            if not cuts:
+                return  # no valid boundary: 204 and nothing changes
+            owner = self.ownership.get(bundle) or self.assign(bundle)  # an unowned bundle is assigned first
+            del self.ownership[bundle]
+            self.namespaces[namespace] = bundle_names.apply_split(self.namespaces[namespace], bundle_range, cuts)
+            edges = [bundle_range.lower, *sorted(cuts), bundle_range.upper]
+            for lower, upper in itertools.pairwise(edges):
+                child = bundle_names.bundle_name(namespace, bundle_names.BundleRange(lower, upper))
+                self.ownership[child] = owner
+                if unload:
+                    self._release(child)
