@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from simulator import report_writes
 from simulator.scenario import BrokerSpec, EventSpec, Scenario
 from simulator.traffic import Pattern
 from strategies import bundles as bundle_names
@@ -147,8 +148,8 @@ class SimError(Exception):
 def unexpected(exception: str, message: str, status: int = 500) -> SimError:
     """What Pulsar's RestException makes of an unexpected exception: a text/plain body with its message."""
     text = (
-        "\n --- An unexpected error occurred in the server --- \n\n"
-        f"Message: {message}\n\nStacktrace:\n\n{exception}: {message}\n"
+        "\n --- An unexpected error occurred in the server ---\n\n"  # RestException.getExceptionData
+        f"Message: {message}\n\nStacktrace:\n\n{exception}: {message}\n\tat org.apache.pulsar.broker (simulated)\n"
     )
     return SimError(status, message, text)
 
@@ -186,6 +187,14 @@ class Broker:
     host_sample: dict[str, tuple[float, float]] = field(default_factory=dict)
     sample_version: int = 0  # bumped by every sample: the load report is rebuilt only after a change
     web_url_tls: str | None = None  # the https URL it publishes, when it serves TLS (set_web_url_tls)
+    # The modular manager's write of LocalBrokerData to the metadata store (report_writes.py): when it last
+    # happened (the report's lastUpdate), the figures it compared (lastData), what the leader reads since, and
+    # the bundles gained and lost since (lastBundleGains/Losses, cleared by each write).
+    written_ms: int = 0
+    written_figures: tuple[float, float, float, int] | None = None
+    written_report: dict | None = None
+    bundle_gains: set[str] = field(default_factory=set)
+    bundle_losses: set[str] = field(default_factory=set)
 
     @property
     def port(self) -> int:
@@ -259,6 +268,7 @@ class SimulatedCluster:
         self.leader_bundle_data: dict[str, BundleData] = {}
         self.preallocated: dict[str, list[str]] = {}
         self.dynamic_config: dict[str, str] = {}
+        self.report_update_settings = report_writes.Settings.of(scenario)
         self.events = list(scenario.events)
         self.released_from: dict[str, str] = {}  # unowned bundle -> the broker that last owned it
         self.unloading: dict[str, float] = {}  # bundle → simulated time its unload's window ends
@@ -506,13 +516,17 @@ class SimulatedCluster:
 
     def _sample(self, broker: Broker) -> None:
         """A broker's periodic stats and host-usage sample, and its report written to the metadata store."""
+        before = set(broker.stats_sample)
         broker.stats_sample = {}
         broker.topic_sample = {}
         for bundle in self.owned_by(broker.id):
             broker.stats_sample[bundle], broker.topic_sample[bundle] = self.bundle_stats(bundle)
         broker.host_sample = self.host_usage(broker, broker.stats_sample, self.noise.gauss(0, broker.spec.jitter))
-        broker.last_update_ms = self.now_ms
+        broker.last_update_ms = self.now_ms  # the sample's time (the extensible manager's updatedAt)
+        report_writes.track_bundles(broker, before)
         broker.sample_version += 1
+        if report_writes.need_broker_data_update(broker, self.now_ms, self.report_update_settings):
+            report_writes.write(broker, self.now_ms, lambda: self.load_report(broker.id))
         self.preallocated[broker.id] = [b for b in self.preallocated.get(broker.id, []) if b not in broker.stats_sample]
         self._view = None
 
@@ -544,7 +558,7 @@ class SimulatedCluster:
         """
         with self.lock:
             broker = self.brokers[broker_id]
-            key = (broker.sample_version, self.ownership.version_of(broker_id), broker.started_at_s)
+            key = (broker.sample_version, broker.started_at_s)
             cached = self._reports.get(broker_id)
             if cached is not None and cached[0] == key:
                 return cached[1]
@@ -564,45 +578,18 @@ class SimulatedCluster:
             return body
 
     def _build_report(self, broker: Broker) -> dict:
-        stats = broker.stats_sample
+        """LocalBrokerData as Jackson writes it (getters included, nulls left out): report_writes.local_broker_data."""
         heartbeat = [
             f"pulsar/{broker.id}/0x00000000_0xffffffff",
             f"pulsar/{self.scenario.cluster}/{broker.id}/0x00000000_0xffffffff",
         ]
-        last_stats = {b: vars(s).copy() for b, s in sorted(stats.items())}
-        host = broker.host_sample
-
-        def total(key: str) -> float:
-            return sum(s[key] for s in last_stats.values())
-
-        return {
-            "webServiceUrl": broker.web_url,
-            "pulsarServiceUrl": f"pulsar://{broker.host}:{broker.port + 1}",
-            **({"webServiceUrlTls": broker.web_url_tls} if broker.web_url_tls else {}),
-            "persistentTopicsEnabled": True,
-            "nonPersistentTopicsEnabled": True,
-            **{k: {"usage": round(u, 3), "limit": lim} for k, (u, lim) in host.items()},
-            "msgThroughputIn": total("msgThroughputIn"),
-            "msgThroughputOut": total("msgThroughputOut"),
-            "msgRateIn": total("msgRateIn"),
-            "msgRateOut": total("msgRateOut"),
-            "lastUpdate": broker.last_update_ms,
-            "lastStats": last_stats,
-            "bundleStats": last_stats,
-            "numTopics": int(total("topics")),
-            "numBundles": len(last_stats),
-            "numConsumers": int(total("consumerCount")),
-            "numProducers": int(total("producerCount")),
-            "bundles": sorted(self.ownership.owned(broker.id) | set(heartbeat)),
-            "lastBundleGains": [],
-            "lastBundleLosses": [],
-            "brokerVersionString": self.scenario.broker_version,
-            "protocols": {},
-            "loadManagerClassName": "org.apache.pulsar.broker.loadbalance.impl.ModularLoadManagerImpl",
-            "startTimestamp": self.epoch_ms + int(broker.started_at_s * 1000),
-            "maxResourceUsage": max((u / lim if lim > 0 else 0.0) for u, lim in host.values()),
-            "loadReportType": "LocalBrokerData",
-        }
+        return report_writes.local_broker_data(
+            broker,
+            pulsar_service_url=f"pulsar://{broker.host}:{broker.port + 1}",
+            extra_bundles=heartbeat,
+            version=self.scenario.broker_version,
+            start_ms=self.epoch_ms + int(broker.started_at_s * 1000),
+        )
 
     def topic_stats_report(self, broker_id: str) -> dict:
         """GET /admin/v2/broker-stats/topics: namespace → bundle range → persistent → topic → stats."""
@@ -637,8 +624,9 @@ class SimulatedCluster:
         return self._view
 
     def _parsed_report(self, broker_id: str) -> BrokerLoad:
-        """The leader's parse of a broker's report, redone only when the report changed."""
-        report = self.load_report(broker_id)
+        """The leader's parse of a broker's report as last written to the metadata store (not the fresher one the
+        REST endpoint builds), redone only when a new one was written."""
+        report = self.brokers[broker_id].written_report or self.load_report(broker_id)
         cached = self._parsed.get(broker_id)
         if cached is not None and cached[0] is report:
             return cached[1]
@@ -927,6 +915,7 @@ class SimulatedCluster:
         broker.started_at_s = self.now_s
         broker.next_sample_s = self.now_s
         broker.stats_sample, broker.topic_sample = {}, {}
+        report_writes.restart(broker)
         self._sample(broker)
         broker.next_sample_s = self.now_s + self.scenario.report_interval_s
         for listener in self.listeners:
