@@ -116,4 +116,3 @@ def validate_namespace_name(tenant: str, namespace: str) -> None:
 def namespace_missing() -> SimError:
     """getNamespacePoliciesAsync on a namespace without policies: 404 (RestException(NOT_FOUND, …))."""
     return SimError(404, "Namespace does not exist")
-
