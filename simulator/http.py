@@ -47,7 +47,7 @@ from simulator.faults import FaultRule, FaultSet, FaultSpecError, parse_fault
 from simulator.listeners import TLS, AdvertisedIds, advertised_tls_url, reachable_tls_url
 from simulator.scenario import ADDRESSES, Scenario, ScenarioError
 from strategies.bundles import format_boundary, split_bundle_name
-from strategies.config import ConfigError, LoadBalancerConfig, config_keys
+from strategies.config import config_keys
 
 UNEXPECTED = "--- An unexpected error occurred in the server ---"
 STATIC_RUNTIME = {
