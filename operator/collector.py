@@ -12,6 +12,12 @@ the group as a plain string, 204 when none, Namespaces.getNamespaceAntiAffinityG
 kept ``GROUP_TTL_MS``). A read that fails never means "no policy": the namespaces it concerns are
 marked unknown in the snapshot and nothing of them is placed this cycle (every namespace when the
 isolation policies could not be read; every namespace of a group when one namespace's group could not).
+
+Failure domains (``GET /admin/v2/clusters/{cluster}/failureDomains``) are read only when the brokers run with
+``failureDomainsEnabled`` (their runtime configuration says so): Pulsar's anti-affinity filter spreads a group
+across domains first only then (ModularLoadManagerImpl.refreshBrokerToFailureDomainMap returns at once
+otherwise). Both answers are kept ``GROUP_TTL_MS``; when either cannot be read, the namespaces of anti-affinity
+groups are marked unknown (their spread cannot be judged), the others are placed as usual.
 """
 
 from __future__ import annotations
@@ -49,6 +55,8 @@ log = structlog.get_logger(__name__)
 GROUP_TTL_MS = 3 * 60_000  # an anti-affinity group read is reused this long (a change is seen this late)
 NO_ISOLATION_POLICIES = "NamespaceIsolationPolicies for cluster"  # ClustersBase's 404 when none was ever set
 _groups_read: weakref.WeakKeyDictionary[AdminClient, dict[str, tuple[int, str | None]]] = weakref.WeakKeyDictionary()
+# per client: (when read, broker → domain — {} when failureDomainsEnabled is false)
+_domains_read: weakref.WeakKeyDictionary[AdminClient, tuple[int, dict[str, str]]] = weakref.WeakKeyDictionary()
 MAX_CONCURRENCY = 64  # reports read at once: enough to hide a network's latency, few enough for one process
 
 
@@ -193,6 +201,27 @@ def read_isolation_policies(client: AdminClient, cluster: str) -> tuple[ns_polic
     return ns_policies.parse_isolation_policies(Reader(doc, "namespaceIsolationPolicies", SnapshotError))
 
 
+def read_failure_domains(client: AdminClient, cluster: str) -> dict[str, str]:
+    """broker → failure domain when the brokers run with failureDomainsEnabled, else {} (Pulsar ignores
+    domains then). Raises AdminError or SnapshotError."""
+    runtime = client.runtime_config()
+    if str(runtime.get("failureDomainsEnabled", "false")).strip().lower() != "true":
+        return {}
+    path = f"/admin/v2/clusters/{quote(cluster, safe='')}/failureDomains"
+    doc = client.get_json(path)
+    return ns_policies.parse_failure_domains(Reader(doc, "failureDomains", SnapshotError))
+
+
+def cached_failure_domains(client: AdminClient, cluster: str, now_ms: int) -> dict[str, str]:
+    """read_failure_domains, reused for GROUP_TTL_MS (a failed read is not kept)."""
+    cached = _domains_read.get(client)
+    if cached is not None and 0 <= now_ms - cached[0] < GROUP_TTL_MS:
+        return cached[1]
+    domains = read_failure_domains(client, cluster)
+    _domains_read[client] = (now_ms, domains)
+    return domains
+
+
 def read_anti_affinity_group(client: AdminClient, namespace: str, deadline_s: float | None = None) -> str | None:
     """Namespaces.getNamespaceAntiAffinityGroup: the group as a plain string (a JSON string is accepted
     too); 204 or blank: none. Retried once on a connection error or a 5xx. Raises AdminError."""
@@ -260,9 +289,18 @@ def read_policies(
             unknown.setdefault(
                 namespace, f"the anti-affinity group of {first} could not be read: group {group} cannot be counted"
             )
+    domains: dict[str, str] = {}
+    if groups:  # domains only change where anti-affinity groups are placed
+        try:
+            domains = cached_failure_domains(client, cluster, now_ms)
+        except (AdminError, SnapshotError) as exc:
+            for namespace in groups:
+                unknown.setdefault(namespace, f"failure domains: {exc}")
     for namespace, why in sorted(unknown.items()):
         log.warning("namespace policies not known: nothing of it is placed", namespace=namespace, reason=why)
-    return ns_policies.NamespacePolicies(isolation, MappingProxyType(groups), MappingProxyType(unknown))
+    return ns_policies.NamespacePolicies(
+        isolation, MappingProxyType(groups), MappingProxyType(unknown), MappingProxyType(domains)
+    )
 
 
 def with_namespaces_and_topics(client: AdminClient, snapshot: ClusterSnapshot, topics: bool) -> ClusterSnapshot:

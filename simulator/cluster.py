@@ -18,6 +18,7 @@ import random
 import threading
 from collections.abc import Callable
 
+from pulsar_lb_operator.simulator import report_writes
 from pulsar_lb_operator.simulator.clock import Clock
 from pulsar_lb_operator.simulator.membership import Membership
 from pulsar_lb_operator.simulator.model import (  # re-exported: the simulator's vocabulary
@@ -104,6 +105,7 @@ class SimulatedCluster(Membership, OwnershipJobs, Physics, Reports, Splits, Cloc
         self.leader_bundle_data: dict[str, BundleData] = {}
         self.preallocated: dict[str, list[str]] = {}
         self.dynamic_config: dict[str, str] = {}
+        self.report_update_settings = report_writes.Settings.of(scenario)
         self.events = list(scenario.events)
         self.released_from: dict[str, str] = {}  # unowned bundle -> the broker that last owned it
         self.unloading: dict[str, float] = {}  # bundle → simulated time its unload's window ends

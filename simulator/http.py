@@ -40,13 +40,14 @@ from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
+from pulsar_lb_operator.simulator import admin_errors, dynamic_config
 from pulsar_lb_operator.simulator import elm as sim_elm
 from pulsar_lb_operator.simulator.cluster import Broker, SimError, SimulatedCluster
 from pulsar_lb_operator.simulator.faults import FaultRule, FaultSet, FaultSpecError, parse_fault
 from pulsar_lb_operator.simulator.listeners import TLS, AdvertisedIds, advertised_tls_url, reachable_tls_url
 from pulsar_lb_operator.simulator.scenario import ADDRESSES, Scenario, ScenarioError
 from pulsar_lb_operator.strategies.bundles import format_boundary, split_bundle_name
-from pulsar_lb_operator.strategies.config import ConfigError, LoadBalancerConfig, config_keys
+from pulsar_lb_operator.strategies.config import config_keys
 
 UNEXPECTED = "--- An unexpected error occurred in the server ---"
 STATIC_RUNTIME = {
@@ -920,6 +921,8 @@ class _Handler:
         return {
             **values,
             **STATIC_RUNTIME,
+            **self.cluster.report_update_settings.runtime(),
+            "failureDomainsEnabled": str(self.cluster.scenario.failure_domains_enabled).lower(),
             **sim_elm.runtime_config(self.cluster),  # the extensible load manager's class name (loadManager)
             "clusterName": self.cluster.scenario.cluster,
             "webServicePort": str(self.cluster.brokers[self.broker_id].port),
@@ -939,11 +942,16 @@ class _Handler:
             raise SimError(404, f"NamespaceIsolationPolicies for cluster {cluster_name} does not exist")
         return Response(200, doc)
 
+    def failure_domains(self, cluster_name: str, *, query: Any, body: bytes) -> Response:
+        """ClustersBase.getFailureDomains: domain → {"brokers": [...]}; {} when none (404 for another cluster)."""
+        if cluster_name != self.cluster.scenario.cluster:
+            raise SimError(404, "Cluster does not exist")
+        return Response(200, self.cluster.failure_domains_doc())
+
     def anti_affinity(self, tenant: str, ns: str, *, query: Any, body: bytes) -> Response:
         """Namespaces.getNamespaceAntiAffinityGroup: the group as a plain string; 204 when none (a null
         String); 412 for a name NamespaceName.get refuses."""
-        if not all(re.fullmatch(r"[-=:.\w]+", part) for part in (tenant, ns)):
-            raise SimError(412, "Namespace name is not valid")
+        admin_errors.validate_namespace_name(tenant, ns)
         group = self.cluster.anti_affinity_groups.get(f"{tenant}/{ns}")
         if group is None:
             return Response(204)
@@ -1000,25 +1008,31 @@ class _Handler:
         return Response(200, self._runtime_config())
 
     def set_dynamic(self, name: str, value: str, *, query: Any, body: bytes) -> Response:
+        """BrokersBase.updateDynamicConfiguration → persistDynamicConfigurationAsync: the key's validator first
+        (only loadManagerClassName has one: a class that is not found is 412 " Invalid dynamic-config value"),
+        then a key that is not dynamic (or unknown) is 412 "Can't update non-dynamic configuration"; otherwise
+        the value is stored as given and the answer is an empty 200 (Response.ok()). Each broker then applies
+        it as FieldParser reads it: a boolean is true only for "true", a number that does not parse leaves the
+        setting as it was (dynamic_config.effective_config)."""
+        if name == "loadManagerClassName":
+            if value not in admin_errors.LOAD_MANAGER_CLASSES:
+                raise SimError(412, " Invalid dynamic-config value")
+            self.cluster.dynamic_config = {**self.cluster.dynamic_config, name: value}  # applied at a restart
+            return Response(200)
         if name not in config_keys():
             raise SimError(412, "Can't update non-dynamic configuration")
-        overrides = {**self.cluster.dynamic_config, name: value}
-        try:
-            config = LoadBalancerConfig().replace({**self.cluster.scenario.config, **overrides})
-        except ConfigError:
-            raise SimError(412, " Invalid dynamic-config value") from None
-        self.cluster.dynamic_config = overrides
-        self.cluster.config = config
-        return Response(204)
+        self.cluster.dynamic_config = {**self.cluster.dynamic_config, name: value}
+        self.cluster.config = dynamic_config.effective_config(self.cluster.config, name, value)
+        return Response(200)
 
     def delete_dynamic(self, name: str, *, query: Any, body: bytes) -> Response:
-        if name not in config_keys():
-            raise SimError(412, "Can't update non-dynamic configuration")
-        self.cluster.dynamic_config.pop(name, None)
-        self.cluster.config = LoadBalancerConfig().replace(
-            {**self.cluster.scenario.config, **self.cluster.dynamic_config}
-        )
-        return Response(204)
+        """BrokersBase.deleteDynamicConfiguration: 412 "Can't delete non-dynamic configuration" for a key that is
+        not dynamic; else the override is removed from the store (an empty 200). Brokers keep the value in
+        effect until they restart (the store's watch only applies values that are set)."""
+        if name not in config_keys() and name != "loadManagerClassName":
+            raise SimError(412, "Can't delete non-dynamic configuration")
+        self.cluster.dynamic_config = {k: v for k, v in self.cluster.dynamic_config.items() if k != name}
+        return Response(200)
 
     def load_report(self, query: Any, body: bytes) -> Response:
         if sim_elm.is_extensible(self.cluster):  # ELM keeps its load on system topics: no report here
@@ -1058,6 +1072,7 @@ class _Handler:
         return Response(204)
 
     def unload_bundle(self, tenant: str, ns: str, bundle_range: str, *, query: Any, body: bytes) -> Response:
+        admin_errors.validate_namespace_name(tenant, ns)
         bundle = f"{tenant}/{ns}/{bundle_range}"
         destination = (query.get("destinationBroker") or [None])[0] or None
         leader = self.cluster.leader
@@ -1067,6 +1082,7 @@ class _Handler:
                 raise SimError(409, "Not allowed unload namespace bundle to inactive destination broker")
             if self.broker_id != leader:
                 return self._redirect(leader, self._path(), {**query, "authoritative": ["false"]})
+        admin_errors.parse_range_for_unload(bundle_range)  # NamespaceBundleFactory.getBundle: malformed → text 500
         self.cluster.check_bundle(bundle)
         owner = self.cluster.owner_of(bundle)
         if owner is not None and owner != self.broker_id:
@@ -1079,13 +1095,14 @@ class _Handler:
         return Response(204)
 
     def split_bundle(self, tenant: str, ns: str, bundle_range: str, *, query: Any, body: bytes) -> Response:
+        """NamespacesBase.internalSplitNamespaceBundleAsync, in its order: the body (read by Jersey before the
+        method runs), the algorithm (412 before anything else), the LARGEST/HOT alias (getBundleRangeAsync,
+        404), the namespace (getNamespacePoliciesAsync, 404), the range (validateNamespaceBundleRange, 412), then
+        ownership (validateNamespaceBundleOwnershipAsync with readOnly=false: redirect, or assign an unowned
+        bundle) and the split on the owner (NamespaceService.splitAndOwnBundle). Namespaces.splitNamespaceBundle
+        validates the namespace's name before all of it."""
+        admin_errors.validate_namespace_name(tenant, ns)
         namespace = f"{tenant}/{ns}"
-        if namespace not in self.cluster.namespaces:
-            raise SimError(404, "Namespace does not exist")
-        if bundle_range in ("LARGEST", "HOT"):
-            bundle_range = self._alias(namespace, bundle_range)
-        bundle = f"{namespace}/{bundle_range}"
-        self.cluster.check_bundle(bundle)
         algorithm = (query.get("splitAlgorithmName") or [None])[0] or None
         positions = None
         if body.strip():
@@ -1095,8 +1112,23 @@ class _Handler:
                     raise ValueError
             except ValueError:
                 raise SimError(412, "Split bundle failed due to invalid request: positions must be longs") from None
-        if algorithm == "specified_positions_divide" and not positions:
-            raise SimError(412, "splitBoundaries must not be empty")
+        if algorithm is not None and algorithm.strip():
+            supported = list(self.cluster.config.supportedNamespaceBundleSplitAlgorithms)
+            if algorithm not in supported:  # List.contains: case-sensitive; List.toString: "[a, b]"
+                raise SimError(
+                    412,
+                    f"Unsupported namespace bundle split algorithm, supported algorithms are [{', '.join(supported)}]",
+                )
+            if algorithm.lower() == "specified_positions_divide" and not positions:  # equalsIgnoreCase
+                raise SimError(
+                    412, "With specified_positions_divide split algorithm, splitBoundaries must not be empty"
+                )
+        if namespace not in self.cluster.namespaces:
+            raise admin_errors.namespace_missing()
+        if bundle_range in ("LARGEST", "HOT"):
+            bundle_range = self._alias(namespace, bundle_range)
+        bundle = f"{namespace}/{bundle_range}"
+        self.cluster.check_bundle(bundle)
         owner = self.cluster.owner_of(bundle) or self.cluster.assign(bundle)
         if owner != self.broker_id:
             return self._redirect(owner, self._path(), query)
@@ -1176,6 +1208,7 @@ _H = _Handler
 _ROUTES: list[tuple[re.Pattern[str], tuple[str, ...], Callable[..., Response]]] = [
     (_route("/admin/v2/clusters"), ("GET",), _H.clusters),
     (_route("/admin/v2/clusters/{}/namespaceIsolationPolicies"), ("GET",), _H.isolation_policies),
+    (_route("/admin/v2/clusters/{}/failureDomains"), ("GET",), _H.failure_domains),
     (_route("/admin/v2/brokers/leaderBroker"), ("GET",), _H.leader_broker),
     (_route("/admin/v2/brokers/health"), ("GET",), _H.health),
     (_route("/admin/v2/brokers/ready"), ("GET",), _H.health),

@@ -7,6 +7,7 @@ restarted one comes back empty and gets load only from placement, as a real one.
 
 from __future__ import annotations
 
+from pulsar_lb_operator.simulator import report_writes
 from pulsar_lb_operator.simulator.model import (
     Broker,
 )
@@ -68,6 +69,7 @@ class Membership:
         broker.started_at_s = self.now_s
         broker.next_sample_s = self.now_s
         broker.stats_sample, broker.topic_sample = {}, {}
+        report_writes.restart(broker)
         self._sample(broker)
         broker.next_sample_s = self.now_s + self.scenario.report_interval_s
         for listener in self.listeners:

@@ -38,8 +38,8 @@ class SimError(Exception):
 def unexpected(exception: str, message: str, status: int = 500) -> SimError:
     """What Pulsar's RestException makes of an unexpected exception: a text/plain body with its message."""
     text = (
-        "\n --- An unexpected error occurred in the server --- \n\n"
-        f"Message: {message}\n\nStacktrace:\n\n{exception}: {message}\n"
+        "\n --- An unexpected error occurred in the server ---\n\n"  # RestException.getExceptionData
+        f"Message: {message}\n\nStacktrace:\n\n{exception}: {message}\n\tat org.apache.pulsar.broker (simulated)\n"
     )
     return SimError(status, message, text)
 
@@ -77,6 +77,14 @@ class Broker:
     host_sample: dict[str, tuple[float, float]] = field(default_factory=dict)
     sample_version: int = 0  # bumped by every sample: the load report is rebuilt only after a change
     web_url_tls: str | None = None  # the https URL it publishes, when it serves TLS (set_web_url_tls)
+    # The modular manager's write of LocalBrokerData to the metadata store (report_writes.py): when it last
+    # happened (the report's lastUpdate), the figures it compared (lastData), what the leader reads since, and
+    # the bundles gained and lost since (lastBundleGains/Losses, cleared by each write).
+    written_ms: int = 0
+    written_figures: tuple[float, float, float, int] | None = None
+    written_report: dict | None = None
+    bundle_gains: set[str] = field(default_factory=set)
+    bundle_losses: set[str] = field(default_factory=set)
 
     @property
     def port(self) -> int:

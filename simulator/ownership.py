@@ -15,6 +15,7 @@ import re
 from types import MappingProxyType
 from typing import Any
 
+from pulsar_lb_operator.simulator import admin_errors
 from pulsar_lb_operator.simulator.model import (
     RECONNECT_DELAY_S,
     UNLOAD_WINDOW_S,
@@ -156,20 +157,11 @@ class OwnershipJobs:
             return until is not None
 
     def check_bundle(self, bundle: str) -> None:
+        """The namespace exists (404) and the range is one of its bundles (412, validateNamespaceBundleRange)."""
         namespace, _, range_text = bundle.rpartition("/")
         if namespace not in self.namespaces:
-            raise SimError(404, "Namespace does not exist")
-        try:
-            bundle_range = bundle_names.BundleRange.parse(range_text)
-        except bundle_names.BundleNameError:
-            raise SimError(412, f"Invalid bundle range {range_text}") from None
-        bounds = self.namespaces[namespace]
-        if (
-            bundle_range.lower not in bounds
-            or bundle_range.upper not in bounds
-            or (bounds.index(bundle_range.upper) != bounds.index(bundle_range.lower) + 1)
-        ):
-            raise SimError(412, f"Bundle {range_text} not found in namespace {namespace}")
+            raise admin_errors.namespace_missing()
+        admin_errors.validate_range(self.namespaces[namespace], range_text)
 
     def owner_of(self, bundle: str) -> str | None:
         with self.lock:
@@ -205,7 +197,7 @@ class OwnershipJobs:
             if policies.group_of(namespace) is not None:  # filterAntiAffinityGroupOwnedBrokers
                 owned = ns_policies.namespaces_by_broker({b: self.ownership.owned(b) for b in alive})
                 counts = ns_policies.anti_affinity_namespace_owned_brokers(namespace, owned, policies)
-                alive = ns_policies.filter_anti_affinity_group_owned_brokers(alive, counts)
+                alive = ns_policies.filter_anti_affinity_group_owned_brokers(alive, counts, policies.domains)
             return self.rng.choice(alive)
         view = self.leader_view()
         load = LoadData(view, dict(self.leader_bundle_data), {})
@@ -278,11 +270,24 @@ class OwnershipJobs:
             for p in self.scenario.isolation_policies
         }
 
+    def failure_domains_doc(self) -> dict[str, Any]:
+        """GET …/clusters/{cluster}/failureDomains: domain → {"brokers": [broker ids]} (the scenario's names)."""
+        names = sorted(b.name for b in self.brokers.values())
+        return {
+            domain: {"brokers": sorted({self.by_name(n).id for p in patterns for n in fnmatch.filter(names, p)})}
+            for domain, patterns in self.scenario.failure_domains
+        }
+
     def namespace_policies(self) -> ns_policies.NamespacePolicies:
-        """The policies as the leader sees them (what the two admin endpoints serve)."""
+        """The policies as the leader sees them (what the admin endpoints serve); failure domains only while
+        failureDomainsEnabled (ModularLoadManagerImpl.refreshBrokerToFailureDomainMap returns at once otherwise)."""
         if self._policies is None or self._policies[0] != len(self.brokers):
             doc = self.isolation_policies_doc() or {}
             isolation = ns_policies.parse_isolation_policies(Reader(doc, "isolation_policies"))
             groups = MappingProxyType(dict(self.anti_affinity_groups))
-            self._policies = (len(self.brokers), ns_policies.NamespacePolicies(isolation, groups))
+            domains = {}
+            if self.scenario.failure_domains_enabled:
+                domains = ns_policies.parse_failure_domains(Reader(self.failure_domains_doc(), "failure_domains"))
+            policies = ns_policies.NamespacePolicies(isolation, groups, domains=MappingProxyType(domains))
+            self._policies = (len(self.brokers), policies)
         return self._policies[1]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+from pulsar_lb_operator.simulator import report_writes
 from pulsar_lb_operator.simulator.model import (
     LEADER_SAMPLE_S,
     Broker,
@@ -26,13 +27,17 @@ class Reports:
 
     def _sample(self, broker: Broker) -> None:
         """A broker's periodic stats and host-usage sample, and its report written to the metadata store."""
+        before = set(broker.stats_sample)
         broker.stats_sample = {}
         broker.topic_sample = {}
         for bundle in self.owned_by(broker.id):
             broker.stats_sample[bundle], broker.topic_sample[bundle] = self.bundle_stats(bundle)
         broker.host_sample = self.host_usage(broker, broker.stats_sample, self.noise.gauss(0, broker.spec.jitter))
-        broker.last_update_ms = self.now_ms
+        broker.last_update_ms = self.now_ms  # the sample's time (the extensible manager's updatedAt)
+        report_writes.track_bundles(broker, before)
         broker.sample_version += 1
+        if report_writes.need_broker_data_update(broker, self.now_ms, self.report_update_settings):
+            report_writes.write(broker, self.now_ms, lambda: self.load_report(broker.id))
         self.preallocated[broker.id] = [b for b in self.preallocated.get(broker.id, []) if b not in broker.stats_sample]
         self._view = None
 
@@ -58,7 +63,7 @@ class Reports:
         """
         with self.lock:
             broker = self.brokers[broker_id]
-            key = (broker.sample_version, self.ownership.version_of(broker_id), broker.started_at_s)
+            key = (broker.sample_version, broker.started_at_s)
             cached = self._reports.get(broker_id)
             if cached is not None and cached[0] == key:
                 return cached[1]
@@ -78,45 +83,18 @@ class Reports:
             return body
 
     def _build_report(self, broker: Broker) -> dict:
-        stats = broker.stats_sample
+        """LocalBrokerData as Jackson writes it (getters included, nulls left out): report_writes.local_broker_data."""
         heartbeat = [
             f"pulsar/{broker.id}/0x00000000_0xffffffff",
             f"pulsar/{self.scenario.cluster}/{broker.id}/0x00000000_0xffffffff",
         ]
-        last_stats = {b: vars(s).copy() for b, s in sorted(stats.items())}
-        host = broker.host_sample
-
-        def total(key: str) -> float:
-            return sum(s[key] for s in last_stats.values())
-
-        return {
-            "webServiceUrl": broker.web_url,
-            "pulsarServiceUrl": f"pulsar://{broker.host}:{broker.port + 1}",
-            **({"webServiceUrlTls": broker.web_url_tls} if broker.web_url_tls else {}),
-            "persistentTopicsEnabled": True,
-            "nonPersistentTopicsEnabled": True,
-            **{k: {"usage": round(u, 3), "limit": lim} for k, (u, lim) in host.items()},
-            "msgThroughputIn": total("msgThroughputIn"),
-            "msgThroughputOut": total("msgThroughputOut"),
-            "msgRateIn": total("msgRateIn"),
-            "msgRateOut": total("msgRateOut"),
-            "lastUpdate": broker.last_update_ms,
-            "lastStats": last_stats,
-            "bundleStats": last_stats,
-            "numTopics": int(total("topics")),
-            "numBundles": len(last_stats),
-            "numConsumers": int(total("consumerCount")),
-            "numProducers": int(total("producerCount")),
-            "bundles": sorted(self.ownership.owned(broker.id) | set(heartbeat)),
-            "lastBundleGains": [],
-            "lastBundleLosses": [],
-            "brokerVersionString": self.scenario.broker_version,
-            "protocols": {},
-            "loadManagerClassName": "org.apache.pulsar.broker.loadbalance.impl.ModularLoadManagerImpl",
-            "startTimestamp": self.epoch_ms + int(broker.started_at_s * 1000),
-            "maxResourceUsage": max((u / lim if lim > 0 else 0.0) for u, lim in host.values()),
-            "loadReportType": "LocalBrokerData",
-        }
+        return report_writes.local_broker_data(
+            broker,
+            pulsar_service_url=f"pulsar://{broker.host}:{broker.port + 1}",
+            extra_bundles=heartbeat,
+            version=self.scenario.broker_version,
+            start_ms=self.epoch_ms + int(broker.started_at_s * 1000),
+        )
 
     def topic_stats_report(self, broker_id: str) -> dict:
         """GET /admin/v2/broker-stats/topics: namespace → bundle range → persistent → topic → stats."""
@@ -151,8 +129,9 @@ class Reports:
         return self._view
 
     def _parsed_report(self, broker_id: str) -> BrokerLoad:
-        """The leader's parse of a broker's report, redone only when the report changed."""
-        report = self.load_report(broker_id)
+        """The leader's parse of a broker's report as last written to the metadata store (not the fresher one the
+        REST endpoint builds), redone only when a new one was written."""
+        report = self.brokers[broker_id].written_report or self.load_report(broker_id)
         cached = self._parsed.get(broker_id)
         if cached is not None and cached[0] is report:
             return cached[1]

@@ -112,6 +112,15 @@ class Scenario:
     # config, and (with simulator/elm.py started) their load published on its system topics
     load_manager: str = "modular"
     broker_version: str = "4.0.4-sim"  # what GET /admin/v2/brokers/version answers (brokerVersion)
+    # when a broker rewrites its LocalBrokerData (simulator/report_writes.py): Pulsar's
+    # loadBalancerReportUpdateThresholdPercentage and loadBalancerReportUpdateMaxIntervalMinutes
+    report_update_threshold_percentage: float = 10
+    report_update_max_interval_minutes: float = 15
+    # served by GET /admin/v2/clusters/{cluster}/failureDomains: domain → broker-name patterns; the
+    # cluster's own placement spreads anti-affinity groups across them while failure_domains_enabled
+    # (the brokers' failureDomainsEnabled, true by default when domains are given)
+    failure_domains: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    failure_domains_enabled: bool = False
 
     @property
     def broker_names(self) -> set[str]:
@@ -317,6 +326,10 @@ _TOP_KEYS = {
     "isolation_policies",
     "loadManager",
     "brokerVersion",
+    "report_update_threshold_percentage",
+    "report_update_max_interval_minutes",
+    "failure_domains",
+    "failure_domains_enabled",
 }
 
 
@@ -375,6 +388,24 @@ def _isolation_policies(data: Any, broker_names: set[str], addresses: str) -> tu
     return tuple(out)
 
 
+def _failure_domains(data: Any, broker_names: set[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``failure_domains``: domain name → broker names or glob patterns (each must match a broker)."""
+    if data is None:
+        return ()
+    if not isinstance(data, dict):
+        raise ScenarioError("failure_domains: expected a mapping of domain names to lists of brokers")
+    out = []
+    for name, patterns in data.items():
+        where = f"failure_domains.{name}"
+        if not isinstance(patterns, list) or not all(isinstance(p, str) and p for p in patterns):
+            raise ScenarioError(f"{where}: expected a list of broker names")
+        for pattern in patterns:
+            if not fnmatch.filter(sorted(broker_names), pattern):
+                raise ScenarioError(f"{where}: {pattern!r} matches no broker")
+        out.append((str(name), tuple(patterns)))
+    return tuple(out)
+
+
 def parse_scenario(data: Any, default_name: str = "scenario") -> Scenario:
     if not isinstance(data, dict):
         raise ScenarioError("scenario: expected a mapping at the top level")
@@ -413,6 +444,10 @@ def parse_scenario(data: Any, default_name: str = "scenario") -> Scenario:
         raise ScenarioError(f"loadManager: {load_manager!r} is not one of {', '.join(LOAD_MANAGERS)}")
     if load_manager == "extensible":  # ELM's UnloadScheduler falls back to TransferShedder for the modular shedders
         config = {"loadBalancerLoadSheddingStrategy": "TransferShedder", **config}
+    domains = _failure_domains(data.get("failure_domains"), names)
+    domains_enabled = data.get("failure_domains_enabled", bool(domains))
+    if not isinstance(domains_enabled, bool):
+        raise ScenarioError(f"failure_domains_enabled: expected true or false, got {domains_enabled!r}")
     broker_version = data.get("brokerVersion", "4.0.4-sim")
     if not isinstance(broker_version, str) or not re.fullmatch(r"\d+\.\d+\S*", broker_version):
         raise ScenarioError(f"brokerVersion: expected a version such as 3.0.0, got {broker_version!r}")
@@ -435,6 +470,10 @@ def parse_scenario(data: Any, default_name: str = "scenario") -> Scenario:
         isolation_policies=isolation,
         load_manager=load_manager,
         broker_version=broker_version,
+        report_update_threshold_percentage=_number(data, "report_update_threshold_percentage", "scenario", 10),
+        report_update_max_interval_minutes=_number(data, "report_update_max_interval_minutes", "scenario", 15, 0.0),
+        failure_domains=domains,
+        failure_domains_enabled=domains_enabled,
     )
 
 

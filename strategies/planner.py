@@ -162,7 +162,9 @@ def destination_refused(
         if not policies.is_shared(host):
             return f"{destination} is another namespace's primary broker (not shared)"
         return f"its destination {destination} does not load persistent topics"
-    allowed = ns_policies.filter_anti_affinity_group_owned_brokers(candidates, anti_affinity_counts(load, bundle, ctx))
+    allowed = ns_policies.filter_anti_affinity_group_owned_brokers(
+        candidates, anti_affinity_counts(load, bundle, ctx), policies.domains
+    )
     if destination not in allowed:
         return (
             f"{destination} owns more of anti-affinity group {policies.group_of(namespace)} than {', '.join(allowed)}"
@@ -183,8 +185,10 @@ def select_broker(bundle: str, placer: registry.Placer, ctx: PlacementContext) -
     over = _over_topic_limit(load, ctx, config.loadBalancerBrokerMaxTopics)
     filtered = [b for b in candidates if b not in over] if over else candidates
     filtered = filtered or candidates  # LoadManagerShared.filterBrokersWithLargeTopicCount
-    # LoadManagerShared.filterAntiAffinityGroupOwnedBrokers (failure domains: not in a snapshot)
-    filtered = ns_policies.filter_anti_affinity_group_owned_brokers(filtered, anti_affinity_counts(load, bundle, ctx))
+    # LoadManagerShared.filterAntiAffinityGroupOwnedBrokers, across failure domains first when the snapshot has them
+    filtered = ns_policies.filter_anti_affinity_group_owned_brokers(
+        filtered, anti_affinity_counts(load, bundle, ctx), load.snapshot.policies.domains
+    )
     if config.loadBalancerDistributeBundlesEvenlyEnabled:
         namespace = bundle_names.namespace_of(bundle)
         counts = {b: _namespace_bundles(load, b, namespace, ctx) for b in filtered}

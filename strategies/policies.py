@@ -21,10 +21,13 @@ Pure ports of Pulsar's code, each function naming the Java method it follows:
 Ours, on top: a namespace whose policies could not be read (``unknown``) has no candidate broker at
 all — never "no policy", which is the unsafe direction.
 
-In a snapshot (``pulsar-lb-snapshot/1``, all optional): ``isolationPolicies`` is the body of
-``GET /admin/v2/clusters/{cluster}/namespaceIsolationPolicies``; ``namespaces[ns].antiAffinityGroup``
-the answer of ``GET /admin/v2/namespaces/{tenant}/{ns}/antiAffinity``; ``policiesUnknown`` maps a
-namespace (or ``*``: every namespace) to why its policies could not be read.
+In a snapshot (``pulsar-lb-snapshot/1``, all optional): ``namespaceIsolationPolicies`` is the body of
+``GET /admin/v2/clusters/{cluster}/namespaceIsolationPolicies`` (``isolationPolicies``, its older name, is
+read too); ``failureDomains`` the body of ``GET /admin/v2/clusters/{cluster}/failureDomains`` (domain →
+``{"brokers": [broker ids]}``), present only when the brokers run with ``failureDomainsEnabled`` — the
+anti-affinity filter spreads a group across domains only then, as ``LoadManagerShared`` does;
+``namespaces[ns].antiAffinityGroup`` the answer of ``GET /admin/v2/namespaces/{tenant}/{ns}/antiAffinity``;
+``policiesUnknown`` maps a namespace (or ``*``: every namespace) to why its policies could not be read.
 """
 
 from __future__ import annotations
@@ -101,10 +104,12 @@ class NamespacePolicies:
     isolation: tuple[IsolationPolicy, ...] = ()
     groups: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # namespace → group
     unknown: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # namespace or "*" → why
+    # broker id → failure domain (ModularLoadManagerImpl.brokerToFailureDomainMap): only with failureDomainsEnabled
+    domains: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def empty(self) -> bool:
-        return not (self.isolation or self.groups or self.unknown)
+        return not (self.isolation or self.groups or self.unknown or self.domains)
 
     def unknown_reason(self, namespace: str) -> str | None:
         """Why the policies of ``namespace`` are not known (None: they are)."""
@@ -135,10 +140,13 @@ class NamespacePolicies:
         )
 
     def write_json(self, doc: dict[str, Any]) -> None:
-        """Into a snapshot document: ``isolationPolicies``, each group as ``namespaces[ns].antiAffinityGroup``
-        (an entry of its own when the namespace has no boundaries), ``policiesUnknown``."""
+        """Into a snapshot document: ``namespaceIsolationPolicies``, ``failureDomains``, each group as
+        ``namespaces[ns].antiAffinityGroup`` (an entry of its own when the namespace has no boundaries),
+        ``policiesUnknown``."""
         if self.isolation:
-            doc["isolationPolicies"] = {p.name: p.to_json() for p in self.isolation}
+            doc["namespaceIsolationPolicies"] = {p.name: p.to_json() for p in self.isolation}
+        if self.domains:
+            doc["failureDomains"] = failure_domains_json(self.domains)
         if self.groups:
             namespaces = doc.setdefault("namespaces", {})
             for namespace, group in sorted(self.groups.items()):
@@ -209,6 +217,14 @@ def anti_affinity_namespace_owned_brokers(
             if other_group is not None and other_group.lower() == target:
                 counts[broker] = counts.get(broker, 0) + 1
     return counts
+
+
+def failure_domains_json(domains: Mapping[str, str]) -> dict[str, Any]:
+    """broker → domain as ``GET …/clusters/{cluster}/failureDomains`` gives it: domain → {"brokers": [...]}."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for broker, domain in sorted(domains.items()):
+        out.setdefault(domain, {"brokers": []})["brokers"].append(broker)
+    return dict(sorted(out.items()))
 
 
 def filter_anti_affinity_group_owned_brokers(
@@ -379,9 +395,21 @@ def parse_group(reader: Reader) -> str | None:
     return value if value.strip() else None
 
 
+def parse_failure_domains(reader: Reader) -> dict[str, str]:
+    """ClustersBase.getFailureDomains' body (domain → FailureDomain ``{"brokers": [...]}``) as broker → domain
+    (ModularLoadManagerImpl.refreshBrokerToFailureDomainMap: a broker listed twice ends in the last domain)."""
+    domains: dict[str, str] = {}
+    for name, entry in reader.entries():
+        for broker in entry.child("brokers", required=False, default=[]).string_list():
+            domains[broker] = name
+    return domains
+
+
 def parse_policies(root: Reader) -> NamespacePolicies:
     """The policy parts of a snapshot document (see the module docstring); all optional."""
-    isolation = parse_isolation_policies(root.child("isolationPolicies", required=False, default={}))
+    key = "namespaceIsolationPolicies" if "namespaceIsolationPolicies" in root.obj() else "isolationPolicies"
+    isolation = parse_isolation_policies(root.child(key, required=False, default={}))
+    domains = parse_failure_domains(root.child("failureDomains", required=False, default={}))
     groups: dict[str, str] = {}
     for namespace, entry in root.child("namespaces", required=False, default={}).entries():
         group = parse_group(entry.child("antiAffinityGroup", required=False, default=None))
@@ -390,7 +418,7 @@ def parse_policies(root: Reader) -> NamespacePolicies:
     unknown: dict[str, str] = {}
     for namespace, why in root.child("policiesUnknown", required=False, default={}).entries():
         unknown[namespace] = why.string()
-    return NamespacePolicies(isolation, MappingProxyType(groups), MappingProxyType(unknown))
+    return NamespacePolicies(isolation, MappingProxyType(groups), MappingProxyType(unknown), MappingProxyType(domains))
 
 
 def transfer_filter(snapshot: Any, config: Any) -> Callable[[str, str, str], bool]:

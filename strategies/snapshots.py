@@ -213,7 +213,7 @@ class ClusterSnapshot:
                 for ns, bounds in sorted(self.namespaces.items())
             }
         if not self.policies.empty:
-            self.policies.write_json(doc)  # isolationPolicies, namespaces' antiAffinityGroup, policiesUnknown
+            self.policies.write_json(doc)  # isolation policies, failure domains, groups, policiesUnknown
         if self.topics:
             doc["topics"] = {
                 b: {t: vars(s).copy() for t, s in sorted(ts.items())} for b, ts in sorted(self.topics.items())

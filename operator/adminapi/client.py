@@ -528,20 +528,49 @@ def _object(value: Any, what: str) -> dict[str, Any]:
 
 
 def _reason(response: Answer) -> str:
-    """Pulsar's ``reason`` when the body is ``{"reason": ...}``, else the first line of the body."""
+    """One line, whichever body Pulsar sent.
+
+    ``RestException(Status, message)`` answers JSON ``{"reason": ...}``: the reason, its whitespace folded.
+    ``RestException(Throwable)`` answers text/plain ``--- An unexpected error occurred in the server ---``,
+    ``Message: <message>``, ``Stacktrace:`` and the trace (RestException.getExceptionData): the marker and the
+    message, never the trace. Anything else (Jetty's HTML pages, a proxy's text): its first two lines with
+    words, markup removed, stack frames left out.
+    """
     try:
         doc = response.json()
         if isinstance(doc, dict) and isinstance(doc.get("reason"), str):
-            return doc["reason"].strip()[:500] or f"HTTP {response.status}"
+            return _one_line(doc["reason"])[:500] or f"HTTP {response.status}"
     except (ValueError, RecursionError):
         pass
     body = response.text or ""
     if "<html" in body[:200].lower():  # Jetty's error page: its words, never its markup, in a message
         body = re.sub(r"\s+", " ", re.sub(r"<[^>]*>", " ", body))
-    # the first two lines with words: Pulsar's RestException puts a blank line before "Message: …"
-    first = [line.strip() for line in body.splitlines() if line.strip()][:2]
-    text = " ".join(first)
+    lines = [line.strip() for line in body.splitlines() if line.strip()]
+    if UNEXPECTED_MARKER in body[:200]:
+        message = next((line[len("Message:") :].strip() for line in lines if line.startswith("Message:")), None)
+        if message is None:  # no Message line: the line after the marker (an exception's name), if any
+            rest = [line for line in lines if UNEXPECTED_MARKER not in line and not _stack_line(line)]
+            message = rest[0] if rest else None
+        text = f"{UNEXPECTED_MARKER} {message}" if message else UNEXPECTED_MARKER
+        return f"HTTP {response.status}: {_one_line(text)[:300]}"
+    first = [line for line in lines if not _stack_line(line)][:2]
+    text = _one_line(" ".join(first))
     return f"HTTP {response.status}: {text[:200]}" if text else f"HTTP {response.status}"
+
+
+UNEXPECTED_MARKER = "--- An unexpected error occurred in the server ---"  # RestException.getExceptionData
+
+
+def _stack_line(line: str) -> bool:
+    """A line of a Java stack trace: a frame, a "Caused by", "... N more", or the "Stacktrace:" header."""
+    return line.startswith(("at ", "Caused by:", "Stacktrace:", "Suppressed:")) or bool(
+        re.fullmatch(r"\.\.\. \d+ more", line)
+    )
+
+
+def _one_line(text: str) -> str:
+    """Whitespace (newlines included) folded to single spaces."""
+    return " ".join(text.split())
 
 
 def _list_of_str(value: Any, what: str) -> list[str]:

@@ -3,9 +3,7 @@ of ModularLoadManagerImplTest), anti-affinity groups (AntiAffinityNamespaceGroup
 manager's policy checks (TransferShedderTest). Each test names the Java test it mirrors.
 
 LoadManagerSharedTest has no policy case (only removeMostServicingBrokersForNamespace). Not mirrored:
-AntiAffinityNamespaceGroupTest.testClusterDomain (empty in Pulsar), testBrokerSelectionForAntiAffinityGroup's
-failure-domain half (a snapshot carries no failure domains: the planner passes none; the pure filter takes
-them, see testAntiAffinityNamespaceFilteringWithDomain), TransferShedderTest.testFilterHasException (a
+AntiAffinityNamespaceGroupTest.testClusterDomain (empty in Pulsar), TransferShedderTest.testFilterHasException (a
 throwing filter), NamespaceIsolationPoliciesTest's serialization, set and delete cases (the operator never
 writes policies).
 """
@@ -280,6 +278,50 @@ def test_broker_selection_for_anti_affinity_group():
         first = select_broker_for_assignment("tenant/use/ns1/0x00000000_0xffffffff", lltmr.select, ctx)
         second = select_broker_for_assignment("tenant/use/ns2/0x00000000_0xffffffff", lltmr.select, ctx)
         assert first != second
+
+
+def test_broker_selection_for_anti_affinity_group_with_failure_domains():
+    """AntiAffinityNamespaceGroupTest.testBrokerSelectionForAntiAffinityGroup, with its failure domains
+    (domain1: broker1, domain2: broker2; failureDomainsEnabled): the two namespaces of the group land in
+    different domains. With two brokers per domain the domain decides: without domains the second namespace
+    may go to the first one's neighbour in the same domain, with them it never does."""
+    doc = snapshot_doc({"broker1:8080": broker_report(), "broker2:8080": broker_report()})
+    doc["namespaces"] = {
+        "tenant/use/ns1": {"antiAffinityGroup": "group"},
+        "tenant/use/ns2": {"antiAffinityGroup": "group"},
+    }
+    doc["failureDomains"] = {"domain1": {"brokers": ["broker1:8080"]}, "domain2": {"brokers": ["broker2:8080"]}}
+    snap = parse_snapshot(doc)
+    assert snap.policies.domains == {"broker1:8080": "domain1", "broker2:8080": "domain2"}
+    assert snap.to_json()["failureDomains"] == doc["failureDomains"]  # the admin API's own JSON, kept
+    domain_of = snap.policies.domains
+    for seed in range(10):
+        load, _, _ = build_load_data(snap, {}, {}, cfg().grace_period_ms)
+        ctx = PlacementContext(load, cfg(), random.Random(seed))
+        first = select_broker_for_assignment("tenant/use/ns1/0x00000000_0xffffffff", lltmr.select, ctx)
+        second = select_broker_for_assignment("tenant/use/ns2/0x00000000_0xffffffff", lltmr.select, ctx)
+        assert domain_of[first] != domain_of[second]
+
+    four = {f"b{i}:8080": broker_report() for i in range(4)}
+    doc = snapshot_doc(four)
+    doc["namespaces"] = {f"tenant/use/ns{i}": {"antiAffinityGroup": "group"} for i in (1, 2)}
+    with_domains = {**doc, "failureDomains": {"east": {"brokers": ["b0:8080", "b1:8080"]}}}  # b2, b3: "default"
+    same_domain = 0
+    for seed in range(20):
+        for document, spread in ((doc, False), (with_domains, True)):
+            snap = parse_snapshot(document)
+            load, _, _ = build_load_data(snap, {}, {}, cfg().grace_period_ms)
+            ctx = PlacementContext(load, cfg(), random.Random(seed))
+            first = select_broker_for_assignment("tenant/use/ns1/0x00000000_0xffffffff", lltmr.select, ctx)
+            second = select_broker_for_assignment("tenant/use/ns2/0x00000000_0xffffffff", lltmr.select, ctx)
+            east = {"b0:8080", "b1:8080"}
+            together = (first in east) == (second in east)
+            assert first != second
+            if spread:
+                assert not together
+            else:
+                same_domain += together
+    assert same_domain > 0  # without domains, a same-domain neighbour is chosen sometimes
 
 
 # --- TransferShedderTest ------------------------------------------------------------------------------

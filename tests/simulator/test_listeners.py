@@ -89,7 +89,7 @@ def test_a_bundle_being_unloaded_refuses_another_unload_for_a_short_window(sim):
     dest = sim.cluster.by_name("broker-2").id
     again = requests.put(f"{sim.admin_url}{path_of(bundle)}/unload?destinationBroker={dest}", timeout=T)
     assert again.status_code == 500 and again.headers["Content-Type"] == "text/plain"
-    assert again.text.startswith("\n --- An unexpected error occurred in the server --- \n\nMessage: ")
+    assert again.text.startswith("\n --- An unexpected error occurred in the server ---\n\nMessage: ")
     assert f"Namespace bundle {bundle} is being unloaded" in again.text
     assert sim.cluster.affinity == {
         sim.cluster.affinity_key(bundle): dest

@@ -187,9 +187,11 @@ def test_a_broker_report_reads_its_own_bundles_not_the_whole_map(monkeypatch):
     assert sim.load_report(broker) is first  # nothing changed: not rebuilt
     bundle = sim.owned_by(broker)[0]
     sim.unload(bundle)
+    assert sim.load_report(broker) is first  # bundles and lastStats come from the sample: until the next one,
+    assert bundle in first["bundles"] and bundle in first["lastStats"]  # both still show it, as in real life
+    sim.advance(sim.scenario.report_interval_s)
     after = sim.load_report(broker)
-    assert after is not first and bundle not in after["bundles"]
-    assert bundle in after["lastStats"]  # the sample still shows it until the next one, as in real life
+    assert after is not first and bundle not in after["bundles"] and bundle in after["lastBundleLosses"]
     assert sim.load_report_json(broker) is sim.load_report_json(broker)  # serialized once per report
     monkeypatch.undo()
     for _ in range(3):  # moves, placements, splits, a crash and a restart: the index matches a scan

@@ -77,7 +77,7 @@ def test_policies_round_trip_through_the_snapshot_format():
     again = parse_snapshot(json.loads(json.dumps(snap.to_json())))
     assert again.policies == snap.policies and again.namespaces == snap.namespaces == {}
     assert again.to_json()["namespaces"] == {"tenant-b/ns0": {"antiAffinityGroup": "g1"}}
-    assert again.to_json()["isolationPolicies"] == ISOLATION
+    assert again.to_json()["namespaceIsolationPolicies"] == ISOLATION
     assert snap.without_brokers(["a1.pulsar:8080"]).policies == snap.policies
 
 
