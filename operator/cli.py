@@ -246,7 +246,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--strategy", action="append", default=[], help="a combination's label or shedding name; repeatable"
     )
     bench.add_argument("--history", metavar="URI", help="backtest: replay this history store's traffic instead")
-    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--seed", type=int, default=0, help="the first seed (default 0: the scenarios as written)")
+    bench.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        help="run every scenario with this many seeds, from --seed on (default 1); verdicts are the worst seed's",
+    )
     bench.add_argument("--target", type=float, default=10.0, help="spread (points) that counts as balanced")
     bench.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     bench.add_argument("--out", default="benchmark-report", help="report directory (default benchmark-report)")
@@ -407,14 +413,14 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
 
     from simulator import replay, suite
 
-    if args.jobs < 1 or args.target <= 0:
-        raise UsageError("--jobs and --target must be positive")
+    if args.jobs < 1 or args.target <= 0 or args.seeds < 1:
+        raise UsageError("--jobs, --seeds and --target must be positive")
     command = "operator " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["benchmark"] else "operator benchmark"
     try:
         return suite.benchmark_command(
             args.scenario,
             args.strategy,
-            args.seed,
+            range(args.seed, args.seed + args.seeds),
             args.target,
             args.jobs,
             Path(args.out),

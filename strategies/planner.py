@@ -30,6 +30,7 @@ from strategies.loaddata import LoadData, build_load_data
 from strategies.placement.common import PlacementContext
 from strategies.plans import Action, BrokerScore, Plan, Split, Unload
 from strategies.profile import LoadProfile
+from strategies.shedding import predictive
 from strategies.shedding.transfer import NAME as TRANSFER_SHEDDER
 from strategies.snapshots import ClusterSnapshot
 from strategies.splitting.trigger import find_bundles_to_split
@@ -280,7 +281,18 @@ def _plan_cycle(
     )
     if profile is not None:
         load = load.with_profile(profile)
-    result = registry.SHEDDING[shedding_name](load, config, state) if len(snapshot.brokers) > 1 else None
+    sustained = None if profile is None else profile.hot
+    # Ours plans the split trigger's splits together with its unloads (their halves placed the same cycle);
+    # every Pulsar strategy gets the trigger after shedding, as Pulsar runs it.
+    splits_first = shedding_name == predictive.NAME and len(snapshot.brokers) > 1
+    early: list[Split] = []
+    if splits_first:
+        early, split_notes = find_bundles_to_split(load, config, sustained=sustained)
+        notes.extend(split_notes)
+    if not splits_first or len(snapshot.brokers) <= 1:
+        result = registry.SHEDDING[shedding_name](load, config, state) if len(snapshot.brokers) > 1 else None
+    else:
+        result = predictive.shed(load, config, state, early)
     if result is None:
         notes.append(f"{len(snapshot.brokers)} broker(s): nothing to balance")
         shed_state, unloads = state, ()
@@ -298,6 +310,13 @@ def _plan_cycle(
     placer = registry.PLACEMENT[placement_name]
     actions: list[Action] = []
     seen: set[str] = set()
+    for split in result.splits if result is not None else ():
+        kept = policies_keep(load, split.bundle, split.source, ctx) if split.unload else None
+        if kept is not None:  # checkNamespaceBundleSplit: unload the halves only if the policies allow
+            split = Split(split.bundle, split.source, split.algorithm, split.boundaries, split.reason, False)
+            notes.append(f"split {split.bundle}: its halves stay on {split.source}: {kept}")
+        actions.append(split)
+        seen.add(split.bundle)
     for unload in unloads:
         if unload.bundle in seen:
             continue
@@ -326,10 +345,8 @@ def _plan_cycle(
             continue
         actions.append(Unload(unload.bundle, unload.source, destination, f"{unload.reason}; {how}"))
         recent[unload.bundle] = snapshot.taken_at
-    if len(snapshot.brokers) > 1:
-        splits, split_notes = find_bundles_to_split(
-            load, config, skip=frozenset(seen), sustained=None if profile is None else profile.hot
-        )
+    if len(snapshot.brokers) > 1 and not splits_first:
+        splits, split_notes = find_bundles_to_split(load, config, skip=frozenset(seen), sustained=sustained)
         for split in splits:
             kept = policies_keep(load, split.bundle, split.source, ctx) if split.unload else None
             if kept is not None:  # checkNamespaceBundleSplit: unload the halves only if the policies allow
@@ -337,7 +354,7 @@ def _plan_cycle(
                 notes.append(f"split {split.bundle}: its halves stay on {split.source}: {kept}")
             actions.append(split)
         notes.extend(split_notes)
-    elif config.loadBalancerAutoBundleSplitEnabled:
+    elif len(snapshot.brokers) <= 1 and config.loadBalancerAutoBundleSplitEnabled:
         # ModularLoadManagerImpl.checkNamespaceBundleSplit returns early with one broker (PR #20190):
         # a split would only unload the halves back onto the same broker.
         notes.append(f"split: skipped with {len(snapshot.brokers)} broker(s) (Pulsar splits only with more than one)")

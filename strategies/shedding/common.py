@@ -6,17 +6,21 @@ from dataclasses import dataclass
 
 from strategies.config import LoadBalancerConfig
 from strategies.loaddata import LoadData
-from strategies.plans import Unload
+from strategies.plans import Split, Unload
 from strategies.state import StrategyState
 
 
 @dataclass(frozen=True)
 class SheddingResult:
-    """Unloads chosen by a shedder (destination None: placement decides) and its next state."""
+    """Unloads chosen by a shedder (destination None: placement decides) and its next state.
+
+    ``splits``: only from a shedder that plans splits together with its unloads (ours); they are carried out
+    before the unloads, which may move their halves."""
 
     unloads: tuple[Unload, ...]
     state: StrategyState
     notes: tuple[str, ...] = ()
+    splits: tuple[Split, ...] = ()
 
 
 def fmt_bytes(value: float) -> str:

@@ -15,27 +15,33 @@ With a fitted cost model per broker (spark_jobs/load_profile.py) both are predic
 * a broker whose background usage alone is at or above the mean never receives load;
 * without a CPU model of R² ≥ ``MIN_R2`` for any broker it falls back to AvgShedder and says so;
   a broker whose own fit is poor borrows the capacity-scaled slope of the well-fitted ones;
-* after a broker joins or leaves, or a bundle is split, it waits ``SETTLE_MS``: bundles are still
-  being placed and the reports do not add up yet;
+* after a broker joins or leaves, or someone else splits a bundle, it waits until every broker has
+  reported since (at most ``SETTLE_MS``): before that, bundles are still being placed and the reports
+  do not add up;
+* a bundle too big to move without overshooting is split (range_equally_divide, the halves staying on
+  their owner), and its halves are placed in the same cycle, as are the halves of a bundle the split
+  trigger picks; a split counts against the same caps as an unload;
 * each prediction is checked against the next report that shows the move, and the error is kept
   in the state for the operator to export.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from strategies import bundles as bundle_names
 from strategies.config import LoadBalancerConfig
 from strategies.loaddata import LoadData
-from strategies.plans import Unload
+from strategies.plans import Split, Unload
 from strategies.policies import candidates_for
 from strategies.profile import CostModel
 from strategies.shedding import avg
 from strategies.shedding.common import SheddingResult
+from strategies.splitting import algorithms
 from strategies.state import PendingMove, StrategyState
 
 NAME = "PredictivePairingShedder"
@@ -126,9 +132,10 @@ class Forecast:
             self.direct[broker] * self.weights[3],
         )
 
-    def shifted(self, broker: str, traffic: Traffic, sign: float) -> list[float]:
+    def shifted(self, broker: str, traffic: Traffic, sign: float, base: list[float] | None = None) -> list[float]:
+        """The broker's points with ``traffic`` added (sign +1) or taken away (−1), from ``base`` or its own."""
         delta = self.slope[broker].delta(traffic)
-        return [max(v + sign * d, 0.0) for v, d in zip(self.points[broker], delta)]
+        return [max(v + sign * d, 0.0) for v, d in zip(base or self.points[broker], delta)]
 
     def arrivals(self, brokers: list[str], traffic: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each broker's usage now (a row), and after each of the bundles (rows of ``traffic``) arrives on it
@@ -159,9 +166,52 @@ class Forecast:
         self.points[destination] = self.shifted(destination, traffic, +1)
 
 
-def _bundle_traffic(load: LoadData, broker: str, bundle: str) -> Traffic:
+def _bundle_traffic(load: LoadData, broker: str, bundle: str, halves: Mapping[str, Traffic] | None = None) -> Traffic:
+    if halves and bundle in halves:
+        return halves[bundle]
     stats = load.snapshot.brokers[broker].lastStats.get(bundle)
     return (0.0, 0.0, 0.0) if stats is None else stats.traffic
+
+
+def _reported_on(load: LoadData, broker: str, bundle: str) -> bool:
+    """Whether the broker's report shows the bundle, or still the bundle it was split from."""
+    stats = load.snapshot.brokers[broker].lastStats
+    if bundle in stats:
+        return True
+    if not bundle_names.is_bundle_name(bundle):
+        return False
+    namespace, bundle_range = bundle_names.split_bundle_name(bundle)
+    prefix = namespace + "/"
+    for other in stats:
+        if other.startswith(prefix) and bundle_names.is_bundle_name(other):
+            parent = bundle_names.split_bundle_name(other)[1]
+            if parent.lower <= bundle_range.lower and bundle_range.upper <= parent.upper:
+                return True
+    return False
+
+
+def split_halves(load: LoadData, source: str, bundle: str, cuts: Sequence[int]) -> dict[str, Traffic]:
+    """The bundles a split at ``cuts`` makes, with the traffic each is expected to carry: from the snapshot's
+    topic stats when it has them (topics go to the range their CRC-32 falls in), else the bundle's shared
+    evenly. The next report shows the truth, and the prediction error says how far off this was."""
+    namespace, bundle_range = bundle_names.split_bundle_name(bundle)
+    edges = [bundle_range.lower, *sorted(c for c in cuts if bundle_range.lower < c < bundle_range.upper)]
+    edges.append(bundle_range.upper)
+    ranges = [bundle_names.BundleRange(lo, hi) for lo, hi in itertools.pairwise(edges)]
+    total = _bundle_traffic(load, source, bundle)
+    topics = load.snapshot.topics.get(bundle)
+    shares: list[Traffic]
+    if topics:
+        sums = [[0.0, 0.0, 0.0] for _ in ranges]
+        for topic, stats in topics.items():
+            position = bundle_names.topic_hash(topic)
+            index = next((i for i, r in enumerate(ranges) if r.lower <= position < r.upper), len(ranges) - 1)
+            for k, value in enumerate(stats.traffic):
+                sums[index][k] += value
+        shares = [(a, b, c) for a, b, c in sums]
+    else:
+        shares = [(total[0] / len(ranges), total[1] / len(ranges), total[2] / len(ranges))] * len(ranges)
+    return {bundle_names.bundle_name(namespace, r): share for r, share in zip(ranges, shares)}
 
 
 def _in_flight(load: LoadData, state: StrategyState, forecast: Forecast) -> dict[str, PendingMove]:
@@ -171,7 +221,7 @@ def _in_flight(load: LoadData, state: StrategyState, forecast: Forecast) -> dict
     for bundle, move in state.predictive_pending.items():
         if now - move.planned_at > PENDING_TTL_MS or move.source not in brokers or move.destination not in brokers:
             continue
-        on_source = bundle in brokers[move.source].lastStats
+        on_source = _reported_on(load, move.source, bundle)
         on_destination = bundle in brokers[move.destination].lastStats
         if not on_source and on_destination:
             continue  # both reports show it
@@ -234,13 +284,20 @@ def _hits(
     return high, low, triggered
 
 
-def shed(load: LoadData, config: LoadBalancerConfig, state: StrategyState) -> SheddingResult:
+def shed(
+    load: LoadData, config: LoadBalancerConfig, state: StrategyState, splits: Sequence[Split] = ()
+) -> SheddingResult:
+    """``splits``: what the split trigger picked this cycle; the ones whose halves are known (range_equally_divide)
+    are planned here with their halves kept on the owner and placed like any bundle, and come back in the
+    result's ``splits`` (the others come back as they were, for the planner to add)."""
     slope = slopes(load)
     if slope is None:
         fallback = avg.shed(load, config, state)
         why = f"{NAME}: no CPU cost model with R² ≥ {MIN_R2} and ≥ {MIN_SAMPLES} samples; AvgShedder's behaviour"
         unloads = tuple(Unload(u.bundle, u.source, u.destination, f"{why}: {u.reason}") for u in fallback.unloads)
-        return SheddingResult(unloads, fallback.state, (why, *fallback.notes))
+        unloaded = {u.bundle for u in fallback.unloads}
+        later = tuple(sp for sp in splits if sp.bundle not in unloaded)  # as the trigger skips this cycle's unloads
+        return SheddingResult(unloads, fallback.state, (why, *fallback.notes), later)
 
     brokers = load.snapshot.brokers
     forecast = Forecast(load, config, slope)
@@ -279,19 +336,46 @@ def shed(load: LoadData, config: LoadBalancerConfig, state: StrategyState) -> Sh
     members = frozenset(brokers)
     changed_at = state.predictive_changed_at
     reported = {bundle for r in brokers.values() for bundle in r.lastStats}
-    split = state.bundle_data and reported - set(state.bundle_data)  # bundles never seen: a split
+    # bundles never seen: someone else's split (the halves of ours are expected, and so are those it told of)
+    split = state.bundle_data and reported - set(state.bundle_data) - set(state.predictive_halves)
     if (state.predictive_members and members != state.predictive_members) or split:
         changed_at = now
-    settling = now - changed_at < SETTLE_MS
+    # Until every broker has reported since the change, bundles may still be in flight and the reports not
+    # add up; a broker that does not report again (Pulsar reports on change) is waited for SETTLE_MS at most.
+    settling = now - changed_at < SETTLE_MS and any(r.lastUpdate <= changed_at for r in brokers.values())
     if settling:
         notes.append(
-            f"{NAME}: brokers joined or left {(now - changed_at) / 1000:.0f} s ago; waiting for placement to settle"
+            f"{NAME}: brokers joined or left, or a bundle was split, {(now - changed_at) / 1000:.0f} s ago; "
+            "waiting until every broker has reported since"
         )
+
+    # splits: the trigger's (halves known) are planned here, before any unload, under the same caps
+    halves: dict[str, Traffic] = {}
+    planned_splits: list[Split] = []
+    passed_on: list[Split] = []
+    for sp in splits:
+        if sp.algorithm != algorithms.RANGE_EQUALLY_DIVIDE or not sp.boundaries or sp.source not in brokers:
+            passed_on.append(sp)
+            continue
+        parts = split_halves(load, sp.source, sp.bundle, sp.boundaries)
+        reason = f"{sp.reason}; the halves stay on {sp.source} and {NAME} places them"
+        planned_splits.append(replace(sp, unload=False, reason=reason))
+        per_source[sp.source] = per_source.get(sp.source, 0) + 1
+        halves.update(parts)
+        if sp.bundle in movable[sp.source]:
+            movable[sp.source].remove(sp.bundle)
+        movable[sp.source] = sorted([*movable[sp.source], *parts])
+    may_split = config.loadBalancerAutoBundleSplitEnabled
+    budget = MAX_UNLOADS_PER_CYCLE
+
+    def actions() -> int:
+        return len(unloads) + len(planned_splits)
+
     cold = {b for b in takers if scores[b] < mean - TOLERANCE}
     if not settling and triggered & ({b for b in brokers if scores[b] > mean + TOLERANCE} | cold):
         done: set[str] = set()
         received: set[str] = set()  # no chains: a broker that took load this cycle gives none, and vice versa
-        while len(unloads) < MAX_UNLOADS_PER_CYCLE:
+        while actions() < budget:
             sources = [
                 b
                 for b in brokers
@@ -305,26 +389,45 @@ def shed(load: LoadData, config: LoadBalancerConfig, state: StrategyState) -> Sh
             source = max(sources, key=lambda b: (forecast.usage(b), b))
             if forecast.usage(source) - mean <= TOLERANCE and mean - coolest <= TOLERANCE:
                 break
-            best = _best_move(load, forecast, source, movable[source], takers - set(per_source), mean, config)
-            if best is None:
+            candidates = takers - set(per_source)
+            best = _best_move(load, forecast, source, movable[source], candidates, mean, config, halves)
+            moves = [] if best is None else [(source, *best)]
+            if not moves and may_split and forecast.usage(source) - mean > TOLERANCE:
+                moves = _split_to_move(
+                    load,
+                    forecast,
+                    source,
+                    movable,
+                    candidates,
+                    mean,
+                    config,
+                    halves,
+                    planned_splits,
+                    per_source,
+                    budget - actions(),
+                )
+                if moves:
+                    notes.append(f"{NAME}: {planned_splits[-1].reason}")
+                    done.update({source, *(m[2] for m in moves)})  # a swap's two brokers are done this cycle
+            if not moves:
                 done.add(source)
                 continue
-            bundle, destination, before, after = best
-            traffic = _bundle_traffic(load, source, bundle)
-            forecast.move(source, destination, traffic)
-            received.add(destination)
-            movable[source].remove(bundle)
-            per_source[source] = per_source.get(source, 0) + 1
-            pending[bundle] = PendingMove(source, destination, load.snapshot.taken_at, traffic)
-            unloads.append(
-                Unload(
-                    bundle,
-                    source,
-                    destination,
-                    f"{NAME}: {source} {scores[source]:.1f} vs mean {mean:.1f}; predicted {source} "
-                    f"{before[0]:.1f}→{after[0]:.1f}, {destination} {before[1]:.1f}→{after[1]:.1f}",
+            for giver, bundle, destination, before, after in moves:
+                traffic = _bundle_traffic(load, giver, bundle, halves)
+                forecast.move(giver, destination, traffic)
+                received.add(destination)
+                movable[giver].remove(bundle)
+                per_source[giver] = per_source.get(giver, 0) + 1
+                pending[bundle] = PendingMove(giver, destination, load.snapshot.taken_at, traffic)
+                unloads.append(
+                    Unload(
+                        bundle,
+                        giver,
+                        destination,
+                        f"{NAME}: {giver} {scores[giver]:.1f} vs mean {mean:.1f}; predicted {giver} "
+                        f"{before[0]:.1f}→{after[0]:.1f}, {destination} {before[1]:.1f}→{after[1]:.1f}",
+                    )
                 )
-            )
         for b in {u.source for u in unloads} | {u.destination for u in unloads}:
             high.pop(b, None)
             low.pop(b, None)
@@ -342,8 +445,157 @@ def shed(load: LoadData, config: LoadBalancerConfig, state: StrategyState) -> Sh
         prediction_errors=errors,
         predictive_members=members,
         predictive_changed_at=changed_at,
+        predictive_halves=frozenset(halves),
     )
-    return SheddingResult(tuple(unloads), next_state, tuple(notes))
+    return SheddingResult(tuple(unloads), next_state, tuple(notes), (*planned_splits, *passed_on))
+
+
+Move = tuple[str, str, str, tuple[float, float], tuple[float, float]]  # giver, bundle, taker, before, after
+
+
+def _split_to_move(
+    load: LoadData,
+    forecast: Forecast,
+    source: str,
+    movable: dict[str, list[str]],
+    takers: set[str],
+    mean: float,
+    config: LoadBalancerConfig,
+    halves: dict[str, Traffic],
+    planned_splits: list[Split],
+    per_source: dict[str, int],
+    room: int,
+) -> list[Move]:
+    """No bundle of ``source`` can move without overshooting: split its biggest bundle that alone exceeds the
+    source's excess over the mean (range_equally_divide, halves kept on ``source``), if a half can then move —
+    alone, or as a swap: the half goes to a cooler broker, which gives ``source`` smaller bundles back in the
+    same cycle, so that both end nearer the mean than they were.
+
+    Only a bundle of at least two topics, whose range can be split, in a namespace under
+    loadBalancerNamespaceMaximumBundles; the split and every unload count against the caps. [] when nothing helps.
+    """
+    if room < 2 or per_source.get(source, 0) + 2 > MAX_UNLOADS_PER_BROKER:
+        return []
+    excess = forecast.usage(source) - mean
+    stats = load.snapshot.brokers[source].lastStats
+    sizes = []
+    for bundle in movable[source]:
+        if bundle in halves or bundle not in stats or stats[bundle].topics < 2:
+            continue
+        namespace, bundle_range = bundle_names.split_bundle_name(bundle)
+        if not bundle_range.can_split():
+            continue
+        count = load.snapshot.bundle_count(namespace) + sum(
+            1 for sp in planned_splits if bundle_names.namespace_of(sp.bundle) == namespace
+        )
+        if count >= config.loadBalancerNamespaceMaximumBundles:
+            continue
+        drop = forecast.usage(source) - forecast.usage(source, forecast.shifted(source, stats[bundle].traffic, -1))
+        if drop > excess:
+            sizes.append((drop, bundle))
+    if not sizes:
+        return []
+    bundle = max(sizes)[1]
+    cuts = algorithms.range_equally_divide(bundle_names.split_bundle_name(bundle)[1])
+    parts = split_halves(load, source, bundle, cuts)
+    traffic = {**halves, **parts}
+    best = _best_move(load, forecast, source, sorted(parts), takers, mean, config, traffic)
+    moves: list[Move] = [] if best is None else [(source, *best)]
+    if not moves:
+        moves = _swap(load, forecast, source, sorted(parts), movable, takers, mean, config, traffic, room - 1)
+    if not moves:
+        return []
+    halves.update(parts)
+    movable[source] = sorted([*(b for b in movable[source] if b != bundle), *parts])
+    per_source[source] = per_source.get(source, 0) + 1
+    planned_splits.append(
+        Split(
+            bundle,
+            source,
+            algorithms.RANGE_EQUALLY_DIVIDE,
+            tuple(cuts),
+            f"{bundle} alone is more than {source}'s {excess:.1f} points over the mean and no bundle can move "
+            f"without overshooting: split, the halves stay on {source}, "
+            + ("one moves now" if len(moves) == 1 else f"one swapped with {len(moves) - 1} bundle(s) of {moves[0][2]}"),
+            unload=False,
+        )
+    )
+    return moves
+
+
+def _swap(
+    load: LoadData,
+    forecast: Forecast,
+    source: str,
+    parts: list[str],
+    movable: dict[str, list[str]],
+    takers: set[str],
+    mean: float,
+    config: LoadBalancerConfig,
+    traffic: Mapping[str, Traffic],
+    room: int,
+) -> list[Move]:
+    """A half from ``source`` to a cooler broker, and that broker's bundles back, largest gain first, while they
+    bring the pair nearer the mean; kept only if the pair's Σ(usage − mean)² shrinks and neither ends above the
+    overload threshold. At most ``room`` unloads and the per-broker cap."""
+    limit = config.loadBalancerBrokerOverloadedThresholdPercentage
+
+    def cost(points: dict[str, list[float]], brokers: tuple[str, str]) -> float:
+        return sum(_square(forecast.usage(b, points[b]) - mean) for b in brokers)
+
+    best: tuple[float, list[Move]] | None = None
+    for destination in sorted(d for d in takers if d != source and forecast.usage(d) < mean):
+        pair = (source, destination)
+        initial = cost(forecast.points, pair)
+        for half in parts:
+            if destination not in _allowed_brokers(load, half):
+                continue
+            points = dict(forecast.points)
+            before = (forecast.usage(source), forecast.usage(destination))
+            points[source] = forecast.shifted(source, traffic[half], -1)
+            points[destination] = forecast.shifted(destination, traffic[half], +1)
+            plan: list[Move] = [
+                (
+                    source,
+                    half,
+                    destination,
+                    before,
+                    (forecast.usage(source, points[source]), forecast.usage(destination, points[destination])),
+                )
+            ]
+            back = [b for b in movable[destination] if _bundle_traffic(load, destination, b) != (0.0, 0.0, 0.0)]
+            while len(plan) < min(room, MAX_UNLOADS_PER_BROKER + 1) and back:
+                now = cost(points, pair)
+                options = []
+                for b in back:
+                    t = _bundle_traffic(load, destination, b)
+                    d_after = forecast.shifted(destination, t, -1, points[destination])
+                    s_after = forecast.shifted(source, t, +1, points[source])
+                    trial = {**points, destination: d_after, source: s_after}
+                    gain = now - cost(trial, pair)
+                    if gain > 1e-9 and source in _allowed_brokers(load, b):
+                        options.append((gain, b, d_after, s_after))
+                if not options:
+                    break
+                gain, b, d_after, s_after = max(options)
+                step_before = (forecast.usage(destination, points[destination]), forecast.usage(source, points[source]))
+                points[destination], points[source] = d_after, s_after
+                plan.append(
+                    (
+                        destination,
+                        b,
+                        source,
+                        step_before,
+                        (forecast.usage(destination, d_after), forecast.usage(source, s_after)),
+                    )
+                )
+                back.remove(b)
+            final = cost(points, pair)
+            usages = [forecast.usage(b, points[b]) for b in pair]
+            better = best is None or final < best[0]
+            if len(plan) > 1 and final < initial - 1e-9 and max(usages) <= limit and better:
+                best = (final, plan)
+    return [] if best is None else best[1]
 
 
 def _square(x: float) -> float:
@@ -368,6 +620,7 @@ def _best_move(
     takers: set[str],
     mean: float,
     config: LoadBalancerConfig,
+    halves: Mapping[str, Traffic] | None = None,
 ) -> tuple[str, str, tuple[float, float], tuple[float, float]] | None:
     """The (bundle, destination) that shrinks Σ(usage − mean)² most without overshooting; on equal gains,
     the first by (bundle, destination).
@@ -380,7 +633,9 @@ def _best_move(
     u_source = forecast.usage(source)
     destinations = sorted(d for d in takers if d != source and forecast.usage(d) < mean)
     movable = sorted(
-        (bundle, traffic) for bundle in bundles if (traffic := _bundle_traffic(load, source, bundle)) != (0.0, 0.0, 0.0)
+        (bundle, traffic)
+        for bundle in bundles
+        if (traffic := _bundle_traffic(load, source, bundle, halves)) != (0.0, 0.0, 0.0)
     )
     if not destinations or not movable:
         return None
@@ -394,7 +649,7 @@ def _best_move(
             - _square(new_destination - mean)
         )
     if not (np.isfinite(new_source).all() and np.isfinite(new_destination).all() and np.isfinite(gain).all()):
-        return _best_move_pairwise(load, forecast, source, bundles, takers, mean, config)
+        return _best_move_pairwise(load, forecast, source, bundles, takers, mean, config, halves)
     limit = config.loadBalancerBrokerOverloadedThresholdPercentage
     # over-placement: the destination would end hotter than the source, or above the overload threshold
     overshoot = (new_destination > new_source[:, np.newaxis]) | (new_destination > limit)
@@ -419,6 +674,7 @@ def _best_move_pairwise(
     takers: set[str],
     mean: float,
     config: LoadBalancerConfig,
+    halves: Mapping[str, Traffic] | None = None,
 ) -> tuple[str, str, tuple[float, float], tuple[float, float]] | None:
     """``_best_move`` one pair at a time (the reference it is tested against)."""
     u_source = forecast.usage(source)
@@ -426,7 +682,7 @@ def _best_move_pairwise(
     limit = config.loadBalancerBrokerOverloadedThresholdPercentage
     best, best_gain = None, 1e-9
     for bundle in bundles:
-        traffic = _bundle_traffic(load, source, bundle)
+        traffic = _bundle_traffic(load, source, bundle, halves)
         if traffic == (0.0, 0.0, 0.0):
             continue
         new_source = forecast.usage(source, forecast.shifted(source, traffic, -1))

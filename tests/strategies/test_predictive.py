@@ -151,14 +151,26 @@ def test_without_a_usable_model_it_is_avg_shedder_and_says_so(profile):
     assert all("AvgShedder's behaviour" in u.reason for u in result.unloads)
 
 
-def test_it_waits_after_a_broker_joins():
+def _with_d(at, reported_at):
+    """heterogeneous() plus an empty broker d:1, every report taken at ``reported_at``."""
+    base = heterogeneous(reported_at)
+    brokers = {"d:1": broker(5, {}, reported_at), **{b: _doc(base, b) for b in base.brokers}}
+    return snapshot(brokers, taken_at=at)
+
+
+def test_it_waits_after_a_broker_joins_until_every_broker_has_reported_since():
+    """Not a fixed wait: once every report is newer than the change, the reports add up and it acts (issue 16:
+    a broker that comes back empty is filled on the next cycle, not three minutes later)."""
     first = shed(heterogeneous(), PROFILE, config=cfg())
-    joined = heterogeneous(NOW + 60_000)
-    joined = snapshot(
-        {**{b: broker(5, {}) for b in ("d:1",)}, **{b: _doc(joined, b) for b in joined.brokers}}, taken_at=NOW + 60_000
-    )
-    result = shed(joined, PROFILE, first.state, config=cfg())
-    assert result.unloads == () and any("waiting for placement to settle" in n for n in result.notes)
+    joined = shed(_with_d(NOW + 60_000, NOW + 60_000), PROFILE, first.state, config=cfg())
+    assert joined.unloads == () and any("waiting until every broker has reported since" in n for n in joined.notes)
+    # a cycle later, but one report still from before the change: still waiting
+    stale = shed(_with_d(NOW + 120_000, NOW + 60_000), PROFILE, joined.state, config=cfg())
+    assert stale.unloads == () and any("waiting until" in n for n in stale.notes)
+    # every broker has reported since: it acts, and d (empty) is among the destinations
+    fresh = shed(_with_d(NOW + 120_000, NOW + 90_000), PROFILE, joined.state, config=cfg())
+    assert not any("waiting until" in n for n in fresh.notes)
+    assert fresh.unloads and "d:1" in {u.destination for u in fresh.unloads}
 
 
 def _doc(snap, name):
