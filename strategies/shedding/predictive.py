@@ -190,7 +190,9 @@ def _reported_on(load: LoadData, broker: str, bundle: str) -> bool:
     return False
 
 
-def split_halves(load: LoadData, source: str, bundle: str, cuts: Sequence[int]) -> dict[str, Traffic]:
+def split_halves(
+    load: LoadData, source: str, bundle: str, cuts: Sequence[int], total: Traffic | None = None
+) -> dict[str, Traffic]:
     """The bundles a split at ``cuts`` makes, with the traffic each is expected to carry: from the snapshot's
     topic stats when it has them (topics go to the range their CRC-32 falls in), else the bundle's shared
     evenly. The next report shows the truth, and the prediction error says how far off this was."""
@@ -198,7 +200,7 @@ def split_halves(load: LoadData, source: str, bundle: str, cuts: Sequence[int]) 
     edges = [bundle_range.lower, *sorted(c for c in cuts if bundle_range.lower < c < bundle_range.upper)]
     edges.append(bundle_range.upper)
     ranges = [bundle_names.BundleRange(lo, hi) for lo, hi in itertools.pairwise(edges)]
-    total = _bundle_traffic(load, source, bundle)
+    total = total or _bundle_traffic(load, source, bundle)
     topics = load.snapshot.topics.get(bundle)
     shares: list[Traffic]
     if topics:
@@ -351,6 +353,7 @@ def shed(
 
     # splits: the trigger's (halves known) are planned here, before any unload, under the same caps
     halves: dict[str, Traffic] = {}
+    piece_topics: dict[str, int] = {}  # halves planned this cycle: their estimated topic count
     planned_splits: list[Split] = []
     passed_on: list[Split] = []
     for sp in splits:
@@ -362,6 +365,8 @@ def shed(
         planned_splits.append(replace(sp, unload=False, reason=reason))
         per_source[sp.source] = per_source.get(sp.source, 0) + 1
         halves.update(parts)
+        topics = brokers[sp.source].lastStats[sp.bundle].topics if sp.bundle in brokers[sp.source].lastStats else 0
+        piece_topics.update(dict.fromkeys(parts, topics // len(parts)))
         if sp.bundle in movable[sp.source]:
             movable[sp.source].remove(sp.bundle)
         movable[sp.source] = sorted([*movable[sp.source], *parts])
@@ -392,23 +397,17 @@ def shed(
             candidates = takers - set(per_source)
             best = _best_move(load, forecast, source, movable[source], candidates, mean, config, halves)
             moves = [] if best is None else [(source, *best)]
-            if not moves and may_split and forecast.usage(source) - mean > TOLERANCE:
-                moves = _split_to_move(
-                    load,
-                    forecast,
-                    source,
-                    movable,
-                    candidates,
-                    mean,
-                    config,
-                    halves,
-                    planned_splits,
-                    per_source,
-                    budget - actions(),
+            if may_split and forecast.usage(source) - mean > TOLERANCE and budget - actions() >= 2:
+                trial = (dict(halves), dict(piece_topics), list(planned_splits), dict(per_source))
+                trial_movable = {source: list(movable[source])}
+                split_moves = _split_to_move(
+                    load, forecast, source, trial_movable, candidates, mean, config, *trial, budget - actions()
                 )
-                if moves:
+                if split_moves and (not moves or _gain(split_moves[0], mean) > _gain(moves[0], mean)):
+                    moves = split_moves
+                    halves, piece_topics, planned_splits, per_source = trial
+                    movable[source] = trial_movable[source]
                     notes.append(f"{NAME}: {planned_splits[-1].reason}")
-                    done.update({source, *(m[2] for m in moves)})  # a swap's two brokers are done this cycle
             if not moves:
                 done.add(source)
                 continue
@@ -462,25 +461,25 @@ def _split_to_move(
     mean: float,
     config: LoadBalancerConfig,
     halves: dict[str, Traffic],
+    piece_topics: dict[str, int],
     planned_splits: list[Split],
     per_source: dict[str, int],
     room: int,
 ) -> list[Move]:
-    """No bundle of ``source`` can move without overshooting: split its biggest bundle that alone exceeds the
-    source's excess over the mean (range_equally_divide, halves kept on ``source``), if a half can then move —
-    alone, or as a swap: the half goes to a cooler broker, which gives ``source`` smaller bundles back in the
-    same cycle, so that both end nearer the mean than they were.
-
-    Only a bundle of at least two topics, whose range can be split, in a namespace under
-    loadBalancerNamespaceMaximumBundles; the split and every unload count against the caps. [] when nothing helps.
-    """
+    """Split ``source``'s biggest bundle that alone exceeds its excess over the mean (and twice the tolerance),
+    range_equally_divide with the halves kept on ``source``, and move the half that helps most; [] if none can
+    move without overshooting. A half planned this cycle (the split trigger's) may be split again: the split
+    runs after its parent's. Only a bundle of at least two topics (a half: its parent's share), whose range can
+    be split, in a namespace under loadBalancerNamespaceMaximumBundles; the split and the unload count against
+    the caps. The caller takes it only when it shrinks Σ(usage − mean)² more than the best plain move."""
     if room < 2 or per_source.get(source, 0) + 2 > MAX_UNLOADS_PER_BROKER:
         return []
     excess = forecast.usage(source) - mean
     stats = load.snapshot.brokers[source].lastStats
     sizes = []
     for bundle in movable[source]:
-        if bundle in halves or bundle not in stats or stats[bundle].topics < 2:
+        topics = piece_topics.get(bundle, stats[bundle].topics if bundle in stats else 0)
+        if topics < 2:
             continue
         namespace, bundle_range = bundle_names.split_bundle_name(bundle)
         if not bundle_range.can_split():
@@ -490,22 +489,22 @@ def _split_to_move(
         )
         if count >= config.loadBalancerNamespaceMaximumBundles:
             continue
-        drop = forecast.usage(source) - forecast.usage(source, forecast.shifted(source, stats[bundle].traffic, -1))
-        if drop > excess:
+        traffic = _bundle_traffic(load, source, bundle, halves)
+        drop = forecast.usage(source) - forecast.usage(source, forecast.shifted(source, traffic, -1))
+        if drop > max(excess, 2 * TOLERANCE):
             sizes.append((drop, bundle))
     if not sizes:
         return []
     bundle = max(sizes)[1]
     cuts = algorithms.range_equally_divide(bundle_names.split_bundle_name(bundle)[1])
-    parts = split_halves(load, source, bundle, cuts)
-    traffic = {**halves, **parts}
-    best = _best_move(load, forecast, source, sorted(parts), takers, mean, config, traffic)
-    moves: list[Move] = [] if best is None else [(source, *best)]
-    if not moves:
-        moves = _swap(load, forecast, source, sorted(parts), movable, takers, mean, config, traffic, room - 1)
-    if not moves:
+    parts = split_halves(load, source, bundle, cuts, halves.get(bundle))
+    best = _best_move(load, forecast, source, sorted(parts), takers, mean, config, {**halves, **parts}, TOLERANCE)
+    if best is None:
         return []
+    moves: list[Move] = [(source, *best)]
     halves.update(parts)
+    topics = piece_topics.get(bundle, stats[bundle].topics if bundle in stats else 0)
+    piece_topics.update(dict.fromkeys(parts, topics // len(parts)))
     movable[source] = sorted([*(b for b in movable[source] if b != bundle), *parts])
     per_source[source] = per_source.get(source, 0) + 1
     planned_splits.append(
@@ -515,87 +514,17 @@ def _split_to_move(
             algorithms.RANGE_EQUALLY_DIVIDE,
             tuple(cuts),
             f"{bundle} alone is more than {source}'s {excess:.1f} points over the mean and no bundle can move "
-            f"without overshooting: split, the halves stay on {source}, "
-            + ("one moves now" if len(moves) == 1 else f"one swapped with {len(moves) - 1} bundle(s) of {moves[0][2]}"),
+            f"without overshooting: split, the halves stay on {source}, one moves now",
             unload=False,
         )
     )
     return moves
 
 
-def _swap(
-    load: LoadData,
-    forecast: Forecast,
-    source: str,
-    parts: list[str],
-    movable: dict[str, list[str]],
-    takers: set[str],
-    mean: float,
-    config: LoadBalancerConfig,
-    traffic: Mapping[str, Traffic],
-    room: int,
-) -> list[Move]:
-    """A half from ``source`` to a cooler broker, and that broker's bundles back, largest gain first, while they
-    bring the pair nearer the mean; kept only if the pair's Σ(usage − mean)² shrinks and neither ends above the
-    overload threshold. At most ``room`` unloads and the per-broker cap."""
-    limit = config.loadBalancerBrokerOverloadedThresholdPercentage
-
-    def cost(points: dict[str, list[float]], brokers: tuple[str, str]) -> float:
-        return sum(_square(forecast.usage(b, points[b]) - mean) for b in brokers)
-
-    best: tuple[float, list[Move]] | None = None
-    for destination in sorted(d for d in takers if d != source and forecast.usage(d) < mean):
-        pair = (source, destination)
-        initial = cost(forecast.points, pair)
-        for half in parts:
-            if destination not in _allowed_brokers(load, half):
-                continue
-            points = dict(forecast.points)
-            before = (forecast.usage(source), forecast.usage(destination))
-            points[source] = forecast.shifted(source, traffic[half], -1)
-            points[destination] = forecast.shifted(destination, traffic[half], +1)
-            plan: list[Move] = [
-                (
-                    source,
-                    half,
-                    destination,
-                    before,
-                    (forecast.usage(source, points[source]), forecast.usage(destination, points[destination])),
-                )
-            ]
-            back = [b for b in movable[destination] if _bundle_traffic(load, destination, b) != (0.0, 0.0, 0.0)]
-            while len(plan) < min(room, MAX_UNLOADS_PER_BROKER + 1) and back:
-                now = cost(points, pair)
-                options = []
-                for b in back:
-                    t = _bundle_traffic(load, destination, b)
-                    d_after = forecast.shifted(destination, t, -1, points[destination])
-                    s_after = forecast.shifted(source, t, +1, points[source])
-                    trial = {**points, destination: d_after, source: s_after}
-                    gain = now - cost(trial, pair)
-                    if gain > 1e-9 and source in _allowed_brokers(load, b):
-                        options.append((gain, b, d_after, s_after))
-                if not options:
-                    break
-                gain, b, d_after, s_after = max(options)
-                step_before = (forecast.usage(destination, points[destination]), forecast.usage(source, points[source]))
-                points[destination], points[source] = d_after, s_after
-                plan.append(
-                    (
-                        destination,
-                        b,
-                        source,
-                        step_before,
-                        (forecast.usage(destination, d_after), forecast.usage(source, s_after)),
-                    )
-                )
-                back.remove(b)
-            final = cost(points, pair)
-            usages = [forecast.usage(b, points[b]) for b in pair]
-            better = best is None or final < best[0]
-            if len(plan) > 1 and final < initial - 1e-9 and max(usages) <= limit and better:
-                best = (final, plan)
-    return [] if best is None else best[1]
+def _gain(move: Move, mean: float) -> float:
+    """How much a move shrinks Σ(usage − mean)² over its two brokers, as predicted."""
+    _, _, _, before, after = move
+    return sum(_square(b - mean) - _square(a - mean) for b, a in zip(before, after))
 
 
 def _square(x: float) -> float:
@@ -621,8 +550,12 @@ def _best_move(
     mean: float,
     config: LoadBalancerConfig,
     halves: Mapping[str, Traffic] | None = None,
+    within: float | None = None,
 ) -> tuple[str, str, tuple[float, float], tuple[float, float]] | None:
-    """The (bundle, destination) that shrinks Σ(usage − mean)² most without overshooting; on equal gains,
+    """``within``: a destination may end above the source if it ends at most this far above the mean (a split's
+    piece, which rarely fits exactly); None: never.
+
+    The (bundle, destination) that shrinks Σ(usage − mean)² most without overshooting; on equal gains,
     the first by (bundle, destination).
 
     Every pair is scored, as ``_best_move_pairwise`` does one at a time; here the destinations are the
@@ -649,10 +582,13 @@ def _best_move(
             - _square(new_destination - mean)
         )
     if not (np.isfinite(new_source).all() and np.isfinite(new_destination).all() and np.isfinite(gain).all()):
-        return _best_move_pairwise(load, forecast, source, bundles, takers, mean, config, halves)
+        return _best_move_pairwise(load, forecast, source, bundles, takers, mean, config, halves, within)
     limit = config.loadBalancerBrokerOverloadedThresholdPercentage
     # over-placement: the destination would end hotter than the source, or above the overload threshold
-    overshoot = (new_destination > new_source[:, np.newaxis]) | (new_destination > limit)
+    above = new_destination > new_source[:, np.newaxis]
+    if within is not None:
+        above &= new_destination > mean + within
+    overshoot = above | (new_destination > limit)
     gain[overshoot] = -np.inf
     for row, (bundle, _) in enumerate(movable):  # namespace policies: only the brokers a bundle's namespace allows
         allowed = _allowed_brokers(load, bundle)
@@ -675,6 +611,7 @@ def _best_move_pairwise(
     mean: float,
     config: LoadBalancerConfig,
     halves: Mapping[str, Traffic] | None = None,
+    within: float | None = None,
 ) -> tuple[str, str, tuple[float, float], tuple[float, float]] | None:
     """``_best_move`` one pair at a time (the reference it is tested against)."""
     u_source = forecast.usage(source)
@@ -692,7 +629,8 @@ def _best_move_pairwise(
                 continue
             u_destination = forecast.usage(destination)
             new_destination = forecast.usage(destination, forecast.shifted(destination, traffic, +1))
-            if new_destination > new_source or new_destination > limit:
+            above = new_destination > new_source and (within is None or new_destination > mean + within)
+            if above or new_destination > limit:
                 continue  # over-placement: the destination would end hotter than the source
             gain = (
                 _square(u_source - mean)
