@@ -1,15 +1,19 @@
 """One strategy on one scenario, in simulated time, with every metric of the comparison table.
 
-Each cycle the leader's view (every broker's latest load report) goes to ``plan_cycle`` with the
-chosen shedding and placement strategy, exactly as Pulsar's leader would run it, and the plan's
-unloads and splits are applied to the simulated cluster behind the operator's default rails (at most
-10 unloads per cycle and 5 per source broker, only onto active brokers). What happened is measured
+Each cycle the operator's view (every broker's load report as its REST endpoint answers: the latest
+sample, with the last write's ``lastUpdate``) goes to ``plan_cycle`` with the chosen shedding and
+placement strategy, decided exactly as Pulsar's leader would decide it, and the plan's unloads and
+splits are applied to the simulated cluster behind the operator's rails (by default at most 10 unloads
+per cycle and 5 per source broker, only onto active brokers). The operator runs every strategy, Pulsar's
+too, from what it reads; Pulsar's own leader would read the reports as last written to the metadata
+store, which lag by up to loadBalancerReportUpdateMaxIntervalMinutes. What happened is measured
 from the simulator's true state, not from the reports the strategy saw.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import random
 from collections.abc import Callable
@@ -22,11 +26,11 @@ from pulsar_lb_operator.simulator.cluster import SimError, SimulatedCluster
 from pulsar_lb_operator.simulator.scenario import Scenario
 from pulsar_lb_operator.strategies import LoadBalancerConfig, Split, StrategyState, Unload, plan_cycle
 from pulsar_lb_operator.strategies.profile import LoadProfile
+from pulsar_lb_operator.strategies.rails import DEFAULT_RAILS, Rails
 
 TARGET_SPREAD = 10.0  # points of usage: "balanced" means max − min below this
 COTENANT_BACKGROUND = 0.25  # a broker whose machine gives a quarter of its CPU to other processes
-MAX_UNLOADS_PER_CYCLE = 10  # the executor's default rails (operator/executor.py Safety)
-MAX_UNLOADS_PER_BROKER = 5
+GOAL_CYCLES = 3  # issue 16: balanced within 3 cycles of a disturbance, or as soon as the rails allow
 BUILTIN_SWITCHES = ("loadBalancerSheddingEnabled", "loadBalancerAutoBundleSplitEnabled")
 
 
@@ -113,8 +117,9 @@ def bundle_contributions(cluster: SimulatedCluster) -> dict[str, dict[str, float
     return out
 
 
-def moves_lower_bound(cluster: SimulatedCluster, target: float = TARGET_SPREAD) -> int:
-    """At least this many unloads bring every broker within ±target/2 of the mean.
+def balance_needs(cluster: SimulatedCluster, target: float = TARGET_SPREAD) -> tuple[int, int]:
+    """At least this many unloads bring every broker within ±target/2 of the mean, and at least this many
+    of them leave one broker (the busiest giver's share).
 
     The mean is over the brokers that can take load. Each broker above the band must give away its
     largest bundles until under it; each broker below it must receive at least (gap / largest
@@ -122,24 +127,50 @@ def moves_lower_bound(cluster: SimulatedCluster, target: float = TARGET_SPREAD) 
     """
     usage = {b.name: cluster.true_usage(b.id) for b in cluster.alive_brokers()}
     if len(usage) < 2:
-        return 0
+        return 0, 0
     background = {b.name: b.spec.background_cpu * 100 for b in cluster.alive_brokers()}
     takers = balanceable(usage, background)
     mean = sum(usage[n] for n in takers) / len(takers)
     contributions = bundle_contributions(cluster)
     largest = max((c for per in contributions.values() for c in per.values()), default=0.0)
-    give = take = 0
+    give = take = most = 0
     for name, value in usage.items():
         if value > mean + target / 2:
             excess = value - (mean + target / 2)
+            given = 0
             for size in sorted(contributions[name].values(), reverse=True):
                 if excess <= 0:
                     break
                 excess -= size
-                give += 1
+                given += 1
+            give += given
+            most = max(most, given)
         elif value < mean - target / 2 and name in takers and largest > 0:
             take += math.ceil((mean - target / 2 - value) / largest)
-    return max(give, take)
+    return max(give, take), most
+
+
+def moves_lower_bound(cluster: SimulatedCluster, target: float = TARGET_SPREAD) -> int:
+    """``balance_needs``' count of unloads."""
+    return balance_needs(cluster, target)[0]
+
+
+def rails_floor(moves: int, most_from_one: int, hits_needed: int, rails: Rails = DEFAULT_RAILS) -> int:
+    """The fewest cycles after a disturbance in which any strategy behind the default rails can balance.
+
+    A strategy debounced like AvgShedder acts on the ``hits_needed``-th consecutive cycle it sees the
+    imbalance (the first cycle after the disturbance is the first hit), and the rails let at most 10
+    unloads a cycle through and 5 from one broker: ``moves`` unloads, ``most_from_one`` of them from one
+    broker, take at least max(⌈moves / 10⌉, ⌈most_from_one / 5⌉) cycles of moves. The sample after the
+    last of them is the first that can be balanced: (hits_needed − 1) + rounds cycles after. 0: nothing
+    to move.
+    """
+    if moves <= 0:
+        return 0
+    rounds = max(
+        math.ceil(moves / rails.max_unloads_per_cycle), math.ceil(most_from_one / rails.max_unloads_per_broker)
+    )
+    return max(hits_needed - 1, 0) + rounds
 
 
 def run(
@@ -149,8 +180,16 @@ def run(
     target: float = TARGET_SPREAD,
     cluster_factory: Callable[[Scenario], SimulatedCluster] = SimulatedCluster,
     profile: LoadProfile | None = None,
+    rails: Rails = DEFAULT_RAILS,
 ) -> RunResult:
-    """``profile``: the load profile the strategies see (default: one fitted from a day of history)."""
+    """``profile``: the load profile the strategies see (default: one fitted from a day of history).
+    ``rails``: the caps the plan is applied behind, as the operator's executor would (its defaults).
+
+    ``seed`` seeds the strategies' RNG and shifts the scenario's own seed (its traffic draws, initial owners
+    and report noise) by as much: seed 0 is the scenario as written, other seeds are variations of it.
+    """
+    if seed:
+        scenario = dataclasses.replace(scenario, seed=scenario.seed + seed)
     if profile is None:
         profile = day_of_history_profile(scenario, cluster_factory)
     cluster = cluster_factory(scenario)
@@ -170,28 +209,34 @@ def run(
     )
     background = {s.name: s.background_cpu * 100 for s in _all_specs(scenario)}
     names = {b.id: b.name for b in cluster.brokers.values()}
-    initial_bound = moves_lower_bound(cluster, target)
+    initial_bound, initial_most = balance_needs(cluster, target)
+    disturbance = {"sample": 0, "moves": initial_bound, "most_from_one": initial_most}
     metrics.record(cluster)
     cycle = 0
     while cluster.now_s < scenario.duration_s - 1e-9:
         cycle += 1
         before = metrics.samples[-1].usage
         if combination.shedding is not None:
-            view = cluster.leader_view()
+            view = cluster.operator_view()  # what the operator's collector reads (REST), for every strategy
             plan, state = plan_cycle(
-                view, config, state, rng, combination.shedding, combination.placement, profile=profile
+                view, config, state, rng, combination.shedding, combination.placement, profile=profile, rails=rails
             )
             errors += state.prediction_errors.values()
             names.update({b.id: b.name for b in cluster.brokers.values()})
-            moved = _apply(cluster, plan.actions, cycle, before, result.brokers, names)
+            moved = _apply(cluster, plan.actions, cycle, before, result.brokers, names, rails)
             state = state.forget_unloads({u.bundle for u in plan.unloads} - {m.bundle for m in moved})
             result.moves += moved
+        pending_events = list(cluster.events)
         cluster.advance(interval_s)
         names.update({b.id: b.name for b in cluster.brokers.values()})
         metrics.record(cluster)
+        if cluster.events != pending_events:  # a scenario event (a restart, a broker added…) happened
+            moves, most = balance_needs(cluster, target)
+            disturbance = {"sample": len(metrics.samples) - 1, "moves": moves, "most_from_one": most}
     result.times = [s.time_s for s in metrics.samples]
     result.usage = [dict(s.usage) for s in metrics.samples]
     result.metrics = _metrics(result, metrics, cluster, background, target, initial_bound)
+    result.metrics.update(_after_disturbance(result, background, target, disturbance, config, rails))
     result.metrics["prediction_error"] = round(sum(map(abs, errors)) / len(errors), 2) if errors else None
     return result
 
@@ -207,17 +252,21 @@ def _apply(
     usage: dict[str, float],
     cotenant: dict[str, bool],
     names: dict[str, str],
+    rails: Rails,
 ) -> list[Move]:
     moves: list[Move] = []
     per_broker: dict[str, int] = {}
+    sent = 0  # as the executor counts: a split is one of the cycle's actions under the caps too
     for action in actions:
+        if sent >= rails.max_unloads_per_cycle or per_broker.get(action.source, 0) >= rails.max_unloads_per_broker:
+            continue
         if isinstance(action, Split):
             with contextlib.suppress(SimError):  # the bundle changed since the report: the executor skips it too
                 cluster.split(action.bundle, action.algorithm, list(action.boundaries) or None, action.unload)
+                sent += 1
+                per_broker[action.source] = per_broker.get(action.source, 0) + 1
             continue
         if not isinstance(action, Unload) or action.destination is None or action.destination == action.source:
-            continue
-        if len(moves) >= MAX_UNLOADS_PER_CYCLE or per_broker.get(action.source, 0) >= MAX_UNLOADS_PER_BROKER:
             continue
         if action.destination not in cluster.active_ids() or cluster.owner_of(action.bundle) != action.source:
             continue
@@ -226,6 +275,7 @@ def _apply(
             cluster.unload(action.bundle, action.destination)
         except SimError:
             continue
+        sent += 1
         per_broker[action.source] = per_broker.get(action.source, 0) + 1
         source, destination = names[action.source], names[action.destination]
         moves.append(
@@ -247,6 +297,32 @@ def _apply(
 def flapping(moves: list[Move], interval_s: float, window_s: float = FLAP_WINDOW_S) -> int:
     """Bundles the strategy moved more than once within ``window_s`` (restarts' moves do not count)."""
     return flapping_bundles(((m.bundle, m.cycle * interval_s) for m in moves), window_s)
+
+
+def _after_disturbance(
+    result: RunResult,
+    background: dict[str, float],
+    target: float,
+    disturbance: dict[str, int],
+    config: LoadBalancerConfig,
+    rails: Rails,
+) -> dict[str, Any]:
+    """Issue 16's measure: cycles from the last disturbance (the start, or the last scenario event) until the
+    spread stays under target, against ``GOAL_CYCLES`` or, when the rails allow no less, their floor."""
+    start = disturbance["sample"]
+    spreads = [balanceable_spread(u, background) for u in result.usage[start:]]
+    converged = next((k for k in range(len(spreads)) if all(s < target for s in spreads[k:])), None)
+    floor = rails_floor(
+        disturbance["moves"], disturbance["most_from_one"], config.loadBalancerAvgShedderHitCountHighThreshold, rails
+    )
+    allowed = max(GOAL_CYCLES, floor)
+    return {
+        "disturbance_cycle": start,
+        "moves_at_disturbance": disturbance["moves"],
+        "cycles_after_disturbance": converged,
+        "rails_floor_cycles": floor,
+        "balanced_in_time": converged is not None and converged <= allowed,
+    }
 
 
 def _metrics(

@@ -80,18 +80,18 @@ def run_all(tasks: Sequence[Task], jobs: int = 2, progress: bool = True) -> list
 
 
 def scenario_tasks(
-    names: Sequence[str], chosen: Sequence[Combination], seed: int, target: float
+    names: Sequence[str], chosen: Sequence[Combination], seeds: Sequence[int], target: float
 ) -> tuple[list[Task], dict[str, Scenario]]:
     default = [n for n in shipped_scenarios() if n not in SCALE_SCENARIOS]
     scenarios = {s.name: s for s in (load_scenario(n) for n in (names or default))}
-    tasks = [Task(s, c, seed, target) for s in scenarios.values() for c in chosen]
+    tasks = [Task(s, c, seed, target) for seed in seeds for s in scenarios.values() for c in chosen]
     return tasks, scenarios
 
 
 def benchmark_command(
     scenarios: Sequence[str],
     strategies: Sequence[str],
-    seed: int,
+    seeds: Sequence[int],
     target: float,
     jobs: int,
     out: Path,
@@ -109,10 +109,10 @@ def benchmark_command(
         recording = replay.read_recording(history)
         scenario = replay.scenario_of(recording)
         factory = replay.ClusterFactory(recording)
-        tasks = [Task(scenario, c, seed, target, factory) for c in chosen]
+        tasks = [Task(scenario, c, seed, target, factory) for seed in seeds for c in chosen]
         by_name = {scenario.name: scenario}
     else:
-        tasks, by_name = scenario_tasks(scenarios, chosen, seed, target)
+        tasks, by_name = scenario_tasks(scenarios, chosen, seeds, target)
     stdout = stdout or sys.stdout
     results = run_all(tasks, jobs)
     summary = report.write_report(results, by_name, out, command, plots)

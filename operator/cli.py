@@ -30,6 +30,7 @@ from pulsar_lb_operator.strategies import (
     UnknownStrategyError,
     plan_cycle,
 )
+from pulsar_lb_operator.strategies.rails import Rails
 
 INPUT_ERRORS = (files.FileError, SnapshotError, ConfigError, UnknownStrategyError, StateError, ScenarioError)
 
@@ -246,7 +247,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--strategy", action="append", default=[], help="a combination's label or shedding name; repeatable"
     )
     bench.add_argument("--history", metavar="URI", help="backtest: replay this history store's traffic instead")
-    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--seed", type=int, default=0, help="the first seed (default 0: the scenarios as written)")
+    bench.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        help="run every scenario with this many seeds, from --seed on (default 1); verdicts are the worst seed's",
+    )
     bench.add_argument("--target", type=float, default=10.0, help="spread (points) that counts as balanced")
     bench.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     bench.add_argument("--out", default="benchmark-report", help="report directory (default benchmark-report)")
@@ -293,13 +300,15 @@ def _live_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--token-file", metavar="FILE", help="file holding the admin token (or env PULSAR_LB_TOKEN)")
 
 
-def load_config(config_file: str | None, overrides: Sequence[tuple[str, str]]) -> tuple[LoadBalancerConfig, set[str]]:
-    """Pulsar's keys from the same settings file the live commands read (operator keys are validated and
-    not needed offline), then ``--set``; returns the config and the Pulsar keys set explicitly."""
+def load_config(
+    config_file: str | None, overrides: Sequence[tuple[str, str]]
+) -> tuple[LoadBalancerConfig, set[str], Rails]:
+    """Pulsar's keys from the same settings file the live commands read, then ``--set``; returns the config,
+    the Pulsar keys set explicitly, and the caps a live cycle would hold the plan to (maxUnloadsPer*)."""
     settings: dict[str, Any] = files.read_config_file(config_file) if config_file else {}
     settings.update(dict(overrides))
-    _, config, explicit = resolve(settings, {}, {})
-    return config, explicit
+    ours, config, explicit = resolve(settings, {}, {})
+    return config, explicit, ours.safety(config).rails
 
 
 def cmd_rebalance(args: argparse.Namespace) -> int:
@@ -307,7 +316,7 @@ def cmd_rebalance(args: argparse.Namespace) -> int:
         from pulsar_lb_operator import live
 
         return live.rebalance(args)
-    config, explicit = load_config(args.config, args.overrides)
+    config, explicit, rails = load_config(args.config, args.overrides)
     snapshot = files.read_snapshot(args.snapshot)
     state = files.read_state(args.state) if args.state else StrategyState()
     placement = args.placement
@@ -322,6 +331,7 @@ def cmd_rebalance(args: argparse.Namespace) -> int:
         random.Random(args.seed),
         shedding=shedding,
         placement=placement,
+        rails=rails,
     )
     plan = elm.with_notes(plan, notes)
     if args.state:
@@ -407,10 +417,11 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
 
     from pulsar_lb_operator.sandbox import benchmark
 
-    if args.jobs < 1 or args.target <= 0:
-        raise UsageError("--jobs and --target must be positive")
+    if args.jobs < 1 or args.target <= 0 or args.seeds < 1:
+        raise UsageError("--jobs, --seeds and --target must be positive")
     command = "operator " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["benchmark"] else "operator benchmark"
-    options = (args.scenario, args.strategy, args.seed, args.target, args.jobs, Path(args.out), not args.no_plots)
+    seeds = range(args.seed, args.seed + args.seeds)
+    options = (args.scenario, args.strategy, seeds, args.target, args.jobs, Path(args.out), not args.no_plots)
     try:
         return benchmark.run(*options, args.history, command)
     except ValueError as exc:

@@ -144,6 +144,7 @@ def run_cycle(
             shedding,
             placement,
             profile=profile,
+            rails=executor.safety.rails,
         )
         plan = elm.with_notes(plan, elm_notes)
         if draining:

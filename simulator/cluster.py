@@ -95,6 +95,7 @@ class SimulatedCluster(Membership, OwnershipJobs, Physics, Reports, Splits, Cloc
         self._reports: dict[str, tuple[tuple, dict]] = {}  # broker id → (what it was built from, report)
         self._report_json: dict[str, tuple[dict, bytes]] = {}  # broker id → (report, its JSON)
         self._parsed: dict[str, tuple[dict, BrokerLoad]] = {}  # broker id → (report, the leader's parse)
+        self._fresh_parsed: dict[str, tuple[dict, BrokerLoad]] = {}  # broker id → (REST report, its parse)
         self.pending_lookups: dict[str, float] = {}
         self.affinity: dict[str, str] = {}
         # namespace policies: anti-affinity groups by namespace; (broker count, policies) built on demand

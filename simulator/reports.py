@@ -128,6 +128,18 @@ class Reports:
             )
         return self._view
 
+    def operator_view(self) -> ClusterSnapshot:
+        """What the operator's collector reads: every live broker's report as its REST endpoint answers now (the
+        latest sample; ``lastUpdate`` is the last write's), where the leader reads what was last written."""
+        brokers = {}
+        for broker in self.alive_brokers():
+            report = self.load_report(broker.id)
+            cached = self._fresh_parsed.get(broker.id)
+            if cached is None or cached[0] is not report:
+                cached = self._fresh_parsed[broker.id] = (report, parse_broker_load(broker.id, report))
+            brokers[broker.id] = cached[1]
+        return ClusterSnapshot(self.scenario.cluster, self.now_ms, brokers, policies=self.namespace_policies())
+
     def _parsed_report(self, broker_id: str) -> BrokerLoad:
         """The leader's parse of a broker's report as last written to the metadata store (not the fresher one the
         REST endpoint builds), redone only when a new one was written."""

@@ -18,6 +18,7 @@ from pulsar_lb_operator.strategies import bundles as bundle_names
 from pulsar_lb_operator.strategies.averages import NUM_LONG_SAMPLES, NUM_SHORT_SAMPLES, MessageAverage
 from pulsar_lb_operator.strategies.documents import Reader, StateError
 from pulsar_lb_operator.strategies.profile import CostModel, LoadProfile
+from pulsar_lb_operator.strategies.rails import DEFAULT_RAILS, Rails
 from pulsar_lb_operator.strategies.snapshots import BundleStats, ClusterSnapshot
 
 
@@ -79,6 +80,7 @@ class LoadData:
     bundle_data: Mapping[str, BundleData]
     recently_unloaded: Mapping[str, int]
     cost_models: Mapping[tuple[str, str], CostModel] = field(default_factory=lambda: MappingProxyType({}))
+    rails: Rails = DEFAULT_RAILS  # the executor's caps, for a strategy that plans a cycle's moves together
 
     # What the strategies ask of the bundle data, per broker, again and again in one cycle: computed once,
     # on first use (the snapshot's own lookups are ``snapshot.index``).

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from dataclasses import replace
 
 from pulsar_lb_operator.strategies import bundles as bundle_names
 from pulsar_lb_operator.strategies import policies as ns_policies
@@ -30,6 +31,8 @@ from pulsar_lb_operator.strategies.loaddata import LoadData, build_load_data
 from pulsar_lb_operator.strategies.placement.common import PlacementContext
 from pulsar_lb_operator.strategies.plans import Action, BrokerScore, Plan, Split, Unload
 from pulsar_lb_operator.strategies.profile import LoadProfile
+from pulsar_lb_operator.strategies.rails import DEFAULT_RAILS, Rails
+from pulsar_lb_operator.strategies.shedding import predictive
 from pulsar_lb_operator.strategies.shedding.transfer import NAME as TRANSFER_SHEDDER
 from pulsar_lb_operator.strategies.snapshots import ClusterSnapshot
 from pulsar_lb_operator.strategies.splitting.trigger import find_bundles_to_split
@@ -253,10 +256,15 @@ def plan_cycle(
     shedding: str | None = None,
     placement: str | None = None,
     profile: LoadProfile | None = None,
+    rails: Rails = DEFAULT_RAILS,
 ) -> tuple[Plan, StrategyState]:
-    """Plan one shedding cycle. Raises UnknownStrategyError for a name not in the registry."""
+    """Plan one shedding cycle. Raises UnknownStrategyError for a name not in the registry.
+
+    ``rails``: the caps the executor will hold the plan to (the operator's settings); a strategy that plans a
+    cycle's moves together plans within them. Pulsar's strategies do not read them, as in Pulsar.
+    """
     with collector_paused():  # strategies/heap.py: a cycle makes only acyclic objects
-        return _plan_cycle(snapshot, config, state, rng, shedding, placement, profile)
+        return _plan_cycle(snapshot, config, state, rng, shedding, placement, profile, rails)
 
 
 def _plan_cycle(
@@ -267,6 +275,7 @@ def _plan_cycle(
     shedding: str | None,
     placement: str | None,
     profile: LoadProfile | None,
+    rails: Rails,
 ) -> tuple[Plan, StrategyState]:
     shedding_name = registry.shedding_name(shedding or config.loadBalancerLoadSheddingStrategy)
     placement_name = registry.placement_name(placement or registry.default_placement(shedding_name))
@@ -284,7 +293,20 @@ def _plan_cycle(
     )
     if profile is not None:
         load = load.with_profile(profile)
-    result = registry.SHEDDING[shedding_name](load, config, state) if len(snapshot.brokers) > 1 else None
+    if rails != load.rails:
+        load = replace(load, rails=rails)
+    sustained = None if profile is None else profile.hot
+    # Ours plans the split trigger's splits together with its unloads (their halves placed the same cycle);
+    # every Pulsar strategy gets the trigger after shedding, as Pulsar runs it.
+    splits_first = shedding_name == predictive.NAME and len(snapshot.brokers) > 1
+    early: list[Split] = []
+    if splits_first:
+        early, split_notes = find_bundles_to_split(load, config, sustained=sustained)
+        notes.extend(split_notes)
+    if not splits_first or len(snapshot.brokers) <= 1:
+        result = registry.SHEDDING[shedding_name](load, config, state) if len(snapshot.brokers) > 1 else None
+    else:
+        result = predictive.shed(load, config, state, early)
     if result is None:
         notes.append(f"{len(snapshot.brokers)} broker(s): nothing to balance")
         shed_state, unloads = state, ()
@@ -302,6 +324,13 @@ def _plan_cycle(
     placer = registry.PLACEMENT[placement_name]
     actions: list[Action] = []
     seen: set[str] = set()
+    for split in result.splits if result is not None else ():
+        kept = policies_keep(load, split.bundle, split.source, ctx) if split.unload else None
+        if kept is not None:  # checkNamespaceBundleSplit: unload the halves only if the policies allow
+            split = Split(split.bundle, split.source, split.algorithm, split.boundaries, split.reason, False)
+            notes.append(f"split {split.bundle}: its halves stay on {split.source}: {kept}")
+        actions.append(split)
+        seen.add(split.bundle)
     for unload in unloads:
         if unload.bundle in seen:
             continue
@@ -330,10 +359,8 @@ def _plan_cycle(
             continue
         actions.append(Unload(unload.bundle, unload.source, destination, f"{unload.reason}; {how}"))
         recent[unload.bundle] = snapshot.taken_at
-    if len(snapshot.brokers) > 1:
-        splits, split_notes = find_bundles_to_split(
-            load, config, skip=frozenset(seen), sustained=None if profile is None else profile.hot
-        )
+    if len(snapshot.brokers) > 1 and not splits_first:
+        splits, split_notes = find_bundles_to_split(load, config, skip=frozenset(seen), sustained=sustained)
         for split in splits:
             kept = policies_keep(load, split.bundle, split.source, ctx) if split.unload else None
             if kept is not None:  # checkNamespaceBundleSplit: unload the halves only if the policies allow
@@ -341,7 +368,7 @@ def _plan_cycle(
                 notes.append(f"split {split.bundle}: its halves stay on {split.source}: {kept}")
             actions.append(split)
         notes.extend(split_notes)
-    elif config.loadBalancerAutoBundleSplitEnabled:
+    elif len(snapshot.brokers) <= 1 and config.loadBalancerAutoBundleSplitEnabled:
         # ModularLoadManagerImpl.checkNamespaceBundleSplit returns early with one broker (PR #20190):
         # a split would only unload the halves back onto the same broker.
         notes.append(f"split: skipped with {len(snapshot.brokers)} broker(s) (Pulsar splits only with more than one)")

@@ -74,6 +74,7 @@ class StrategyState:
     prediction_errors: Mapping[str, float] = field(default_factory=_frozen)
     predictive_members: frozenset[str] = frozenset()
     predictive_changed_at: int = 0  # when a broker last joined or left
+    predictive_halves: frozenset[str] = frozenset()  # bundles its own splits made last cycle: expected, not a change
 
     def forget_unloads(self, bundles: set[str]) -> StrategyState:
         """Planned unloads that were not carried out: out of the grace period and the in-flight moves."""
@@ -108,6 +109,7 @@ class StrategyState:
             "predictionErrors": dict(sorted(self.prediction_errors.items())),
             "predictiveMembers": sorted(self.predictive_members),
             "predictiveChangedAt": self.predictive_changed_at,
+            "predictiveHalves": sorted(self.predictive_halves),
         }
 
     @classmethod
@@ -148,4 +150,5 @@ class StrategyState:
             prediction_errors=table("predictionErrors", lambda r: r.number(maximum=MAX_FINITE, non_negative=False)),
             predictive_members=frozenset(root.child("predictiveMembers", required=False, default=[]).string_list()),
             predictive_changed_at=root.child("predictiveChangedAt", required=False, default=0).integer(),
+            predictive_halves=frozenset(root.child("predictiveHalves", required=False, default=[]).string_list()),
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from pulsar_lb_operator.benchmarks import replay, suite
@@ -10,7 +11,7 @@ from pulsar_lb_operator.benchmarks import replay, suite
 def run(
     scenarios: list[str],
     strategies: list[str],
-    seed: int,
+    seeds: Sequence[int],
     target: float,
     jobs: int,
     out: Path,
@@ -20,6 +21,6 @@ def run(
 ) -> int:
     """Runs the suite; an unknown strategy or an unreadable history is a ValueError (one line for the user)."""
     try:
-        return suite.benchmark_command(scenarios, strategies, seed, target, jobs, out, plots, history, command)
+        return suite.benchmark_command(scenarios, strategies, seeds, target, jobs, out, plots, history, command)
     except (suite.UnknownCombinationError, replay.ReplayError) as exc:
         raise ValueError(str(exc)) from None

@@ -6,17 +6,21 @@ from dataclasses import dataclass
 
 from pulsar_lb_operator.strategies.config import LoadBalancerConfig
 from pulsar_lb_operator.strategies.loaddata import LoadData
-from pulsar_lb_operator.strategies.plans import Unload
+from pulsar_lb_operator.strategies.plans import Split, Unload
 from pulsar_lb_operator.strategies.state import StrategyState
 
 
 @dataclass(frozen=True)
 class SheddingResult:
-    """Unloads chosen by a shedder (destination None: placement decides) and its next state."""
+    """Unloads chosen by a shedder (destination None: placement decides) and its next state.
+
+    ``splits``: only from a shedder that plans splits together with its unloads (ours); they are carried out
+    before the unloads, which may move their halves."""
 
     unloads: tuple[Unload, ...]
     state: StrategyState
     notes: tuple[str, ...] = ()
+    splits: tuple[Split, ...] = ()
 
 
 def fmt_bytes(value: float) -> str:

@@ -15,35 +15,40 @@ With a fitted cost model per broker (spark_jobs/load_profile.py) both are predic
 * a broker whose background usage alone is at or above the mean never receives load;
 * without a CPU model of R² ≥ ``MIN_R2`` for any broker it falls back to AvgShedder and says so;
   a broker whose own fit is poor borrows the capacity-scaled slope of the well-fitted ones;
-* after a broker joins or leaves, or a bundle is split, it waits ``SETTLE_MS``: bundles are still
-  being placed and the reports do not add up yet;
+* after a broker joins or leaves, or someone else splits a bundle, it waits until every broker has
+  reported since (at most ``SETTLE_MS``): before that, bundles are still being placed and the reports
+  do not add up;
+* a bundle too big to move without overshooting is split (range_equally_divide, the halves staying on
+  their owner), and its halves are placed in the same cycle, as are the halves of a bundle the split
+  trigger picks; a split counts against the same caps as an unload;
 * each prediction is checked against the next report that shows the move, and the error is kept
   in the state for the operator to export.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from pulsar_lb_operator.strategies import bundles as bundle_names
 from pulsar_lb_operator.strategies.config import LoadBalancerConfig
 from pulsar_lb_operator.strategies.loaddata import LoadData
-from pulsar_lb_operator.strategies.plans import Unload
+from pulsar_lb_operator.strategies.plans import Split, Unload
 from pulsar_lb_operator.strategies.policies import candidates_for
 from pulsar_lb_operator.strategies.profile import CostModel
 from pulsar_lb_operator.strategies.shedding import avg
 from pulsar_lb_operator.strategies.shedding.common import SheddingResult
+from pulsar_lb_operator.strategies.snapshots import BrokerLoad
+from pulsar_lb_operator.strategies.splitting import algorithms
 from pulsar_lb_operator.strategies.state import PendingMove, StrategyState
 
 NAME = "PredictivePairingShedder"
 MIN_R2 = 0.8
 MIN_SAMPLES = 10
 TOLERANCE = 4.0  # points around the mean within which a broker counts as balanced
-MAX_UNLOADS_PER_CYCLE = 10  # the executor's default rails: a plan it would cut short mispredicts
-MAX_UNLOADS_PER_BROKER = 5
 SETTLE_MS = 3 * 60_000  # after a broker joins or leaves, its bundles are still being placed: wait
 PENDING_TTL_MS = 5 * 60_000  # a move no report shows after this long is forgotten
 KBIT_PER_BYTE = 8 / 1000  # LocalBrokerData's bandwidth is in kbit/s
@@ -126,9 +131,10 @@ class Forecast:
             self.direct[broker] * self.weights[3],
         )
 
-    def shifted(self, broker: str, traffic: Traffic, sign: float) -> list[float]:
+    def shifted(self, broker: str, traffic: Traffic, sign: float, base: list[float] | None = None) -> list[float]:
+        """The broker's points with ``traffic`` added (sign +1) or taken away (−1), from ``base`` or its own."""
         delta = self.slope[broker].delta(traffic)
-        return [max(v + sign * d, 0.0) for v, d in zip(self.points[broker], delta)]
+        return [max(v + sign * d, 0.0) for v, d in zip(base or self.points[broker], delta)]
 
     def arrivals(self, brokers: list[str], traffic: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each broker's usage now (a row), and after each of the bundles (rows of ``traffic``) arrives on it
@@ -159,9 +165,54 @@ class Forecast:
         self.points[destination] = self.shifted(destination, traffic, +1)
 
 
-def _bundle_traffic(load: LoadData, broker: str, bundle: str) -> Traffic:
+def _bundle_traffic(load: LoadData, broker: str, bundle: str, halves: Mapping[str, Traffic] | None = None) -> Traffic:
+    if halves and bundle in halves:
+        return halves[bundle]
     stats = load.snapshot.brokers[broker].lastStats.get(bundle)
     return (0.0, 0.0, 0.0) if stats is None else stats.traffic
+
+
+def _reported_on(load: LoadData, broker: str, bundle: str) -> bool:
+    """Whether the broker's report shows the bundle, or still the bundle it was split from."""
+    stats = load.snapshot.brokers[broker].lastStats
+    if bundle in stats:
+        return True
+    if not bundle_names.is_bundle_name(bundle):
+        return False
+    namespace, bundle_range = bundle_names.split_bundle_name(bundle)
+    prefix = namespace + "/"
+    for other in stats:
+        if other.startswith(prefix) and bundle_names.is_bundle_name(other):
+            parent = bundle_names.split_bundle_name(other)[1]
+            if parent.lower <= bundle_range.lower and bundle_range.upper <= parent.upper:
+                return True
+    return False
+
+
+def split_halves(
+    load: LoadData, source: str, bundle: str, cuts: Sequence[int], total: Traffic | None = None
+) -> dict[str, Traffic]:
+    """The bundles a split at ``cuts`` makes, with the traffic each is expected to carry: from the snapshot's
+    topic stats when it has them (topics go to the range their CRC-32 falls in), else the bundle's shared
+    evenly. The next report shows the truth, and the prediction error says how far off this was."""
+    namespace, bundle_range = bundle_names.split_bundle_name(bundle)
+    edges = [bundle_range.lower, *sorted(c for c in cuts if bundle_range.lower < c < bundle_range.upper)]
+    edges.append(bundle_range.upper)
+    ranges = [bundle_names.BundleRange(lo, hi) for lo, hi in itertools.pairwise(edges)]
+    total = total or _bundle_traffic(load, source, bundle)
+    topics = load.snapshot.topics.get(bundle)
+    shares: list[Traffic]
+    if topics:
+        sums = [[0.0, 0.0, 0.0] for _ in ranges]
+        for topic, stats in topics.items():
+            position = bundle_names.topic_hash(topic)
+            index = next((i for i, r in enumerate(ranges) if r.lower <= position < r.upper), len(ranges) - 1)
+            for k, value in enumerate(stats.traffic):
+                sums[index][k] += value
+        shares = [(a, b, c) for a, b, c in sums]
+    else:
+        shares = [(total[0] / len(ranges), total[1] / len(ranges), total[2] / len(ranges))] * len(ranges)
+    return {bundle_names.bundle_name(namespace, r): share for r, share in zip(ranges, shares)}
 
 
 def _in_flight(load: LoadData, state: StrategyState, forecast: Forecast) -> dict[str, PendingMove]:
@@ -171,7 +222,7 @@ def _in_flight(load: LoadData, state: StrategyState, forecast: Forecast) -> dict
     for bundle, move in state.predictive_pending.items():
         if now - move.planned_at > PENDING_TTL_MS or move.source not in brokers or move.destination not in brokers:
             continue
-        on_source = bundle in brokers[move.source].lastStats
+        on_source = _reported_on(load, move.source, bundle)
         on_destination = bundle in brokers[move.destination].lastStats
         if not on_source and on_destination:
             continue  # both reports show it
@@ -181,6 +232,19 @@ def _in_flight(load: LoadData, state: StrategyState, forecast: Forecast) -> dict
             forecast.points[move.destination] = forecast.shifted(move.destination, move.traffic, +1)
         still[bundle] = move
     return still
+
+
+def _reported_after(load: LoadData, report: BrokerLoad, at_ms: int, config: LoadBalancerConfig) -> bool:
+    """Whether ``report`` shows the broker as it was after ``at_ms``.
+
+    A report written since says so (``lastUpdate``). But Pulsar writes LocalBrokerData only on a change of
+    more than loadBalancerReportUpdateThresholdPercentage (or every loadBalancerReportUpdateMaxIntervalMinutes),
+    while its REST endpoint — what the operator reads — answers the latest sample with the last write's
+    ``lastUpdate``: a steady broker's report read half a shedding interval after ``at_ms`` shows it too
+    (ModularLoadManagerImpl.writeBrokerDataOnZooKeeper / generateLoadReport).
+    """
+    half_interval_ms = config.loadBalancerSheddingIntervalMinutes * 30_000
+    return report.lastUpdate > at_ms or load.snapshot.taken_at - at_ms >= half_interval_ms
 
 
 def _check_predictions(
@@ -193,7 +257,7 @@ def _check_predictions(
         report = load.snapshot.brokers.get(broker)
         if report is None or load.snapshot.taken_at - planned_at > PENDING_TTL_MS * 2:
             continue
-        if broker in busy or report.lastUpdate <= planned_at:
+        if broker in busy or not _reported_after(load, report, planned_at, config):
             waiting[broker] = (predicted, planned_at)
             continue
         errors[broker] = 100 * report.max_resource_usage_with_weight(config.weights, memory=False) - predicted
@@ -234,13 +298,20 @@ def _hits(
     return high, low, triggered
 
 
-def shed(load: LoadData, config: LoadBalancerConfig, state: StrategyState) -> SheddingResult:
+def shed(
+    load: LoadData, config: LoadBalancerConfig, state: StrategyState, splits: Sequence[Split] = ()
+) -> SheddingResult:
+    """``splits``: what the split trigger picked this cycle; the ones whose halves are known (range_equally_divide)
+    are planned here with their halves kept on the owner and placed like any bundle, and come back in the
+    result's ``splits`` (the others come back as they were, for the planner to add)."""
     slope = slopes(load)
     if slope is None:
         fallback = avg.shed(load, config, state)
         why = f"{NAME}: no CPU cost model with R² ≥ {MIN_R2} and ≥ {MIN_SAMPLES} samples; AvgShedder's behaviour"
         unloads = tuple(Unload(u.bundle, u.source, u.destination, f"{why}: {u.reason}") for u in fallback.unloads)
-        return SheddingResult(unloads, fallback.state, (why, *fallback.notes))
+        unloaded = {u.bundle for u in fallback.unloads}
+        later = tuple(sp for sp in splits if sp.bundle not in unloaded)  # as the trigger skips this cycle's unloads
+        return SheddingResult(unloads, fallback.state, (why, *fallback.notes), later)
 
     brokers = load.snapshot.brokers
     forecast = Forecast(load, config, slope)
@@ -279,25 +350,57 @@ def shed(load: LoadData, config: LoadBalancerConfig, state: StrategyState) -> Sh
     members = frozenset(brokers)
     changed_at = state.predictive_changed_at
     reported = {bundle for r in brokers.values() for bundle in r.lastStats}
-    split = state.bundle_data and reported - set(state.bundle_data)  # bundles never seen: a split
+    # bundles never seen: someone else's split (the halves of ours are expected, and so are those it told of)
+    split = state.bundle_data and reported - set(state.bundle_data) - set(state.predictive_halves)
     if (state.predictive_members and members != state.predictive_members) or split:
         changed_at = now
-    settling = now - changed_at < SETTLE_MS
+    # Until every broker has reported since the change, bundles may still be in flight and the reports not
+    # add up; a broker that does not report again (Pulsar reports on change) is waited for SETTLE_MS at most.
+    settling = now - changed_at < SETTLE_MS and not all(
+        _reported_after(load, r, changed_at, config) for r in brokers.values()
+    )
     if settling:
         notes.append(
-            f"{NAME}: brokers joined or left {(now - changed_at) / 1000:.0f} s ago; waiting for placement to settle"
+            f"{NAME}: brokers joined or left, or a bundle was split, {(now - changed_at) / 1000:.0f} s ago; "
+            "waiting until every broker has reported since"
         )
+
+    # splits: the trigger's (halves known) are planned here, before any unload, under the same caps
+    halves: dict[str, Traffic] = {}
+    piece_topics: dict[str, int] = {}  # halves planned this cycle: their estimated topic count
+    planned_splits: list[Split] = []
+    passed_on: list[Split] = []
+    for sp in splits:
+        if sp.algorithm != algorithms.RANGE_EQUALLY_DIVIDE or not sp.boundaries or sp.source not in brokers:
+            passed_on.append(sp)
+            continue
+        parts = split_halves(load, sp.source, sp.bundle, sp.boundaries)
+        reason = f"{sp.reason}; the halves stay on {sp.source} and {NAME} places them"
+        planned_splits.append(replace(sp, unload=False, reason=reason))
+        per_source[sp.source] = per_source.get(sp.source, 0) + 1
+        halves.update(parts)
+        topics = brokers[sp.source].lastStats[sp.bundle].topics if sp.bundle in brokers[sp.source].lastStats else 0
+        piece_topics.update(dict.fromkeys(parts, topics // len(parts)))
+        if sp.bundle in movable[sp.source]:
+            movable[sp.source].remove(sp.bundle)
+        movable[sp.source] = sorted([*movable[sp.source], *parts])
+    may_split = config.loadBalancerAutoBundleSplitEnabled
+    budget = load.rails.max_unloads_per_cycle  # the executor's caps: a plan it would cut short mispredicts
+
+    def actions() -> int:
+        return len(unloads) + len(planned_splits)
+
     cold = {b for b in takers if scores[b] < mean - TOLERANCE}
     if not settling and triggered & ({b for b in brokers if scores[b] > mean + TOLERANCE} | cold):
         done: set[str] = set()
         received: set[str] = set()  # no chains: a broker that took load this cycle gives none, and vice versa
-        while len(unloads) < MAX_UNLOADS_PER_CYCLE:
+        while actions() < budget:
             sources = [
                 b
                 for b in brokers
                 if b not in done | received
                 and forecast.usage(b) > mean
-                and per_source.get(b, 0) < MAX_UNLOADS_PER_BROKER
+                and per_source.get(b, 0) < load.rails.max_unloads_per_broker
             ]
             coolest = min((forecast.usage(b) for b in takers), default=mean)
             if not sources:
@@ -305,26 +408,39 @@ def shed(load: LoadData, config: LoadBalancerConfig, state: StrategyState) -> Sh
             source = max(sources, key=lambda b: (forecast.usage(b), b))
             if forecast.usage(source) - mean <= TOLERANCE and mean - coolest <= TOLERANCE:
                 break
-            best = _best_move(load, forecast, source, movable[source], takers - set(per_source), mean, config)
-            if best is None:
+            candidates = takers - set(per_source)
+            best = _best_move(load, forecast, source, movable[source], candidates, mean, config, halves)
+            moves = [] if best is None else [(source, *best)]
+            if may_split and forecast.usage(source) - mean > TOLERANCE and budget - actions() >= 2:
+                trial = (dict(halves), dict(piece_topics), list(planned_splits), dict(per_source))
+                trial_movable = {source: list(movable[source])}
+                split_moves = _split_to_move(
+                    load, forecast, source, trial_movable, candidates, mean, config, *trial, budget - actions()
+                )
+                if split_moves and (not moves or _gain(split_moves[0], mean) > _gain(moves[0], mean)):
+                    moves = split_moves
+                    halves, piece_topics, planned_splits, per_source = trial
+                    movable[source] = trial_movable[source]
+                    notes.append(f"{NAME}: {planned_splits[-1].reason}")
+            if not moves:
                 done.add(source)
                 continue
-            bundle, destination, before, after = best
-            traffic = _bundle_traffic(load, source, bundle)
-            forecast.move(source, destination, traffic)
-            received.add(destination)
-            movable[source].remove(bundle)
-            per_source[source] = per_source.get(source, 0) + 1
-            pending[bundle] = PendingMove(source, destination, load.snapshot.taken_at, traffic)
-            unloads.append(
-                Unload(
-                    bundle,
-                    source,
-                    destination,
-                    f"{NAME}: {source} {scores[source]:.1f} vs mean {mean:.1f}; predicted {source} "
-                    f"{before[0]:.1f}→{after[0]:.1f}, {destination} {before[1]:.1f}→{after[1]:.1f}",
+            for giver, bundle, destination, before, after in moves:
+                traffic = _bundle_traffic(load, giver, bundle, halves)
+                forecast.move(giver, destination, traffic)
+                received.add(destination)
+                movable[giver].remove(bundle)
+                per_source[giver] = per_source.get(giver, 0) + 1
+                pending[bundle] = PendingMove(giver, destination, load.snapshot.taken_at, traffic)
+                unloads.append(
+                    Unload(
+                        bundle,
+                        giver,
+                        destination,
+                        f"{NAME}: {giver} {scores[giver]:.1f} vs mean {mean:.1f}; predicted {giver} "
+                        f"{before[0]:.1f}→{after[0]:.1f}, {destination} {before[1]:.1f}→{after[1]:.1f}",
+                    )
                 )
-            )
         for b in {u.source for u in unloads} | {u.destination for u in unloads}:
             high.pop(b, None)
             low.pop(b, None)
@@ -342,8 +458,87 @@ def shed(load: LoadData, config: LoadBalancerConfig, state: StrategyState) -> Sh
         prediction_errors=errors,
         predictive_members=members,
         predictive_changed_at=changed_at,
+        predictive_halves=frozenset(halves),
     )
-    return SheddingResult(tuple(unloads), next_state, tuple(notes))
+    return SheddingResult(tuple(unloads), next_state, tuple(notes), (*planned_splits, *passed_on))
+
+
+Move = tuple[str, str, str, tuple[float, float], tuple[float, float]]  # giver, bundle, taker, before, after
+
+
+def _split_to_move(
+    load: LoadData,
+    forecast: Forecast,
+    source: str,
+    movable: dict[str, list[str]],
+    takers: set[str],
+    mean: float,
+    config: LoadBalancerConfig,
+    halves: dict[str, Traffic],
+    piece_topics: dict[str, int],
+    planned_splits: list[Split],
+    per_source: dict[str, int],
+    room: int,
+) -> list[Move]:
+    """Split ``source``'s biggest bundle that alone exceeds its excess over the mean (and twice the tolerance),
+    range_equally_divide with the halves kept on ``source``, and move the half that helps most; [] if none can
+    move without overshooting. A half planned this cycle (the split trigger's) may be split again: the split
+    runs after its parent's. Only a bundle of at least two topics (a half: its parent's share), whose range can
+    be split, in a namespace under loadBalancerNamespaceMaximumBundles; the split and the unload count against
+    the caps. The caller takes it only when it shrinks Σ(usage − mean)² more than the best plain move."""
+    if room < 2 or per_source.get(source, 0) + 2 > load.rails.max_unloads_per_broker:
+        return []
+    excess = forecast.usage(source) - mean
+    stats = load.snapshot.brokers[source].lastStats
+    sizes = []
+    for bundle in movable[source]:
+        topics = piece_topics.get(bundle, stats[bundle].topics if bundle in stats else 0)
+        if topics < 2:
+            continue
+        namespace, bundle_range = bundle_names.split_bundle_name(bundle)
+        if not bundle_range.can_split():
+            continue
+        count = load.snapshot.bundle_count(namespace) + sum(
+            1 for sp in planned_splits if bundle_names.namespace_of(sp.bundle) == namespace
+        )
+        if count >= config.loadBalancerNamespaceMaximumBundles:
+            continue
+        traffic = _bundle_traffic(load, source, bundle, halves)
+        drop = forecast.usage(source) - forecast.usage(source, forecast.shifted(source, traffic, -1))
+        if drop > max(excess, 2 * TOLERANCE):
+            sizes.append((drop, bundle))
+    if not sizes:
+        return []
+    bundle = max(sizes)[1]
+    cuts = algorithms.range_equally_divide(bundle_names.split_bundle_name(bundle)[1])
+    parts = split_halves(load, source, bundle, cuts, halves.get(bundle))
+    best = _best_move(load, forecast, source, sorted(parts), takers, mean, config, {**halves, **parts}, TOLERANCE)
+    if best is None:
+        return []
+    moves: list[Move] = [(source, *best)]
+    halves.update(parts)
+    topics = piece_topics.get(bundle, stats[bundle].topics if bundle in stats else 0)
+    piece_topics.update(dict.fromkeys(parts, topics // len(parts)))
+    movable[source] = sorted([*(b for b in movable[source] if b != bundle), *parts])
+    per_source[source] = per_source.get(source, 0) + 1
+    planned_splits.append(
+        Split(
+            bundle,
+            source,
+            algorithms.RANGE_EQUALLY_DIVIDE,
+            tuple(cuts),
+            f"{bundle} alone is more than {source}'s {excess:.1f} points over the mean and no bundle can move "
+            f"without overshooting: split, the halves stay on {source}, one moves now",
+            unload=False,
+        )
+    )
+    return moves
+
+
+def _gain(move: Move, mean: float) -> float:
+    """How much a move shrinks Σ(usage − mean)² over its two brokers, as predicted."""
+    _, _, _, before, after = move
+    return sum(_square(b - mean) - _square(a - mean) for b, a in zip(before, after))
 
 
 def _square(x: float) -> float:
@@ -368,8 +563,13 @@ def _best_move(
     takers: set[str],
     mean: float,
     config: LoadBalancerConfig,
+    halves: Mapping[str, Traffic] | None = None,
+    within: float | None = None,
 ) -> tuple[str, str, tuple[float, float], tuple[float, float]] | None:
-    """The (bundle, destination) that shrinks Σ(usage − mean)² most without overshooting; on equal gains,
+    """``within``: a destination may end above the source if it ends at most this far above the mean (a split's
+    piece, which rarely fits exactly); None: never.
+
+    The (bundle, destination) that shrinks Σ(usage − mean)² most without overshooting; on equal gains,
     the first by (bundle, destination).
 
     Every pair is scored, as ``_best_move_pairwise`` does one at a time; here the destinations are the
@@ -380,7 +580,9 @@ def _best_move(
     u_source = forecast.usage(source)
     destinations = sorted(d for d in takers if d != source and forecast.usage(d) < mean)
     movable = sorted(
-        (bundle, traffic) for bundle in bundles if (traffic := _bundle_traffic(load, source, bundle)) != (0.0, 0.0, 0.0)
+        (bundle, traffic)
+        for bundle in bundles
+        if (traffic := _bundle_traffic(load, source, bundle, halves)) != (0.0, 0.0, 0.0)
     )
     if not destinations or not movable:
         return None
@@ -394,10 +596,13 @@ def _best_move(
             - _square(new_destination - mean)
         )
     if not (np.isfinite(new_source).all() and np.isfinite(new_destination).all() and np.isfinite(gain).all()):
-        return _best_move_pairwise(load, forecast, source, bundles, takers, mean, config)
+        return _best_move_pairwise(load, forecast, source, bundles, takers, mean, config, halves, within)
     limit = config.loadBalancerBrokerOverloadedThresholdPercentage
     # over-placement: the destination would end hotter than the source, or above the overload threshold
-    overshoot = (new_destination > new_source[:, np.newaxis]) | (new_destination > limit)
+    above = new_destination > new_source[:, np.newaxis]
+    if within is not None:
+        above &= new_destination > mean + within
+    overshoot = above | (new_destination > limit)
     gain[overshoot] = -np.inf
     for row, (bundle, _) in enumerate(movable):  # namespace policies: only the brokers a bundle's namespace allows
         allowed = _allowed_brokers(load, bundle)
@@ -419,6 +624,8 @@ def _best_move_pairwise(
     takers: set[str],
     mean: float,
     config: LoadBalancerConfig,
+    halves: Mapping[str, Traffic] | None = None,
+    within: float | None = None,
 ) -> tuple[str, str, tuple[float, float], tuple[float, float]] | None:
     """``_best_move`` one pair at a time (the reference it is tested against)."""
     u_source = forecast.usage(source)
@@ -426,7 +633,7 @@ def _best_move_pairwise(
     limit = config.loadBalancerBrokerOverloadedThresholdPercentage
     best, best_gain = None, 1e-9
     for bundle in bundles:
-        traffic = _bundle_traffic(load, source, bundle)
+        traffic = _bundle_traffic(load, source, bundle, halves)
         if traffic == (0.0, 0.0, 0.0):
             continue
         new_source = forecast.usage(source, forecast.shifted(source, traffic, -1))
@@ -436,7 +643,8 @@ def _best_move_pairwise(
                 continue
             u_destination = forecast.usage(destination)
             new_destination = forecast.usage(destination, forecast.shifted(destination, traffic, +1))
-            if new_destination > new_source or new_destination > limit:
+            above = new_destination > new_source and (within is None or new_destination > mean + within)
+            if above or new_destination > limit:
                 continue  # over-placement: the destination would end hotter than the source
             gain = (
                 _square(u_source - mean)

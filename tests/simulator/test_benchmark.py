@@ -14,6 +14,7 @@ from pulsar_lb_operator.benchmarks.runs import (
     balanceable_spread,
     flapping,
     moves_lower_bound,
+    rails_floor,
     run,
 )
 from pulsar_lb_operator.history import HistoryStore
@@ -174,3 +175,51 @@ def test_benchmark_from_a_history_writes_the_same_report(recorded, tmp_path, cap
 def test_an_empty_history_cannot_be_replayed(tmp_path, capsys):
     assert cli.main(["benchmark", "--history", str(tmp_path), "--no-plots"]) == 2
     assert "holds no samples to replay" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- issue 16: decision quality of our strategy
+
+OURS = Combination("PredictivePairingShedder", "PredictivePairingShedder", None)
+
+
+def test_the_rails_floor_counts_the_hit_counters_and_both_caps():
+    assert rails_floor(0, 0, hits_needed=2) == 0  # nothing to move
+    assert rails_floor(9, 3, hits_needed=2) == 2  # seen twice, then one cycle of moves
+    assert rails_floor(13, 4, hits_needed=2) == 3  # 10 a cycle: two cycles of moves
+    assert rails_floor(13, 13, hits_needed=2) == 4  # all from one broker, 5 a cycle: three
+    assert rails_floor(255, 4, hits_needed=2) == 27  # PIP-364's 100 + 100: 26 cycles of 10
+
+
+@pytest.mark.parametrize("name", ["broker-returns-empty", "rolling-restart", "scale-out"])
+def test_ours_balances_within_three_cycles_of_a_membership_change(name):
+    """The broker that came back empty (or joined) is filled on the cycle its second hit allows: no fixed wait."""
+    m = run(load_scenario(name), OURS).metrics
+    assert m["disturbance_cycle"] > 0 and m["moves_at_disturbance"] > 0
+    assert m["cycles_after_disturbance"] is not None and m["cycles_after_disturbance"] <= 3, m
+    assert m["balanced_in_time"] and m["flapping_bundles"] == 0
+
+
+def test_ours_splits_the_hot_bundle_and_places_the_pieces_until_balanced():
+    result = run(load_scenario("hot-bundle-split"), OURS)
+    m = result.metrics
+    assert m["cycles_after_disturbance"] is not None and m["cycles_after_disturbance"] <= 3, m
+    assert m["final_spread"] < 10 and m["wrong_direction_moves"] == 0
+    hot = [mv for mv in result.moves if mv.bundle.startswith("acme/hot/")]
+    assert len(hot) >= 2 and len({mv.destination for mv in hot}) == 2  # pieces on both other brokers
+
+
+def test_ours_moves_nothing_under_pure_jitter():
+    for seed in (0, 1, 2):
+        assert run(load_scenario("pure-jitter"), OURS, seed=seed).metrics["unloads"] == 0
+
+
+def test_seeds_vary_the_scenario_and_the_verdicts_are_the_worst_seed(tmp_path, capsys):
+    scenario = load_scenario("demo")
+    zero, one = run(scenario, OURS, seed=0), run(scenario, OURS, seed=1)
+    assert zero.usage[0] != one.usage[0]  # another draw of the traffic and owners, not only of the RNG
+    args = ["benchmark", "--scenario", "demo", "--strategy", "AvgShedder", "--seeds", "2", "--no-plots"]
+    assert cli.main([*args, "--out", str(tmp_path), "--jobs", "1"]) == 0
+    table = capsys.readouterr().out
+    assert "worst of 2 seeds" in table
+    text = (tmp_path / "report.md").read_text()
+    assert "## Verdicts per seed" in text and "## Decision-quality goals (issue 16), over every seed" in text

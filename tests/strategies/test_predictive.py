@@ -9,6 +9,7 @@ import pytest
 from pulsar_lb_operator.strategies import StrategyState, plan_cycle
 from pulsar_lb_operator.strategies.loaddata import build_load_data
 from pulsar_lb_operator.strategies.profile import CostModel, LoadProfile
+from pulsar_lb_operator.strategies.rails import Rails
 from pulsar_lb_operator.strategies.shedding import avg, predictive
 from tests.builders import NOW, broker_report, bundle, cfg, snapshot, stats
 
@@ -151,14 +152,31 @@ def test_without_a_usable_model_it_is_avg_shedder_and_says_so(profile):
     assert all("AvgShedder's behaviour" in u.reason for u in result.unloads)
 
 
-def test_it_waits_after_a_broker_joins():
+def _with_d(at, reported_at):
+    """heterogeneous() plus an empty broker d:1, every report taken at ``reported_at``."""
+    base = heterogeneous(reported_at)
+    brokers = {"d:1": broker(5, {}, reported_at), **{b: _doc(base, b) for b in base.brokers}}
+    return snapshot(brokers, taken_at=at)
+
+
+def test_it_waits_after_a_broker_joins_until_every_broker_has_reported_since():
+    """Not a fixed wait: once every report is newer than the change, the reports add up and it acts (issue 16:
+    a broker that comes back empty is filled on the next cycle, not three minutes later)."""
     first = shed(heterogeneous(), PROFILE, config=cfg())
-    joined = heterogeneous(NOW + 60_000)
-    joined = snapshot(
-        {**{b: broker(5, {}) for b in ("d:1",)}, **{b: _doc(joined, b) for b in joined.brokers}}, taken_at=NOW + 60_000
-    )
-    result = shed(joined, PROFILE, first.state, config=cfg())
-    assert result.unloads == () and any("waiting for placement to settle" in n for n in result.notes)
+    joined = shed(_with_d(NOW + 60_000, NOW + 60_000), PROFILE, first.state, config=cfg())
+    assert joined.unloads == () and any("waiting until every broker has reported since" in n for n in joined.notes)
+    # read 20 s after the change, every report written before it: still waiting
+    stale = shed(_with_d(NOW + 80_000, NOW + 60_000), PROFILE, joined.state, config=cfg())
+    assert stale.unloads == () and any("waiting until" in n for n in stale.notes)
+    # every broker has reported since: it acts, and d (empty) is among the destinations
+    fresh = shed(_with_d(NOW + 120_000, NOW + 90_000), PROFILE, joined.state, config=cfg())
+    assert not any("waiting until" in n for n in fresh.notes)
+    assert fresh.unloads and "d:1" in {u.destination for u in fresh.unloads}
+    # Pulsar rewrites a steady broker's report only on a 10 % change (or every 15 minutes), and its REST
+    # endpoint answers the latest sample with the old lastUpdate: read a cycle after the change, it acts too
+    steady = shed(_with_d(NOW + 120_000, NOW + 60_000), PROFILE, joined.state, config=cfg())
+    assert not any("waiting until" in n for n in steady.notes)
+    assert steady.unloads and "d:1" in {u.destination for u in steady.unloads}
 
 
 def _doc(snap, name):
@@ -175,3 +193,28 @@ def test_through_the_planner_the_shedder_places_its_own_bundles():
     assert plan.placement == "(transfer)" and [a.destination for a in plan.unloads] == ["a:1"] * 4
     assert "destination chosen by the shedder" in plan.unloads[0].reason
     assert StrategyState.from_json(state.to_json()) == state
+
+
+def test_it_plans_within_the_caps_the_settings_give():
+    """maxUnloadsPerCycle / maxUnloadsPerBroker reach the strategy through plan_cycle: with a cap of 2 from one
+    broker it plans 2 of the 4 moves, and the third stays for the next cycle (the executor would cut it)."""
+    capped = plan_cycle(
+        heterogeneous(),
+        ONE_HIT,
+        StrategyState(),
+        random.Random(0),
+        "PredictivePairingShedder",
+        profile=PROFILE,
+        rails=Rails(max_unloads_per_cycle=10, max_unloads_per_broker=2),
+    )[0]
+    assert [(a.source, a.destination) for a in capped.unloads] == [("b:1", "a:1")] * 2
+    one = plan_cycle(
+        heterogeneous(),
+        ONE_HIT,
+        StrategyState(),
+        random.Random(0),
+        "PredictivePairingShedder",
+        profile=PROFILE,
+        rails=Rails(max_unloads_per_cycle=1, max_unloads_per_broker=5),
+    )[0]
+    assert len(one.unloads) == 1

@@ -259,6 +259,7 @@ STATE_DOC = {
     "predictionErrors": {"a:8080": -1.5},
     "predictiveMembers": ["a:8080", "b:8080"],
     "predictiveChangedAt": NOW,
+    "predictiveHalves": ["t/ns/0x00000000_0x7fffffff", "t/ns/0x7fffffff_0xffffffff"],
 }
 
 
