@@ -105,18 +105,46 @@ def load_report_requests(sim):
 # ------------------------------------------------------------------------------------------- end to end
 
 
-def test_operator_demo_load_manager_extensible_balances_the_demo_cluster_from_its_topics(monkeypatch):
+def run_demo_command(monkeypatch, *args: str) -> str:
     printed, run_demo = io.StringIO(), demo.run_demo  # the demo prints to the sys.stdout of its import: catch it
-    monkeypatch.setattr(demo, "run_demo", lambda *args, **kwargs: run_demo(*args, **{**kwargs, "out": printed}))
-    assert cli.main(["demo", "--load-manager", "extensible"]) == 0
-    text = printed.getvalue()
+    monkeypatch.setattr(demo, "run_demo", lambda *a, **kwargs: run_demo(*a, **{**kwargs, "out": printed}))
+    assert cli.main(["demo", *args]) == 0
+    return printed.getvalue()
+
+
+def last_usage_row(text: str) -> list[float]:
+    """The brokers' usage on the demo's last table row."""
+    rows = [line for line in text.splitlines() if re.match(r"\s+\d+\s+\d\d:\d\d\s", line)]
+    return [float(v) for v in re.findall(r"(\d+)%", rows[-1])]
+
+
+def test_operator_demo_load_manager_extensible_balances_the_demo_cluster_from_its_topics(monkeypatch):
+    """The operator's default strategy, AvgShedder, balances the ELM demo cluster as far as the modular one:
+    its inputs are BrokerLoadData and each broker's top bundles, read with pulsar-client from pulsar-lite."""
+    text = run_demo_command(monkeypatch, "--load-manager", "extensible")
     assert "Load manager: extensible (ExtensibleLoadManagerImpl)" in text and "pulsar://127.0.0.1:" in text
-    assert "shedding TransferShedder" in text  # ELM's own: the default AvgShedder needs every bundle's stats
+    assert "shedding AvgShedder" in text
     first, last = map(int, re.search(r"Spread (\d+) → (\d+) points", text).groups())
-    assert first > 60 and last < first - 40, text  # 84 → 31: TransferShedder stops at its target std (0.25)
+    assert first > 60 and last < demo.CONVERGED_SPREAD, text  # balanced: 84 → 7, as the modular demo
+    usage = last_usage_row(text)
+    assert len(usage) == 4 and max(usage) - min(usage) < demo.CONVERGED_SPREAD
     unloads = int(re.search(r"(\d+) unloads", text).group(1))
-    assert unloads >= 10 and "executed (accepted)" in text and "moved_as_planned" in text
-    assert "failed" not in text and "not_moved" not in text
+    assert unloads >= 10 and "executed (accepted)" in text and text.count("moved_as_planned") >= 10
+    assert "failed" not in text and "not_moved" not in text and "moved_elsewhere" not in text
+
+
+def test_the_elm_demo_with_transfershedder_stops_where_pulsars_own_target_std_calls_it_balanced(monkeypatch):
+    """TransferShedder as Pulsar runs it: it moves load until the brokers' usage is within
+    loadBalancerBrokerLoadTargetStd (0.25) of one another, and no further (84 → 31 points)."""
+    text = run_demo_command(monkeypatch, "--load-manager", "extensible", "--strategy", "TransferShedder")
+    assert "shedding TransferShedder" in text
+    first, last = map(int, re.search(r"Spread (\d+) → (\d+) points", text).groups())
+    assert first > 60 and demo.CONVERGED_SPREAD < last < first - 40, text
+    usage = [u / 100 for u in last_usage_row(text)]
+    mean = sum(usage) / len(usage)
+    std = (sum((u - mean) ** 2 for u in usage) / len(usage)) ** 0.5
+    assert std < LoadBalancerConfig().loadBalancerBrokerLoadTargetStd, text
+    assert int(re.search(r"(\d+) unloads", text).group(1)) >= 10 and "moved_as_planned" in text
 
 
 def test_the_scenario_key_runs_the_demo_on_elm_and_balances_it_from_the_topics(tmp_path):
@@ -160,6 +188,7 @@ def test_a_cycle_reads_brokerloaddata_and_top_bundles_with_pulsar_client_and_tra
                 executor,
                 OperatorState(),
                 random.Random(1),
+                "TransferShedder",
                 now_ms=cluster.now_ms,
                 load_manager=session,
             )
@@ -168,7 +197,7 @@ def test_a_cycle_reads_brokerloaddata_and_top_bundles_with_pulsar_client_and_tra
             client.close()
         assert result.load_manager.kind == "extensible" and result.load_manager.version == version
         assert result.load_manager.class_name == elm.EXTENSIBLE
-        assert result.plan.shedding == "TransferShedder" and "ELM publishes each broker's top" in result.plan.notes[0]
+        assert result.plan.shedding == "TransferShedder" and result.plan.placement == "(transfer)"
         assert set(result.snapshot.brokers) == set(cluster.active_ids()) and not result.skipped_brokers
         for broker_id, load in result.snapshot.brokers.items():
             owned = owned_before[broker_id]
@@ -202,11 +231,13 @@ def test_operator_rebalance_on_elm_reads_the_topics_then_turns_elms_shedder_off_
             "elmReadTimeoutSeconds=20",
             "--set",
             "disableBuiltinShedding=true",
+            "--set",
+            "loadBalancerAvgShedderHitCountLowThreshold=1",
             *ACT_NOW,
         )
         assert code == 0, err
         assert doc["loadManager"] == {"kind": "extensible", "className": elm.EXTENSIBLE, "version": "4.0.4-sim"}
-        assert doc["shedding"] == "TransferShedder" and doc["skippedBrokers"] == {}
+        assert doc["shedding"] == "AvgShedder" and doc["skippedBrokers"] == {}
         assert [o for o in doc["outcomes"] if o["outcome"] == "executed"]
         assert sim.cluster.dynamic_config["loadBalancerSheddingEnabled"] == "false"  # after ELM's data was read
         assert not load_report_requests(sim)
@@ -284,12 +315,12 @@ def test_no_brokerloaddata_within_the_report_interval_is_one_line_too(capsys):
 @pytest.mark.parametrize(
     ("args", "named"),
     [
-        (["--strategy", "AvgShedder"], "strategy AvgShedder"),
-        (["--strategy", "ThresholdShedder"], "strategy ThresholdShedder"),
+        (["--strategy", "PredictivePairingShedder"], "strategy PredictivePairingShedder"),
         (["--set", "loadBalancerLoadSheddingStrategy=PredictivePairingShedder"], "strategy PredictivePairingShedder"),
         (["--strategy", "TransferShedder", "--placement", "LeastLongTermMessageRate"], "LeastLongTermMessageRate"),
+        (["--strategy", "ThresholdShedder", "--placement", "LeastLongTermMessageRate"], "LeastLongTermMessageRate"),
     ],
-    ids=["AvgShedder", "ThresholdShedder", "PredictivePairingShedder-in-settings", "LeastLongTermMessageRate"],
+    ids=["PredictivePairingShedder", "PredictivePairingShedder-in-settings", "LeastLongTermMessageRate", "LLTMR-2"],
 )
 def test_strategies_whose_inputs_elm_does_not_publish_are_refused_naming_them_and_the_load_manager(capsys, args, named):
     with elm_cluster(publish=False) as (sim, _):
@@ -462,10 +493,18 @@ def test_a_snapshot_of_an_elm_cluster_is_captured_from_its_topics_and_planned_of
     capsys.readouterr()
     code = cli.main(["rebalance", "--snapshot", str(out_file), "--output", "json"])
     plan = json.loads(capsys.readouterr().out)
-    assert code == 0 and plan["shedding"] == "TransferShedder" and "ELM publishes each broker's top" in plan["notes"][0]
-    code = cli.main(["rebalance", "--snapshot", str(out_file), "--strategy", "UniformLoadShedder"])
+    assert code == 0 and plan["shedding"] == "AvgShedder" and "AvgShedder chooses among each broker's top 10" in (
+        plan["notes"][0]
+    )
+    code = cli.main(["rebalance", "--snapshot", str(out_file), "--strategy", "UniformLoadShedder", "--output", "json"])
+    plan = json.loads(capsys.readouterr().out)
+    assert code == 0 and plan["shedding"] == "UniformLoadShedder"
+    assert plan["placement"] == "LeastResourceUsageWithWeight" and "placing with LeastResourceUsageWithWeight" in (
+        plan["notes"][1]
+    )
+    code = cli.main(["rebalance", "--snapshot", str(out_file), "--strategy", "PredictivePairingShedder"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and "UniformLoadShedder" in err[0] and "ExtensibleLoadManagerImpl" in err[0]
+    assert code == 2 and len(err) == 1 and "PredictivePairingShedder" in err[0] and "ExtensibleLoadManagerImpl" in err[0]
 
 
 def test_the_daemon_keeps_reading_elms_topics_between_cycles_and_labels_its_metric(tmp_path):
@@ -493,7 +532,7 @@ def test_the_daemon_keeps_reading_elms_topics_between_cycles_and_labels_its_metr
             second = daemon.run_once()
             assert first.load_manager.extensible and second.load_manager.extensible
             assert daemon.load_manager.reader is reader and reader.received[elm.BROKER_LOAD_DATA_TOPIC] == 6
-            assert len(second.snapshot.brokers) == 3 and second.plan.shedding == "TransferShedder"
+            assert len(second.snapshot.brokers) == 3 and second.plan.shedding == "AvgShedder"
             labels = {"cluster": "sim", "load_manager": "extensible", "version": "4.0.4-sim"}
             assert daemon.metrics.registry.get_sample_value("pulsar_lb_operator_load_manager_info", labels) == 1
         finally:
@@ -501,3 +540,33 @@ def test_the_daemon_keeps_reading_elms_topics_between_cycles_and_labels_its_metr
             client.close()
         assert daemon.load_manager.reader is None
         assert sim.mutating_requests() == []  # a dry run: the guard would turn the shedder off, and says so
+
+
+def test_a_bundle_that_left_its_brokers_top_bundles_is_not_unloaded_for_the_rates_it_had_then():
+    """ELM stops publishing a bundle's stats when it leaves its broker's top K: the averages kept from before
+    are forgotten (elm.top_bundles_only), so AvgShedder picks from what is published now."""
+    from pulsar_lb_operator.strategies import StrategyState
+    from pulsar_lb_operator.strategies.planner import plan_cycle
+    from tests.builders import NOW, bundle, broker_report, snapshot, stats
+
+    hot, quiet, gone = bundle("t/ns", 0), bundle("t/ns", 1), bundle("t/ns", 2)
+    config = LoadBalancerConfig().replace(
+        {"loadBalancerAvgShedderHitCountLowThreshold": 1, "loadBalancerAvgShedderHitCountHighThreshold": 1}
+    )
+    earlier = snapshot(
+        {"b0:8080": broker_report(cpu=(90, 100), bundles={gone: stats(0, 0, 9e6, 9e6)}), "b1:8080": broker_report()},
+        taken_at=NOW - 60_000,
+    )
+    _, state = plan_cycle(earlier, config, StrategyState(), random.Random(0))  # ``gone`` was in b0's top bundles
+    now = snapshot(
+        {
+            "b0:8080": broker_report(
+                cpu=(90, 100), bundles={hot: stats(0, 0, 4e6, 4e6)}, extra_bundles=[quiet, gone], thr_in=40e6
+            ),
+            "b1:8080": broker_report(cpu=(10, 100)),
+        }
+    )
+    stale_plan, _ = plan_cycle(now, config, state, random.Random(0))  # b0 is to shed 40 MB/s × 0.5
+    assert [a.bundle for a in stale_plan.actions] == [gone]  # what the kept averages (18 MB/s) alone would do
+    plan, _ = plan_cycle(now, config, elm.top_bundles_only(state, now), random.Random(0))
+    assert [a.bundle for a in plan.actions] == [hot] and plan.actions[0].destination == "b1:8080"
