@@ -493,18 +493,22 @@ def test_a_snapshot_of_an_elm_cluster_is_captured_from_its_topics_and_planned_of
     capsys.readouterr()
     code = cli.main(["rebalance", "--snapshot", str(out_file), "--output", "json"])
     plan = json.loads(capsys.readouterr().out)
-    assert code == 0 and plan["shedding"] == "AvgShedder" and "AvgShedder chooses among each broker's top 10" in (
-        plan["notes"][0]
+    assert (
+        code == 0
+        and plan["shedding"] == "AvgShedder"
+        and "AvgShedder chooses among each broker's top 10" in (plan["notes"][0])
     )
     code = cli.main(["rebalance", "--snapshot", str(out_file), "--strategy", "UniformLoadShedder", "--output", "json"])
     plan = json.loads(capsys.readouterr().out)
     assert code == 0 and plan["shedding"] == "UniformLoadShedder"
-    assert plan["placement"] == "LeastResourceUsageWithWeight" and "placing with LeastResourceUsageWithWeight" in (
-        plan["notes"][1]
+    assert (
+        plan["placement"] == "LeastResourceUsageWithWeight"
+        and "placing with LeastResourceUsageWithWeight" in (plan["notes"][1])
     )
     code = cli.main(["rebalance", "--snapshot", str(out_file), "--strategy", "PredictivePairingShedder"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and "PredictivePairingShedder" in err[0] and "ExtensibleLoadManagerImpl" in err[0]
+    assert code == 2 and len(err) == 1 and "PredictivePairingShedder" in err[0]
+    assert "ExtensibleLoadManagerImpl" in err[0]
 
 
 def test_the_daemon_keeps_reading_elms_topics_between_cycles_and_labels_its_metric(tmp_path):
@@ -547,7 +551,7 @@ def test_a_bundle_that_left_its_brokers_top_bundles_is_not_unloaded_for_the_rate
     are forgotten (elm.top_bundles_only), so AvgShedder picks from what is published now."""
     from pulsar_lb_operator.strategies import StrategyState
     from pulsar_lb_operator.strategies.planner import plan_cycle
-    from tests.builders import NOW, bundle, broker_report, snapshot, stats
+    from tests.builders import NOW, broker_report, bundle, snapshot, stats
 
     hot, quiet, gone = bundle("t/ns", 0), bundle("t/ns", 1), bundle("t/ns", 2)
     config = LoadBalancerConfig().replace(
