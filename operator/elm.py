@@ -27,11 +27,13 @@ Each broker's BrokerLoadData (cpu, memory, directMemory, bandwidthIn, bandwidthO
 msgThroughputEMA, updatedAt, reportedAt — ``topics`` and ``msgThroughputEMA`` are missing in the first 3.0
 releases) becomes a LocalBrokerData-shaped report (``lastUpdate`` = updatedAt) whose ``lastStats`` are only
 its **top bundles**, and whose ``bundles`` are what ``ownedNamespaces`` lists (ELM serves it from its state
-channel). Only strategies that work on top-K bundles may plan from that: TransferShedder (ELM's own) and the
-broker-level placement LeastResourceUsageWithWeight. The others need every bundle's stats (their bundle averages
-and LeastLongTermMessageRate's per-broker sums come from LocalBrokerData.lastStats of every bundle) and are
-refused with a ConfigError naming the strategy and the load manager — never a silent, empty plan. When no
-strategy was chosen (our default AvgShedder), ELM clusters get TransferShedder, as Pulsar's own ELM runs it.
+channel). Only strategies whose inputs are there may plan from that (SUPPORTED_SHEDDING): TransferShedder (ELM's
+own), and the shedders that score brokers from broker-level usage and rates and unload a broker's largest bundles
+first — AvgShedder (our default, on ELM too), ThresholdShedder, OverloadShedder, UniformLoadShedder — which then
+choose among the top K; placement by AvgShedder's own plan or LeastResourceUsageWithWeight. PredictivePairingShedder
+and LeastLongTermMessageRate need every bundle's stats and are refused with a ConfigError naming the strategy and
+the load manager — never a silent, empty plan. Bundle averages of bundles no longer in any top K are forgotten
+(``top_bundles_only``), so no shedder acts on stats ELM stopped publishing.
 
 **The conflict guard** (guard.py) runs once, and under ELM only after ELM's data was read: ELM's
 UnloadScheduler sheds only while ``loadBalancerEnabled && loadBalancerSheddingEnabled`` — the same key as the

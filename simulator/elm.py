@@ -24,10 +24,11 @@ before 3.1, as the first 3.0 releases wrote it) computed as BrokerLoadData.updat
 largest bundles by NamespaceBundleStats.compareTo, system namespaces left out, and namespaces with policies
 unless ``loadBalancerSheddingBundlesWithPoliciesEnabled``; smallest first, as TopKBundles stores them.
 
-Not modelled: ELM's own unload and split paths (an unload with a destination is served as the modular manager's —
-a leader redirect, then the bundle assigned to the destination when its clients return — which ends where ELM's
-transfer ends), its service-unit state channel, and the threshold-based skipping of unchanged BrokerLoadData
-(BrokerLoadDataReporter writes only on a 10 % change or every 15 minutes; the simulator writes every sample).
+An unload is ELM's (``unload``): with a destination a transfer by the owner — no hop to the leader, no
+destination map, the 204 once the destination owns the bundle — and master's 409 and 500 for an inactive
+destination or the owner itself. Not modelled: ELM's split path, its service-unit state channel's in-flight
+states as seen by a second, concurrent request, and the simulator's own built-in shedder, which still unloads
+the modular way.
 """
 
 from __future__ import annotations
@@ -95,6 +96,63 @@ def runtime_config(cluster: SimulatedCluster) -> dict[str, str]:
 def no_load_report() -> SimError:
     """ELM's answer to ``GET /admin/v2/broker-stats/load-report``: UnsupportedOperationException, a 500."""
     return unexpected("java.lang.UnsupportedOperationException", "null")
+
+
+# --------------------------------------------------------------------------------------------- unload = transfer
+
+SAME_BROKER = "Namespace bundle: {bundle} own by {owner}, cannot be transfer to same broker."
+
+
+def unload(cluster: SimulatedCluster, at: str, bundle: str, destination: str | None) -> str | None:
+    """``PUT /admin/v2/namespaces/{tenant}/{ns}/{bundle}/unload[?destinationBroker=]`` on an ELM broker ``at``:
+    None when done (204), else the owner to redirect to (307, ``destinationBroker`` kept in the query).
+
+    As master answers it (NamespacesBase.internalUnloadNamespaceBundleAsync, then
+    ExtensibleLoadManagerImpl.unloadNamespaceBundleAsync):
+
+    * ``destinationBroker`` loses an ``http://``/``https://`` prefix and must be an available broker id
+      (``host:port``): else 409 ``Not allowed unload namespace bundle to inactive destination broker``
+      (setNamespaceBundleAffinityAsync; NotAllowedException → CONFLICT). Under ELM there is no hop to the leader
+      and no destination map: the destination travels with the request;
+    * a bundle no broker owns: 204, nothing done (isBundleOwnedByAnyBroker);
+    * a broker that does not own it redirects to the owner (validateNamespaceBundleOwnershipAsync);
+    * on the owner, a destination the owner's id ends with: IllegalArgumentException ``Namespace bundle: … own
+      by …, cannot be transfer to same broker.`` — RestException makes it a text/plain 500;
+    * else the owner publishes an Unload event on the service-unit state channel: with a destination a transfer
+      (Owned → Releasing → Assigning → Owned by the destination; clients are sent to the destination without a
+      lookup, lookups during it wait), without one Releasing → Free (the next lookup assigns it). The answer
+      (204) comes when the channel reaches Owned or Free (UnloadManager.waitAsync), so once it is in, lookups and
+      ``ownedNamespaces`` name the destination.
+    """
+    with cluster.lock:
+        if destination is not None:
+            destination = destination.removeprefix("http://").removeprefix("https://")
+            if destination not in cluster.active_ids():
+                raise SimError(409, "Not allowed unload namespace bundle to inactive destination broker")
+        cluster.check_bundle(bundle)
+        owner = cluster.ownership.get(bundle)
+        if owner is None:
+            return None
+        if owner != at:
+            return owner
+        if destination is None:
+            cluster.unload(bundle)
+            return None
+        if owner.endswith(destination):
+            raise unexpected("java.lang.IllegalArgumentException", SAME_BROKER.format(bundle=bundle, owner=owner))
+        transfer(cluster, bundle, owner, destination)
+        return None
+
+
+def transfer(cluster: SimulatedCluster, bundle: str, source: str, destination: str) -> None:
+    """The bundle's topics close on ``source`` and open on ``destination`` at once (no lookup in between)."""
+    with cluster.lock:
+        cluster.topics_disconnected += len(cluster.topics_in(bundle))
+        cluster.unloads += 1
+        cluster.ownership[bundle] = destination
+        cluster.pending_lookups.pop(bundle, None)
+        cluster.preallocated.setdefault(destination, []).append(bundle)
+        cluster.moves.append((cluster.now_s, bundle, source, destination))
 
 
 # --------------------------------------------------------------------------------------------- the documents

@@ -1060,6 +1060,9 @@ class _Handler:
     def unload_bundle(self, tenant: str, ns: str, bundle_range: str, *, query: Any, body: bytes) -> Response:
         bundle = f"{tenant}/{ns}/{bundle_range}"
         destination = (query.get("destinationBroker") or [None])[0] or None
+        if sim_elm.is_extensible(self.cluster):  # a transfer on the owner, no leader hop (simulator/elm.py)
+            owner = sim_elm.unload(self.cluster, self.broker_id, bundle, destination)
+            return Response(204) if owner is None else self._redirect(owner, self._path(), query)
         leader = self.cluster.leader
         if destination is not None:
             destination = destination.removeprefix("http://").removeprefix("https://")

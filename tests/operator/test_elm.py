@@ -574,3 +574,42 @@ def test_a_bundle_that_left_its_brokers_top_bundles_is_not_unloaded_for_the_rate
     assert [a.bundle for a in stale_plan.actions] == [gone]  # what the kept averages (18 MB/s) alone would do
     plan, _ = plan_cycle(now, config, elm.top_bundles_only(state, now), random.Random(0))
     assert [a.bundle for a in plan.actions] == [hot] and plan.actions[0].destination == "b1:8080"
+
+
+def test_the_executor_transfers_on_elm_and_verifies_the_destination_owns_it_and_names_a_transfer_to_the_owner():
+    """ELM's transfer as the operator observes it: the unload goes to the owner with destinationBroker (no leader
+    hop), the destination owns the bundle when the 204 comes; the verification a cycle later says so. An unload
+    whose bundle reached the destination in between gets ELM's 500, named as such, and verifies as planned."""
+    from pulsar_lb_operator.executor import ExecutorState
+    from pulsar_lb_operator.strategies.plans import Plan, Unload
+
+    with elm_cluster(publish=False) as (sim, _):
+        cluster = sim.cluster
+        client = AdminClient(sim.admin_url, retries=1)
+        executor = Executor(
+            client, "sim", Safety(dry_run=False), clock=lambda: cluster.now_ms / 1000, sleep=lambda _s: None
+        )
+        source, destination = cluster.by_name("broker-0").id, cluster.by_name("broker-2").id
+        first, second = sorted(cluster.owned_by(source))[:2]
+        try:
+            plan = Plan("TransferShedder", "(transfer)", cluster.now_ms, (Unload(first, source, destination, "t"),))
+            records, state = executor.apply(plan, ExecutorState())
+            assert [r.outcome for r in records] == [Outcome.EXECUTED]
+            assert cluster.owner_of(first) == destination and not cluster.affinity  # done when the 204 came
+            puts = [r for r in sim.requests if r.method == "PUT"]
+            assert puts and puts[-1].broker == source and puts[-1].status == 204  # answered by the owner
+            assert all(f"destinationBroker={destination.replace(':', '%3A')}" in r.query for r in puts), puts
+            sim_elm.transfer(cluster, second, source, destination)  # moved by someone else in between
+            plan = Plan("TransferShedder", "(transfer)", cluster.now_ms, (Unload(second, source, destination, "t"),))
+            records, state = executor.apply(plan, state)
+            assert [r.outcome for r in records] == [Outcome.UNKNOWN]
+            assert f"already owned by {destination}" in records[0].detail, records[0].detail
+            cluster.advance(executor.safety.verify_after_seconds + 1)
+            verified, state = executor.verify(state)
+        finally:
+            client.close()
+        assert {(r.action.bundle, r.outcome) for r in verified} == {
+            (first, Outcome.MOVED_AS_PLANNED),
+            (second, Outcome.MOVED_AS_PLANNED),
+        }
+        assert state.pending == ()

@@ -9,6 +9,7 @@ import json
 import logging
 import threading
 import time
+from urllib.parse import parse_qs, urlsplit
 
 import pulsar
 import pytest
@@ -126,16 +127,116 @@ def test_operator_simulate_load_manager_extensible_then_operator_rebalance_again
         url = sim.elm_brokers.service_url
         assert f"--set elmServiceUrl={url}" in out.getvalue()
         settings = [f"elmServiceUrl={url}", "elmReadTimeoutSeconds=30", "pauseSeconds=0"]
-        settings += ["loadBalancerSheddingConditionHitCountThreshold=0"]
+        settings += ["loadBalancerAvgShedderHitCountLowThreshold=1"]  # AvgShedder, the default: act at once
         args = ["rebalance", "--admin-url", sim.admin_url, "--output", "json", "--no-dry-run"]
         code = cli.main([*args, *(arg for s in settings for arg in ("--set", s))])
         printed = capsys.readouterr()
         assert code == 0, printed.err
         doc = json.loads(printed.out)
-        assert doc["loadManager"]["kind"] == "extensible" and doc["shedding"] == "TransferShedder"
+        assert doc["loadManager"]["kind"] == "extensible" and doc["shedding"] == "AvgShedder"
         assert doc["skippedBrokers"] == {} and [o for o in doc["outcomes"] if o["outcome"] == "executed"]
         assert not [r for r in sim.requests if "load-report" in r.path]
     finally:
         stop.set()
         thread.join(30)
     assert "Load manager: extensible" in out.getvalue()
+
+
+# ------------------------------------------------------------------------------------------- unload = transfer
+
+
+@pytest.fixture
+def elm_sim():
+    """An ELM cluster's admin API on loopback (no system topics: the unload path needs none)."""
+    with serve(lambda allocate: SimulatedCluster(parse_scenario(ELM), allocate)) as served:
+        yield served
+
+
+def _unload(sim, at: str, bundle: str, destination: str | None, follow: bool = False) -> requests.Response:
+    namespace, _, bundle_range = bundle.rpartition("/")
+    params = {"destinationBroker": destination} if destination is not None else {}
+    url = f"{sim.cluster.brokers[at].web_url}/admin/v2/namespaces/{namespace}/{bundle_range}/unload"
+    return requests.put(url, params=params, allow_redirects=follow, timeout=5)
+
+
+def _lookup_owner(sim, topic: str) -> str:
+    answer = requests.get(f"{sim.admin_url}/lookup/v2/topic/persistent/{topic}", timeout=5)
+    assert answer.status_code == 200, answer.text
+    return answer.json()["httpUrl"]
+
+
+def _owned(sim, broker_id: str) -> set[str]:
+    answer = requests.get(f"{sim.admin_url}/admin/v2/brokers/sim/{broker_id}/ownedNamespaces", timeout=5)
+    return set(answer.json())
+
+
+def test_an_unload_with_a_destination_is_a_transfer_done_by_the_owner_when_the_answer_comes(elm_sim):
+    """ELM: no hop to the leader, the destination travels with the request to the owner, and the 204 comes once
+    the state channel says Owned by the destination: lookups and ownedNamespaces name it at once."""
+    cluster = elm_sim.cluster
+    source, destination = cluster.by_name("broker-0").id, cluster.by_name("broker-2").id
+    bundle = sorted(cluster.owned_by(source))[0]
+    topic = next(t.name for t in cluster.topics_in(bundle)).removeprefix("persistent://")
+    other = cluster.by_name("broker-1").id  # neither the owner nor (by construction) told anything
+    hop = _unload(elm_sim, other, bundle, destination)
+    assert hop.status_code == 307
+    location = urlsplit(hop.headers["Location"])
+    assert f"{location.scheme}://{location.netloc}" == cluster.brokers[source].web_url  # the owner, not the leader
+    assert parse_qs(location.query)["destinationBroker"] == [destination]
+    moves_before, reconnects_before = len(cluster.moves), cluster.topics_disconnected
+    done = _unload(elm_sim, other, bundle, destination, follow=True)
+    assert done.status_code == 204, done.text
+    assert cluster.owner_of(bundle) == destination and bundle not in cluster.pending_lookups
+    assert _lookup_owner(elm_sim, topic) == cluster.brokers[destination].web_url  # no lookup left to make
+    assert bundle in _owned(elm_sim, destination) and bundle not in _owned(elm_sim, source)
+    assert cluster.moves[moves_before:] == [(cluster.now_s, bundle, source, destination)]
+    assert cluster.topics_disconnected > reconnects_before
+    assert not cluster.affinity, "ELM keeps no destination map on a leader"
+
+
+def test_elm_refuses_a_transfer_to_the_owner_itself_with_masters_500(elm_sim):
+    cluster = elm_sim.cluster
+    owner = cluster.by_name("broker-0").id
+    bundle = sorted(cluster.owned_by(owner))[0]
+    answer = _unload(elm_sim, owner, bundle, f"http://{owner}")  # the http:// prefix is stripped first
+    assert answer.status_code == 500 and answer.headers["Content-Type"].startswith("text/plain")
+    assert f"Namespace bundle: {bundle} own by {owner}, cannot be transfer to same broker." in answer.text
+    assert "java.lang.IllegalArgumentException" in answer.text
+    assert cluster.owner_of(bundle) == owner and not cluster.moves
+
+
+@pytest.mark.parametrize("destination", ["unknown", "stopped"])
+def test_elm_refuses_an_unknown_or_inactive_destination_with_409_before_any_redirect(elm_sim, destination):
+    cluster = elm_sim.cluster
+    owner = cluster.by_name("broker-0").id
+    bundle = sorted(cluster.owned_by(owner))[0]
+    target = "10.0.0.9:8080"
+    if destination == "stopped":
+        target = cluster.by_name("broker-2").id
+        cluster.crash("broker-2")
+    answer = _unload(elm_sim, cluster.by_name("broker-1").id, bundle, target)
+    assert answer.status_code == 409
+    assert answer.json() == {"reason": "Not allowed unload namespace bundle to inactive destination broker"}
+    assert cluster.owner_of(bundle) == owner
+
+
+def test_an_elm_unload_without_a_destination_frees_the_bundle_for_the_next_lookup(elm_sim):
+    cluster = elm_sim.cluster
+    owner = cluster.by_name("broker-0").id
+    bundle = sorted(cluster.owned_by(owner))[0]
+    assert _unload(elm_sim, owner, bundle, None).status_code == 204
+    assert cluster.owner_of(bundle) is None  # Releasing → Free
+    topic = next(t.name for t in cluster.topics_in(bundle)).removeprefix("persistent://")
+    assert _lookup_owner(elm_sim, topic) in {b.web_url for b in cluster.alive_brokers()}
+    assert cluster.owner_of(bundle) is not None
+
+
+def test_an_elm_unload_of_a_bundle_nobody_owns_is_a_204_that_does_nothing(elm_sim):
+    cluster = elm_sim.cluster
+    owner = cluster.by_name("broker-0").id
+    bundle = sorted(cluster.owned_by(owner))[0]
+    assert _unload(elm_sim, owner, bundle, None).status_code == 204
+    moves, unloads = list(cluster.moves), cluster.unloads
+    answer = _unload(elm_sim, cluster.by_name("broker-1").id, bundle, cluster.by_name("broker-2").id)
+    assert answer.status_code == 204 and cluster.owner_of(bundle) is None  # isBundleOwnedByAnyBroker: false
+    assert cluster.moves == moves and cluster.unloads == unloads
