@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
 import random
 import re
@@ -133,13 +134,19 @@ def test_operator_demo_load_manager_extensible_balances_the_demo_cluster_from_it
     assert "failed" not in text and "not_moved" not in text and "moved_elsewhere" not in text
 
 
-def test_the_elm_demo_with_transfershedder_stops_where_pulsars_own_target_std_calls_it_balanced(monkeypatch):
-    """TransferShedder as Pulsar runs it: it moves load until the brokers' usage is within
-    loadBalancerBrokerLoadTargetStd (0.25) of one another, and no further (84 → 31 points)."""
-    text = run_demo_command(monkeypatch, "--load-manager", "extensible", "--strategy", "TransferShedder")
+def test_the_elm_demo_with_transfershedder_moves_load_as_pulsar_would_and_stops_at_its_target_std(monkeypatch):
+    """TransferShedder as Pulsar runs it: after a transfer it waits until its source reports again at least
+    loadBalanceSheddingDelayInSeconds later (CoolDown) — on a steady broker, BrokerLoadDataReporter's 15 minutes —
+    and stops once the brokers' load is within loadBalancerBrokerLoadTargetStd (0.25): 84 → 26 points in an hour."""
+    text = run_demo_command(
+        monkeypatch, "--load-manager", "extensible", "--strategy", "TransferShedder", "--minutes", "60"
+    )
     assert "shedding TransferShedder" in text
     first, last = map(int, re.search(r"Spread (\d+) → (\d+) points", text).groups())
     assert first > 60 and demo.CONVERGED_SPREAD < last < first - 40, text
+    rows = re.findall(r"^\s+(\d+)\s+\d\d:\d\d\s.*\s(\d+)$", text, re.M)  # (cycle, moves) per table row
+    acting = [int(cycle) for cycle, moves in rows if int(moves)]
+    assert len(acting) >= 2 and all(b - a >= 15 for a, b in itertools.pairwise(acting)), acting
     usage = [u / 100 for u in last_usage_row(text)]
     mean = sum(usage) / len(usage)
     std = (sum((u - mean) ** 2 for u in usage) / len(usage)) ** 0.5
@@ -342,7 +349,7 @@ def test_detection_reads_the_class_name_and_version_never_the_load_reports_statu
     with elm_cluster(publish=False) as (sim, _):
         other = AdminClient(sim.admin_url)
         found = elm.detect(other)
-        assert found.extensible and found.report_interval_s == 60  # the scenario's report interval
+        assert found.extensible and found.report_interval_s == 900  # loadBalancerReportUpdateMaxIntervalMinutes
         answer = other.session.get(f"{sim.admin_url}/admin/v2/broker-stats/load-report", timeout=5)
         assert answer.status_code == 500 and "UnsupportedOperationException" in answer.text
         other.close()
@@ -531,11 +538,12 @@ def test_the_daemon_keeps_reading_elms_topics_between_cycles_and_labels_its_metr
             reporters.publish(force=True)
             assert reader.caught_up(reporters.sent, 10)
             first = daemon.run_once()
-            sim.cluster.advance(60)  # every broker reports again
+            sim.cluster.advance(60)  # every broker samples: top bundles again, BrokerLoadData only if it changed
             assert reader.caught_up(reporters.sent, 10)
             second = daemon.run_once()
             assert first.load_manager.extensible and second.load_manager.extensible
-            assert daemon.load_manager.reader is reader and reader.received[elm.BROKER_LOAD_DATA_TOPIC] == 6
+            assert daemon.load_manager.reader is reader and reader.received[elm.TOP_BUNDLES_TOPIC] == 6
+            assert reader.received[elm.BROKER_LOAD_DATA_TOPIC] == 6 - reporters.unchanged
             assert len(second.snapshot.brokers) == 3 and second.plan.shedding == "AvgShedder"
             labels = {"cluster": "sim", "load_manager": "extensible", "version": "4.0.4-sim"}
             assert daemon.metrics.registry.get_sample_value("pulsar_lb_operator_load_manager_info", labels) == 1
@@ -613,3 +621,56 @@ def test_the_executor_transfers_on_elm_and_verifies_the_destination_owns_it_and_
             (second, Outcome.MOVED_AS_PLANNED),
         }
         assert state.pending == ()
+
+
+def test_on_elms_reporting_cadence_kept_readers_hold_every_broker_and_the_rest_are_skipped_by_name():
+    """Real ELM brokers write BrokerLoadData only on a 10 % change or every 15 minutes, on non-persistent topics.
+    Readers kept open across cycles hold each broker's latest, checked for age; a broker not heard from, or
+    heard too long ago, is skipped with its reason; when none is usable the cycle stops with one error."""
+    with elm_cluster(wall_clock=False) as (sim, reporters):
+        cluster, bld = sim.cluster, elm.BROKER_LOAD_DATA_TOPIC
+        client = AdminClient(sim.admin_url, retries=1)
+        kept, fresh = elm.Session(reporters.service_url, read_timeout_s=2.0), None
+        config = LoadBalancerConfig()
+        try:
+            found = kept.detect(client)
+            kept.connect(client)
+            reporters.publish(force=True)  # the brokers start: each writes once
+            assert kept.reader.caught_up(reporters.sent, 10)
+            first = kept.collect(client, "sim", config, found, now_ms=cluster.now_ms, guard=False)
+            assert set(first.snapshot.brokers) == set(cluster.active_ids()) and not first.skipped
+            written = reporters.sent[bld]
+            for _ in range(6):  # six steady minutes: top bundles every sample, no BrokerLoadData
+                cluster.advance(60)
+            assert kept.reader.caught_up(reporters.sent, 10) and reporters.sent[bld] == written
+            second = kept.collect(client, "sim", config, found, now_ms=cluster.now_ms, guard=False)
+            assert set(second.snapshot.brokers) == set(cluster.active_ids()) and not second.skipped
+            assert all(cluster.now_ms - load.lastUpdate >= 360_000 for load in second.snapshot.brokers.values())
+
+            strict = config.replace({"loadBalancerBrokerLoadDataTTLInSeconds": 120})  # older than this: stale
+            with pytest.raises(elm.ElmDataUnreadable, match=r"3 active brokers, 0 not heard, 3 unusable: .* stale"):
+                kept.collect(client, "sim", strict, found, now_ms=cluster.now_ms, guard=False)
+
+            fresh = elm.Session(reporters.service_url, read_timeout_s=2.0)  # an operator started just now
+            fresh.connect(client)
+            before = dict(reporters.sent)  # what the fresh readers never saw
+            busy, idle = cluster.by_name("broker-0").id, cluster.by_name("broker-2").id
+            steady = cluster.by_name("broker-1").id
+            for bundle in sorted(cluster.owned_by(busy))[:2]:
+                sim_elm.transfer(cluster, bundle, busy, idle)  # their load changes by more than 10 %
+            cluster.advance(60)
+            assert kept.reader.caught_up(reporters.sent, 10)
+            assert fresh.reader.caught_up({t: n - before[t] for t, n in reporters.sent.items()}, 10)
+            assert reporters.sent[bld] == written + 2
+            heard_now = fresh.collect(client, "sim", config, found, now_ms=cluster.now_ms, guard=False)
+            assert set(heard_now.snapshot.brokers) == {busy, idle}
+            assert heard_now.skipped == {steady: f"no BrokerLoadData on {bld} within 2 s of reading it"}
+            held = kept.collect(client, "sim", strict, found, now_ms=cluster.now_ms, guard=False)
+            assert set(held.snapshot.brokers) == {busy, idle}
+            assert set(held.skipped) == {steady}
+            assert "BrokerLoadData is stale: updated 420 s ago" in held.skipped[steady]
+        finally:
+            kept.close()
+            if fresh is not None:
+                fresh.close()
+            client.close()

@@ -65,7 +65,8 @@ def test_elm_brokers_give_no_load_report_and_name_their_load_manager():
         assert "java.lang.UnsupportedOperationException" in report.text
         runtime = requests.get(f"{sim.admin_url}/admin/v2/brokers/configuration/runtime", timeout=5).json()
         assert runtime["loadManagerClassName"] == sim_elm.EXTENSIBLE
-        assert runtime["loadBalancerReportUpdateMaxIntervalMinutes"] == "1"
+        assert runtime["loadBalancerReportUpdateMaxIntervalMinutes"] == "15"  # BrokerLoadDataReporter's cadence
+        assert runtime["loadBalancerReportUpdateThresholdPercentage"] == "10"
         # everything else is served as before: ownership, unload, lookups
         owned = requests.get(f"{sim.admin_url}/admin/v2/brokers/sim/{sim.cluster.active_ids()[0]}/ownedNamespaces")
         assert owned.status_code == 200 and owned.json()
@@ -240,3 +241,53 @@ def test_an_elm_unload_of_a_bundle_nobody_owns_is_a_204_that_does_nothing(elm_si
     answer = _unload(elm_sim, cluster.by_name("broker-1").id, bundle, cluster.by_name("broker-2").id)
     assert answer.status_code == 204 and cluster.owner_of(bundle) is None  # isBundleOwnedByAnyBroker: false
     assert cluster.moves == moves and cluster.unloads == unloads
+
+
+# ------------------------------------------------------------------------------------------- reporting cadence
+
+
+def _read_all(reader, timeout_ms: int = 300) -> list[tuple[str, dict | None]]:
+    got = []
+    while True:
+        try:
+            message = reader.read_next(timeout_ms)
+        except pulsar.Timeout:
+            return got
+        data = message.data()
+        got.append((message.partition_key(), json.loads(data) if data else None))
+
+
+def test_brokerloaddata_is_published_on_a_10_percent_change_or_every_15_minutes_top_bundles_every_sample():
+    """BrokerLoadDataReporter's cadence (master): a steady broker writes its BrokerLoadData once at start and
+    then every loadBalancerReportUpdateMaxIntervalMinutes (15); a change above
+    loadBalancerReportUpdateThresholdPercentage (10) — here a broker's bundle count — is written at its next
+    sample. TopBundleLoadDataReporter writes after every stats update."""
+    with serve(lambda allocate: SimulatedCluster(parse_scenario(ELM), allocate)) as sim:
+        cluster = sim.cluster
+        reporters = sim_elm.ElmBrokers(cluster).start()
+        client = pulsar.Client(reporters.service_url, logger=_quiet)
+        try:
+            readers = {t: client.create_reader(t, pulsar.MessageId.latest) for t in sim_elm.TOPICS}
+            reporters.publish(force=True)  # the brokers start: reportedAt is 0, so each writes at once
+            start = {t: _read_all(r) for t, r in readers.items()}
+            assert sorted(k for k, _ in start[sim_elm.BROKER_LOAD_DATA_TOPIC]) == cluster.active_ids()
+            for _ in range(10):  # ten samples of a steady cluster: top bundles each time, no BrokerLoadData
+                cluster.advance(cluster.scenario.report_interval_s)
+            steady = {t: _read_all(r) for t, r in readers.items()}
+            assert steady[sim_elm.BROKER_LOAD_DATA_TOPIC] == [] and reporters.unchanged == 30
+            assert len(steady[sim_elm.TOP_BUNDLES_TOPIC]) == 30
+            busy, idle = cluster.by_name("broker-0").id, cluster.by_name("broker-2").id
+            sim_elm.transfer(cluster, sorted(cluster.owned_by(busy))[0], busy, idle)  # bundle counts change
+            cluster.advance(cluster.scenario.report_interval_s)
+            changed = _read_all(readers[sim_elm.BROKER_LOAD_DATA_TOPIC])
+            assert sorted(k for k, _ in changed) == sorted([busy, idle])
+            for _ in range(5):  # past 15 minutes since the start: the steady one writes too
+                cluster.advance(cluster.scenario.report_interval_s)
+            late = _read_all(readers[sim_elm.BROKER_LOAD_DATA_TOPIC])
+            steady_broker = cluster.by_name("broker-1").id
+            assert [k for k, _ in late] == [steady_broker]
+            first = next(doc for key, doc in start[sim_elm.BROKER_LOAD_DATA_TOPIC] if key == steady_broker)
+            assert late[0][1]["updatedAt"] - first["updatedAt"] > 15 * 60_000
+        finally:
+            client.close()
+            reporters.close()
