@@ -13,6 +13,7 @@ import re
 import subprocess
 import threading
 import time
+from typing import ClassVar
 
 import pytest
 
@@ -674,3 +675,84 @@ def test_on_elms_reporting_cadence_kept_readers_hold_every_broker_and_the_rest_a
             if fresh is not None:
                 fresh.close()
             client.close()
+
+
+class _FakePulsar:
+    """Stands in for pulsar.Client: records how it was made; its readers never receive anything."""
+
+    made: ClassVar[list] = []
+
+    def __init__(self, *args, **kwargs):
+        self.args, self.kwargs, self.readers = args, kwargs, []
+        _FakePulsar.made.append(self)
+
+    def create_reader(self, topic, start, **kwargs):
+        self.readers.append((topic, start, kwargs))
+        return self
+
+    def read_next(self, timeout_ms):
+        import pulsar
+
+        time.sleep(timeout_ms / 1000)
+        raise pulsar.Timeout()
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("plugin", ["token", "tls", "oauth2"])
+def test_elms_readers_authenticate_as_the_admin_client_does_at_the_url_derived_from_the_admin_url(
+    plugin, tmp_path, monkeypatch
+):
+    """pulsar-lite has no authentication, so the readers' credentials are checked where they are handed over:
+    pulsar.Client's construction arguments (the same credentials object as the admin client's)."""
+    import pulsar
+
+    from pulsar_lb_operator import live
+
+    made = {}
+    for name in ("AuthenticationToken", "AuthenticationTLS", "AuthenticationOauth2"):
+        monkeypatch.setattr(pulsar, name, lambda *a, _n=name, **k: made.setdefault(_n, (a, k)) and _n)
+    monkeypatch.setattr(pulsar, "Client", _FakePulsar)
+    _FakePulsar.made = []
+    (tmp_path / "token").write_text("s3cret")
+    (tmp_path / "ca.pem").write_text("-")
+    for name in ("c.pem", "k.pem", "creds.json"):
+        (tmp_path / name).write_text('{"client_id": "i", "client_secret": "s"}')
+    values = {
+        "token": {"tokenFile": str(tmp_path / "token")},
+        "tls": {"authPlugin": "tls", "tlsCertFile": str(tmp_path / "c.pem"), "tlsKeyFile": str(tmp_path / "k.pem")},
+        "oauth2": {
+            "authPlugin": "oauth2",
+            "oauth2IssuerUrl": "https://idp.example",
+            "oauth2Audience": "urn:pulsar",
+            "oauth2CredentialsFile": str(tmp_path / "creds.json"),
+        },
+    }[plugin]
+    settings = OperatorSettings(
+        adminUrl="https://pulsar-broker.pulsar.svc:8443", cluster="c", caBundle=str(tmp_path / "ca.pem"), **values
+    )
+    client, _ = live.connect(settings)
+    session = elm.Session.from_settings(settings)
+    try:
+        session.connect(client)
+    finally:
+        session.close()
+        client.close()
+    (made_client,) = _FakePulsar.made
+    assert made_client.args == ("pulsar+ssl://pulsar-broker.pulsar.svc:6651",)
+    assert made_client.kwargs["tls_trust_certs_file_path"] == str(tmp_path / "ca.pem")
+    assert made_client.kwargs["tls_allow_insecure_connection"] is False
+    assert {topic for topic, _, _ in made_client.readers} == set(elm.TOPICS)
+    assert all(start == pulsar.MessageId.latest for _, start, _ in made_client.readers)  # non-persistent: from now
+    expected = {"token": "AuthenticationToken", "tls": "AuthenticationTLS", "oauth2": "AuthenticationOauth2"}[plugin]
+    assert made_client.kwargs["authentication"] == expected and set(made) == {expected}
+    args, _ = made[expected]
+    if plugin == "token":
+        assert args[0]() == "s3cret"  # read from the file at each (re)connection: rotation reaches the reader
+    elif plugin == "tls":
+        assert args == (str(tmp_path / "c.pem"), str(tmp_path / "k.pem"))
+    else:
+        assert json.loads(args[0])["issuer_url"] == "https://idp.example"
+    plain = elm.Session.from_settings(OperatorSettings(adminUrl="http://pulsar-broker:8080"))
+    assert plain.service_url == "pulsar://pulsar-broker:6650"
