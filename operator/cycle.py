@@ -136,10 +136,13 @@ def run_cycle(
                 broker_timeout_s=broker_timeout_s,
             )
         snapshot = collection.snapshot
+        strategy_before = state.strategy
+        if detected is not None and detected.extensible:  # only the top bundles ELM publishes now
+            strategy_before = elm.top_bundles_only(strategy_before, snapshot)
         plan, strategy_state = plan_cycle(
             snapshot.without_brokers(draining) if draining else snapshot,
             config,
-            state.strategy,
+            strategy_before,
             rng,
             shedding,
             placement,

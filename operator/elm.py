@@ -27,11 +27,13 @@ Each broker's BrokerLoadData (cpu, memory, directMemory, bandwidthIn, bandwidthO
 msgThroughputEMA, updatedAt, reportedAt — ``topics`` and ``msgThroughputEMA`` are missing in the first 3.0
 releases) becomes a LocalBrokerData-shaped report (``lastUpdate`` = updatedAt) whose ``lastStats`` are only
 its **top bundles**, and whose ``bundles`` are what ``ownedNamespaces`` lists (ELM serves it from its state
-channel). Only strategies that work on top-K bundles may plan from that: TransferShedder (ELM's own) and the
-broker-level placement LeastResourceUsageWithWeight. The others need every bundle's stats (their bundle averages
-and LeastLongTermMessageRate's per-broker sums come from LocalBrokerData.lastStats of every bundle) and are
-refused with a ConfigError naming the strategy and the load manager — never a silent, empty plan. When no
-strategy was chosen (our default AvgShedder), ELM clusters get TransferShedder, as Pulsar's own ELM runs it.
+channel). Only strategies whose inputs are there may plan from that (SUPPORTED_SHEDDING): TransferShedder (ELM's
+own), and the shedders that score brokers from broker-level usage and rates and unload a broker's largest bundles
+first — AvgShedder (our default, on ELM too), ThresholdShedder, OverloadShedder, UniformLoadShedder — which then
+choose among the top K; placement by AvgShedder's own plan or LeastResourceUsageWithWeight. PredictivePairingShedder
+and LeastLongTermMessageRate need every bundle's stats and are refused with a ConfigError naming the strategy and
+the load manager — never a silent, empty plan. Bundle averages of bundles no longer in any top K are forgotten
+(``top_bundles_only``), so no shedder acts on stats ELM stopped publishing.
 
 **The conflict guard** (guard.py) runs once, and under ELM only after ELM's data was read: ELM's
 UnloadScheduler sheds only while ``loadBalancerEnabled && loadBalancerSheddingEnabled`` — the same key as the
@@ -60,6 +62,7 @@ from pulsar_lb_operator.strategies import registry
 from pulsar_lb_operator.strategies.config import ConfigError, LoadBalancerConfig
 from pulsar_lb_operator.strategies.documents import MAX_BROKER_TOTAL, Reader, describe
 from pulsar_lb_operator.strategies.snapshots import BrokerLoad, ClusterSnapshot, SnapshotError, parse_broker_load
+from pulsar_lb_operator.strategies.state import StrategyState
 
 log = structlog.get_logger(__name__)
 
@@ -71,10 +74,17 @@ TOP_BUNDLES_TOPIC = "non-persistent://pulsar/system/loadbalancer-top-bundles-loa
 TOPICS = (BROKER_LOAD_DATA_TOPIC, TOP_BUNDLES_TOPIC)
 DEFAULT_REPORT_MAX_INTERVAL_MINUTES = 15.0  # ServiceConfiguration.loadBalancerReportUpdateMaxIntervalMinutes
 CONNECT_TIMEOUT_S = 10.0  # at most this long to connect the readers (a dead address fails after it)
-# What may plan from ELM's data (top-K bundles per broker, broker-level usage): TransferShedder is ELM's own;
-# LeastResourceUsageWithWeight (ELM's own placement) looks at brokers only. AvgShedder as a placement name is
-# replaced by the shedder's own default (registry.paired_placement), so it is accepted too.
-SUPPORTED_SHEDDING = frozenset({"TransferShedder"})
+# What may plan from ELM's data (each broker's BrokerLoadData and its top-K bundles with their stats):
+# - TransferShedder, the extensible load manager's own, works on exactly that;
+# - AvgShedder, ThresholdShedder, OverloadShedder and UniformLoadShedder score brokers from broker-level usage
+#   and message rates (in BrokerLoadData) and unload the broker's largest bundles first (its top K are those):
+#   they choose among the top K, never a bundle outside them;
+# - PredictivePairingShedder needs every bundle's stats (a bundle missing from a report is "moved" to it, and its
+#   cost model is fitted on every bundle's history), and LeastLongTermMessageRate sums every bundle's long-term
+#   rates per broker: refused.
+SUPPORTED_SHEDDING = frozenset(
+    {"TransferShedder", "AvgShedder", "ThresholdShedder", "OverloadShedder", "UniformLoadShedder"}
+)
 SUPPORTED_PLACEMENT = frozenset({"LeastResourceUsageWithWeight", "AvgShedder"})
 ELM_SHEDDING = "TransferShedder"
 ELM_PLACEMENT = "LeastResourceUsageWithWeight"
@@ -194,29 +204,32 @@ def resolve_strategies(
     placement: str | None,
 ) -> tuple[str | None, str | None, tuple[str, ...]]:
     """(shedding, placement, notes) to plan with on this load manager; ElmStrategyError when the chosen
-    strategy needs inputs ELM does not publish. Unchanged for any other load manager."""
+    strategy needs inputs ELM does not publish. Unchanged for any other load manager.
+
+    The shedder is the one chosen (else the configured one, AvgShedder by default) when its inputs exist in
+    ELM's data (SUPPORTED_SHEDDING); a placement that needs every bundle's stats is replaced by ELM's own,
+    LeastResourceUsageWithWeight, when it was only a default, and refused when it was asked for."""
     if not load_manager.extensible:
         return shedding, placement, ()
     notes: list[str] = []
-    chosen = shedding or config.loadBalancerLoadSheddingStrategy
-    default = shedding is None and chosen == LoadBalancerConfig().loadBalancerLoadSheddingStrategy
     try:
-        name = registry.shedding_name(chosen)
+        name = registry.shedding_name(shedding or config.loadBalancerLoadSheddingStrategy)
     except registry.UnknownStrategyError:
         return shedding, placement, ()  # the planner names the unknown strategy
     k = load_manager.top_k or config.loadBalancerMaxNumberOfBundlesInBundleLoadReport
-    if default and name not in SUPPORTED_SHEDDING:
-        notes.append(
-            f"{load_manager.short_name}: shedding with {ELM_SHEDDING}, the extensible load manager's own "
-            f"(our default {name} needs every bundle's stats; ELM publishes each broker's top {k} bundles)"
-        )
-        name = ELM_SHEDDING
-    elif name not in SUPPORTED_SHEDDING:
+    if name not in SUPPORTED_SHEDDING:
         raise ElmStrategyError(
             f"strategy {name} cannot plan on this cluster: its load manager is {load_manager.short_name}, which "
             f"publishes only each broker's top {k} bundles (TopBundlesLoadData), and {name} needs every bundle's "
-            f"stats (LocalBrokerData.lastStats of the modular load manager); use --strategy {ELM_SHEDDING}"
+            f"stats (LocalBrokerData.lastStats of the modular load manager); use --strategy AvgShedder or "
+            f"--strategy {ELM_SHEDDING}"
         )
+    if name != ELM_SHEDDING:
+        notes.append(
+            f"{load_manager.short_name}: {name} chooses among each broker's top {k} bundles (TopBundlesLoadData), "
+            "the only bundle stats the extensible load manager publishes"
+        )
+    placement_name = None
     if placement is not None:
         try:
             placement_name = registry.placement_name(placement)
@@ -228,9 +241,28 @@ def resolve_strategies(
                 f"{load_manager.short_name}, which publishes only each broker's top {k} bundles, and "
                 f"{placement_name} sums every bundle's long-term stats per broker; use --placement {ELM_PLACEMENT}"
             )
-        if placement_name == "AvgShedder":  # AvgShedder's placement follows its own shedder's plan only
-            placement = None
-    return name, placement or ELM_PLACEMENT, tuple(notes)
+    if placement_name is None or placement_name == "AvgShedder":  # AvgShedder's follows its own shedder only
+        placement_name = registry.paired_placement(name, registry.default_placement(name))
+        if placement_name not in SUPPORTED_PLACEMENT:
+            notes.append(
+                f"{load_manager.short_name}: placing with {ELM_PLACEMENT}, the extensible load manager's own "
+                f"({placement_name}, {name}'s default, sums every bundle's long-term stats per broker)"
+            )
+            placement_name = ELM_PLACEMENT
+    return name, placement_name, tuple(notes)
+
+
+def top_bundles_only(state: StrategyState, snapshot: ClusterSnapshot) -> StrategyState:
+    """The strategy state without the bundle data of bundles no broker's top bundles name in this snapshot.
+
+    A bundle that left its broker's top K is no longer published; the averages kept from when it was would be
+    stale, and a shedder must not unload it for a rate it no longer has. ModularLoadManagerImpl.updateBundleData
+    forgets the bundles no broker reports in the same way."""
+    reported = {bundle for load in snapshot.brokers.values() for bundle in load.lastStats}
+    if all(bundle in reported for bundle in state.bundle_data):
+        return state
+    kept = {bundle: data for bundle, data in state.bundle_data.items() if bundle in reported}
+    return state.evolve(bundle_data=MappingProxyType(kept))
 
 
 # ------------------------------------------------------------------------------------------------ ELM's data

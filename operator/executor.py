@@ -26,6 +26,7 @@ from typing import Any
 import structlog
 
 from pulsar_lb_operator.adminapi import AdminClient, AdminError, Conflict, ServerError, TransportError
+from pulsar_lb_operator.adminapi.errors import already_on_destination
 from pulsar_lb_operator.collector import read_isolation_policies
 from pulsar_lb_operator.safety import Safety
 from pulsar_lb_operator.strategies import bundles as bundle_names
@@ -338,6 +339,11 @@ class Executor:
         except (ServerError, Conflict) as exc:
             if exc.in_transition:  # another unload or transfer of it is under way: it may go either way
                 detail = f"HTTP {exc.status}: in transition (already being unloaded or moved): {exc.reason}"
+            elif isinstance(action, Unload) and already_on_destination(exc.reason):  # ELM: moved in between
+                detail = (
+                    f"HTTP {exc.status}: already owned by {action.destination} (the extensible load manager "
+                    "refuses a transfer to the owner): nothing moved now"
+                )
             else:
                 detail = f"HTTP {exc.status}: {exc.reason}: the broker may have acted"
             return self._record(action, Outcome.UNKNOWN, f"{detail}; counted as done, to verify")

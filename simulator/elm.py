@@ -11,9 +11,11 @@ as ELM brokers are:
 * with ``ElmBrokers`` started, every simulated broker publishes, on a real binary-protocol broker (pulsar-lite,
   started here on loopback), its ``BrokerLoadData`` to ``non-persistent://pulsar/system/loadbalancer-broker-load-data``
   and its ``TopBundlesLoadData`` to ``non-persistent://pulsar/system/loadbalancer-top-bundles-load-data`` — one
-  producer per broker and topic, the broker id as the key, JSON as ``Schema.JSON`` writes it — each time it takes
-  a sample (every ``report_interval_seconds`` of simulated time), published after ``advance()`` returns
-  (SimulatedCluster.after_advance), outside the cluster's lock.
+  producer per broker and topic, the broker id as the key, JSON as ``Schema.JSON`` writes it — published after
+  ``advance()`` returns (SimulatedCluster.after_advance), outside the cluster's lock: its top bundles after every
+  sample (every ``report_interval_seconds`` of simulated time), its BrokerLoadData on the real reporter's cadence
+  (``Cadence``: a change above 10 %, else every 15 minutes; the topics are non-persistent, so a reader that
+  starts in between sees nothing of a steady broker until then).
 
 The fields are those of Pulsar's BrokerLoadData (cpu, memory, directMemory, bandwidthIn, bandwidthOut as
 ``{usage, limit}``; msgThroughputIn/Out, msgRateIn/Out, bundleCount, topics, maxResourceUsage, weightedMaxEMA,
@@ -24,10 +26,11 @@ before 3.1, as the first 3.0 releases wrote it) computed as BrokerLoadData.updat
 largest bundles by NamespaceBundleStats.compareTo, system namespaces left out, and namespaces with policies
 unless ``loadBalancerSheddingBundlesWithPoliciesEnabled``; smallest first, as TopKBundles stores them.
 
-Not modelled: ELM's own unload and split paths (an unload with a destination is served as the modular manager's —
-a leader redirect, then the bundle assigned to the destination when its clients return — which ends where ELM's
-transfer ends), its service-unit state channel, and the threshold-based skipping of unchanged BrokerLoadData
-(BrokerLoadDataReporter writes only on a 10 % change or every 15 minutes; the simulator writes every sample).
+An unload is ELM's (``unload``): with a destination a transfer by the owner — no hop to the leader, no
+destination map, the 204 once the destination owns the bundle — and master's 409 and 500 for an inactive
+destination or the owner itself. Not modelled: ELM's split path, its service-unit state channel's in-flight
+states as seen by a second, concurrent request, and the simulator's own built-in shedder, which still unloads
+the modular way.
 """
 
 from __future__ import annotations
@@ -82,19 +85,111 @@ def with_load_manager(scenario: Scenario, load_manager: str | None) -> Scenario:
     return dataclasses.replace(scenario, load_manager=load_manager, config=config)
 
 
+@dataclasses.dataclass(frozen=True)
+class Cadence:
+    """When BrokerLoadDataReporter writes (master): at every check (``loadBalancerReportUpdateMinIntervalMillis``,
+    5 s; here every sample) it publishes only when ``needBrokerDataUpdate``: more than
+    ``loadBalancerReportUpdateMaxIntervalMinutes`` since it last wrote, or a change above
+    ``loadBalancerReportUpdateThresholdPercentage`` in max resource usage (points), msg rate in+out, throughput
+    in+out or bundle count (percent) against what it last wrote. TopBundleLoadDataReporter publishes after every
+    stats update (every sample here), whatever changed."""
+
+    threshold_percentage: float = 10.0  # ServiceConfiguration.loadBalancerReportUpdateThresholdPercentage
+    max_interval_minutes: float = 15.0  # ServiceConfiguration.loadBalancerReportUpdateMaxIntervalMinutes
+
+    def due(self, last: dict[str, Any] | None, local: dict[str, Any], now_ms: int, reported_at: int) -> bool:
+        """BrokerLoadDataReporter.needBrokerDataUpdate: ``last`` as last written, ``local`` as now."""
+        if last is None or now_ms - reported_at > self.max_interval_minutes * 60_000:
+            return True
+
+        def percent_change(key_a: str, key_b: str | None = None) -> float:
+            old = last[key_a] + (last[key_b] if key_b else 0)
+            new = local[key_a] + (local[key_b] if key_b else 0)
+            if old == 0:
+                return 0.0 if new == 0 else float("inf")
+            return 100 * abs((old - new) / old)
+
+        change = max(
+            100 * abs(last["maxResourceUsage"] - local["maxResourceUsage"]),
+            percent_change("msgRateIn", "msgRateOut"),
+            percent_change("msgThroughputIn", "msgThroughputOut"),
+            percent_change("bundleCount"),
+        )
+        return change > self.threshold_percentage
+
+
 def runtime_config(cluster: SimulatedCluster) -> dict[str, str]:
     """What ELM brokers add to ``GET /admin/v2/brokers/configuration/runtime``; {} on the modular manager."""
     if not is_extensible(cluster):
         return {}
+    cadence = getattr(cluster, "elm_cadence", None) or Cadence()  # set by ElmBrokers
     return {
         "loadManagerClassName": EXTENSIBLE,
-        "loadBalancerReportUpdateMaxIntervalMinutes": f"{cluster.scenario.report_interval_s / 60:g}",
+        "loadBalancerReportUpdateMaxIntervalMinutes": f"{cadence.max_interval_minutes:g}",
+        "loadBalancerReportUpdateThresholdPercentage": f"{cadence.threshold_percentage:g}",
     }
 
 
 def no_load_report() -> SimError:
     """ELM's answer to ``GET /admin/v2/broker-stats/load-report``: UnsupportedOperationException, a 500."""
     return unexpected("java.lang.UnsupportedOperationException", "null")
+
+
+# --------------------------------------------------------------------------------------------- unload = transfer
+
+SAME_BROKER = "Namespace bundle: {bundle} own by {owner}, cannot be transfer to same broker."
+
+
+def unload(cluster: SimulatedCluster, at: str, bundle: str, destination: str | None) -> str | None:
+    """``PUT /admin/v2/namespaces/{tenant}/{ns}/{bundle}/unload[?destinationBroker=]`` on an ELM broker ``at``:
+    None when done (204), else the owner to redirect to (307, ``destinationBroker`` kept in the query).
+
+    As master answers it (NamespacesBase.internalUnloadNamespaceBundleAsync, then
+    ExtensibleLoadManagerImpl.unloadNamespaceBundleAsync):
+
+    * ``destinationBroker`` loses an ``http://``/``https://`` prefix and must be an available broker id
+      (``host:port``): else 409 ``Not allowed unload namespace bundle to inactive destination broker``
+      (setNamespaceBundleAffinityAsync; NotAllowedException → CONFLICT). Under ELM there is no hop to the leader
+      and no destination map: the destination travels with the request;
+    * a bundle no broker owns: 204, nothing done (isBundleOwnedByAnyBroker);
+    * a broker that does not own it redirects to the owner (validateNamespaceBundleOwnershipAsync);
+    * on the owner, a destination the owner's id ends with: IllegalArgumentException ``Namespace bundle: … own
+      by …, cannot be transfer to same broker.`` — RestException makes it a text/plain 500;
+    * else the owner publishes an Unload event on the service-unit state channel: with a destination a transfer
+      (Owned → Releasing → Assigning → Owned by the destination; clients are sent to the destination without a
+      lookup, lookups during it wait), without one Releasing → Free (the next lookup assigns it). The answer
+      (204) comes when the channel reaches Owned or Free (UnloadManager.waitAsync), so once it is in, lookups and
+      ``ownedNamespaces`` name the destination.
+    """
+    with cluster.lock:
+        if destination is not None:
+            destination = destination.removeprefix("http://").removeprefix("https://")
+            if destination not in cluster.active_ids():
+                raise SimError(409, "Not allowed unload namespace bundle to inactive destination broker")
+        cluster.check_bundle(bundle)
+        owner = cluster.ownership.get(bundle)
+        if owner is None:
+            return None
+        if owner != at:
+            return owner
+        if destination is None:
+            cluster.unload(bundle)
+            return None
+        if owner.endswith(destination):
+            raise unexpected("java.lang.IllegalArgumentException", SAME_BROKER.format(bundle=bundle, owner=owner))
+        transfer(cluster, bundle, owner, destination)
+        return None
+
+
+def transfer(cluster: SimulatedCluster, bundle: str, source: str, destination: str) -> None:
+    """The bundle's topics close on ``source`` and open on ``destination`` at once (no lookup in between)."""
+    with cluster.lock:
+        cluster.topics_disconnected += len(cluster.topics_in(bundle))
+        cluster.unloads += 1
+        cluster.ownership[bundle] = destination
+        cluster.pending_lookups.pop(bundle, None)
+        cluster.preallocated.setdefault(destination, []).append(bundle)
+        cluster.moves.append((cluster.now_s, bundle, source, destination))
 
 
 # --------------------------------------------------------------------------------------------- the documents
@@ -246,20 +341,26 @@ class LiteBroker:
 
 class ElmBrokers:
     """Every simulated broker's ELM reporters: on start, a pulsar-lite broker and a client; after every
-    ``advance()``, each broker that took a sample since its last report publishes BrokerLoadData and
-    TopBundlesLoadData (``publish``). ``sent`` counts what was published per topic."""
+    ``advance()``, each broker that took a sample since publishes its TopBundlesLoadData, and its BrokerLoadData
+    when ``cadence`` says BrokerLoadDataReporter would (``publish``). ``sent`` counts what was published per
+    topic; ``unchanged`` the BrokerLoadData that were not, being within the threshold and the interval."""
 
-    def __init__(self, cluster: SimulatedCluster, broker: LiteBroker | None = None) -> None:
+    def __init__(self, cluster: SimulatedCluster, broker: LiteBroker | None = None, cadence: Cadence | None = None):
         if not is_extensible(cluster):
             raise ValueError("the scenario's brokers run the modular load manager (loadManager: extensible)")
         self.cluster = cluster
         self.broker = broker or LiteBroker()
+        self.cadence = cadence or Cadence()
+        cluster.elm_cadence = self.cadence  # type: ignore[attr-defined]  # what the runtime configuration says
         self.sent: dict[str, int] = dict.fromkeys(TOPICS, 0)
+        self.unchanged = 0
         self.failed = 0  # sends the broker did not take (stopped, unreachable)
         self._client: Any = None
         self._producers: dict[tuple[str, str], Any] = {}
-        self._published: dict[str, int] = {}  # broker id → sample_version last published
-        self._last: dict[str, dict[str, Any]] = {}  # broker id → its last BrokerLoadData (EMAs, reportedAt)
+        self._sampled: dict[str, int] = {}  # broker id → sample_version its documents were last made from
+        self._local: dict[str, dict[str, Any]] = {}  # broker id → its BrokerLoadData as of its last sample
+        self._written: dict[str, dict[str, Any]] = {}  # broker id → its BrokerLoadData as last published
+        self._reported_at: dict[str, int] = {}  # broker id → when it last published its BrokerLoadData
         self._lock = threading.Lock()
         self._started = False
 
@@ -294,36 +395,45 @@ class ElmBrokers:
             self._producers[(broker_id, topic)] = producer
         return producer
 
-    def documents(self, force: bool = False) -> list[tuple[str, str, bytes]]:
-        """(broker id, topic, JSON) for every live broker that sampled since it last published (all with ``force``)."""
-        out: list[tuple[str, str, bytes]] = []
-        with self.cluster.lock:
-            for broker in self.cluster.alive_brokers():
-                if not force and self._published.get(broker.id) == broker.sample_version:
+    def documents(self, force: bool = False) -> list[tuple[str, str, bytes, dict[str, Any] | None]]:
+        """(broker id, topic, JSON, BrokerLoadData or None) to publish now: of every live broker that sampled since,
+        its TopBundlesLoadData and, when due, its BrokerLoadData; every broker's both with ``force``."""
+        out: list[tuple[str, str, bytes, dict[str, Any] | None]] = []
+        cluster = self.cluster
+        with cluster.lock:
+            for broker in cluster.alive_brokers():
+                sampled = self._sampled.get(broker.id) != broker.sample_version
+                if not (force or sampled):
                     continue
-                previous = self._last.get(broker.id)
-                reported_at = previous["updatedAt"] if previous else 0
-                load = broker_load_data(self.cluster, broker, previous, reported_at)
-                self._last[broker.id] = load
-                self._published[broker.id] = broker.sample_version
-                out.append((broker.id, BROKER_LOAD_DATA_TOPIC, json.dumps(load).encode()))
-                top = top_bundles_load_data(self.cluster, broker)
-                out.append((broker.id, TOP_BUNDLES_TOPIC, json.dumps(top).encode()))
+                reported_at = self._reported_at.get(broker.id, 0)
+                if sampled or broker.id not in self._local:  # BrokerLoadData.update: the EMAs move every sample
+                    self._local[broker.id] = broker_load_data(cluster, broker, self._local.get(broker.id), reported_at)
+                    self._sampled[broker.id] = broker.sample_version
+                local = self._local[broker.id]
+                if force or self.cadence.due(self._written.get(broker.id), local, cluster.now_ms, reported_at):
+                    out.append((broker.id, BROKER_LOAD_DATA_TOPIC, json.dumps(local).encode(), local))
+                else:
+                    self.unchanged += 1
+                top = top_bundles_load_data(cluster, broker)
+                out.append((broker.id, TOP_BUNDLES_TOPIC, json.dumps(top).encode(), None))
         return out
 
     def publish(self, force: bool = False) -> int:
-        """Publish the documents of the brokers that sampled (every broker with ``force``); returns how many
-        messages the broker took. Never raises: a stopped system-topic broker only counts ``failed``."""
+        """Publish what ``documents`` gives; returns how many messages the broker took. Never raises: a stopped
+        system-topic broker only counts ``failed`` (the BrokerLoadData is tried again at the next sample)."""
         if not self._started:
             return 0
         with self._lock:
             sent = 0
-            for broker_id, topic, payload in self.documents(force):
+            for broker_id, topic, payload, load in self.documents(force):
                 try:
                     self._producer(broker_id, topic).send(payload, partition_key=broker_id)
                 except Exception:  # the system topics' broker is down: ELM brokers would log and go on
                     self.failed += 1
                     continue
+                if load is not None:  # written: what the next change is measured against, and when
+                    self._written[broker_id] = load
+                    self._reported_at[broker_id] = self.cluster.now_ms
                 self.sent[topic] += 1
                 sent += 1
             return sent

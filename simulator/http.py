@@ -1075,6 +1075,9 @@ class _Handler:
         admin_errors.validate_namespace_name(tenant, ns)
         bundle = f"{tenant}/{ns}/{bundle_range}"
         destination = (query.get("destinationBroker") or [None])[0] or None
+        if sim_elm.is_extensible(self.cluster):  # a transfer on the owner, no leader hop (simulator/elm.py)
+            owner = sim_elm.unload(self.cluster, self.broker_id, bundle, destination)
+            return Response(204) if owner is None else self._redirect(owner, self._path(), query)
         leader = self.cluster.leader
         if destination is not None:
             destination = destination.removeprefix("http://").removeprefix("https://")

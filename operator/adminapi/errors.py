@@ -30,6 +30,16 @@ from __future__ import annotations
 TRANSITION_MARKERS = ("is being unloaded", "namespace is not active", "concurrent modification", "in transition")
 
 
+# ExtensibleLoadManagerImpl.unloadNamespaceBundleAsync, for a destinationBroker the owner's id ends with: an
+# IllegalArgumentException "Namespace bundle: <b> own by <owner>, cannot be transfer to same broker." (a 500).
+SAME_BROKER_MARKER = "cannot be transfer to same broker"
+
+
+def already_on_destination(text: str) -> bool:
+    """Whether an unload's error says the bundle is already owned by the destination it was sent to (ELM)."""
+    return SAME_BROKER_MARKER in text.lower()
+
+
 def in_transition(text: str) -> bool:
     """Whether an error body or reason says the bundle is already being unloaded or moved."""
     lowered = text.lower()

@@ -54,14 +54,18 @@ def run_demo(
     ``load_manager``: ``extensible`` serves the brokers as the extensible load manager's (no load report; their
     load on its system topics, on a pulsar-lite broker on loopback, read with pulsar-client); None: the scenario's.
     """
-    scenario = sim_elm.with_load_manager(load_scenario(scenario_name), load_manager)
+    own = load_scenario(scenario_name)
+    scenario = sim_elm.with_load_manager(own, load_manager)
     delivered: list[int] = []
     audit = (
         AuditPublisher(Spool(audit_spool), audit_url, audit_topic, on_sent=lambda: delivered.append(1)).start()
         if audit_url
         else None
     )
-    config = LoadBalancerConfig().replace(scenario.config)
+    # The operator's settings are the scenario's, not what ``with_load_manager`` gave the cluster's own load
+    # manager (TransferShedder under ELM): the operator runs its own default unless the scenario or --strategy
+    # names another.
+    config = LoadBalancerConfig().replace(own.config)
     sim = serve(lambda allocate: SimulatedCluster(scenario, allocate))
     cluster = sim.cluster
     metrics = RunMetrics()

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
 import random
 import re
 import subprocess
 import threading
 import time
+from typing import ClassVar
 
 import pytest
 
@@ -105,18 +107,52 @@ def load_report_requests(sim):
 # ------------------------------------------------------------------------------------------- end to end
 
 
-def test_operator_demo_load_manager_extensible_balances_the_demo_cluster_from_its_topics(monkeypatch):
+def run_demo_command(monkeypatch, *args: str) -> str:
     printed, run_demo = io.StringIO(), demo.run_demo  # the demo prints to the sys.stdout of its import: catch it
-    monkeypatch.setattr(demo, "run_demo", lambda *args, **kwargs: run_demo(*args, **{**kwargs, "out": printed}))
-    assert cli.main(["demo", "--load-manager", "extensible"]) == 0
-    text = printed.getvalue()
+    monkeypatch.setattr(demo, "run_demo", lambda *a, **kwargs: run_demo(*a, **{**kwargs, "out": printed}))
+    assert cli.main(["demo", *args]) == 0
+    return printed.getvalue()
+
+
+def last_usage_row(text: str) -> list[float]:
+    """The brokers' usage on the demo's last table row."""
+    rows = [line for line in text.splitlines() if re.match(r"\s+\d+\s+\d\d:\d\d\s", line)]
+    return [float(v) for v in re.findall(r"(\d+)%", rows[-1])]
+
+
+def test_operator_demo_load_manager_extensible_balances_the_demo_cluster_from_its_topics(monkeypatch):
+    """The operator's default strategy, AvgShedder, balances the ELM demo cluster as far as the modular one:
+    its inputs are BrokerLoadData and each broker's top bundles, read with pulsar-client from pulsar-lite."""
+    text = run_demo_command(monkeypatch, "--load-manager", "extensible")
     assert "Load manager: extensible (ExtensibleLoadManagerImpl)" in text and "pulsar://127.0.0.1:" in text
-    assert "shedding TransferShedder" in text  # ELM's own: the default AvgShedder needs every bundle's stats
+    assert "shedding AvgShedder" in text
     first, last = map(int, re.search(r"Spread (\d+) → (\d+) points", text).groups())
-    assert first > 60 and last < first - 40, text  # 84 → 31: TransferShedder stops at its target std (0.25)
+    assert first > 60 and last < demo.CONVERGED_SPREAD, text  # balanced: 84 → 7, as the modular demo
+    usage = last_usage_row(text)
+    assert len(usage) == 4 and max(usage) - min(usage) < demo.CONVERGED_SPREAD
     unloads = int(re.search(r"(\d+) unloads", text).group(1))
-    assert unloads >= 10 and "executed (accepted)" in text and "moved_as_planned" in text
-    assert "failed" not in text and "not_moved" not in text
+    assert unloads >= 10 and "executed (accepted)" in text and text.count("moved_as_planned") >= 10
+    assert "failed" not in text and "not_moved" not in text and "moved_elsewhere" not in text
+
+
+def test_the_elm_demo_with_transfershedder_moves_load_as_pulsar_would_and_stops_at_its_target_std(monkeypatch):
+    """TransferShedder as Pulsar runs it: after a transfer it waits until its source reports again at least
+    loadBalanceSheddingDelayInSeconds later (CoolDown) — on a steady broker, BrokerLoadDataReporter's 15 minutes —
+    and stops once the brokers' load is within loadBalancerBrokerLoadTargetStd (0.25): 84 → 26 points in an hour."""
+    text = run_demo_command(
+        monkeypatch, "--load-manager", "extensible", "--strategy", "TransferShedder", "--minutes", "60"
+    )
+    assert "shedding TransferShedder" in text
+    first, last = map(int, re.search(r"Spread (\d+) → (\d+) points", text).groups())
+    assert first > 60 and demo.CONVERGED_SPREAD < last < first - 40, text
+    rows = re.findall(r"^\s+(\d+)\s+\d\d:\d\d\s.*\s(\d+)$", text, re.M)  # (cycle, moves) per table row
+    acting = [int(cycle) for cycle, moves in rows if int(moves)]
+    assert len(acting) >= 2 and all(b - a >= 15 for a, b in itertools.pairwise(acting)), acting
+    usage = [u / 100 for u in last_usage_row(text)]
+    mean = sum(usage) / len(usage)
+    std = (sum((u - mean) ** 2 for u in usage) / len(usage)) ** 0.5
+    assert std < LoadBalancerConfig().loadBalancerBrokerLoadTargetStd, text
+    assert int(re.search(r"(\d+) unloads", text).group(1)) >= 10 and "moved_as_planned" in text
 
 
 def test_the_scenario_key_runs_the_demo_on_elm_and_balances_it_from_the_topics(tmp_path):
@@ -160,6 +196,7 @@ def test_a_cycle_reads_brokerloaddata_and_top_bundles_with_pulsar_client_and_tra
                 executor,
                 OperatorState(),
                 random.Random(1),
+                "TransferShedder",
                 now_ms=cluster.now_ms,
                 load_manager=session,
             )
@@ -168,7 +205,7 @@ def test_a_cycle_reads_brokerloaddata_and_top_bundles_with_pulsar_client_and_tra
             client.close()
         assert result.load_manager.kind == "extensible" and result.load_manager.version == version
         assert result.load_manager.class_name == elm.EXTENSIBLE
-        assert result.plan.shedding == "TransferShedder" and "ELM publishes each broker's top" in result.plan.notes[0]
+        assert result.plan.shedding == "TransferShedder" and result.plan.placement == "(transfer)"
         assert set(result.snapshot.brokers) == set(cluster.active_ids()) and not result.skipped_brokers
         for broker_id, load in result.snapshot.brokers.items():
             owned = owned_before[broker_id]
@@ -202,11 +239,13 @@ def test_operator_rebalance_on_elm_reads_the_topics_then_turns_elms_shedder_off_
             "elmReadTimeoutSeconds=20",
             "--set",
             "disableBuiltinShedding=true",
+            "--set",
+            "loadBalancerAvgShedderHitCountLowThreshold=1",
             *ACT_NOW,
         )
         assert code == 0, err
         assert doc["loadManager"] == {"kind": "extensible", "className": elm.EXTENSIBLE, "version": "4.0.4-sim"}
-        assert doc["shedding"] == "TransferShedder" and doc["skippedBrokers"] == {}
+        assert doc["shedding"] == "AvgShedder" and doc["skippedBrokers"] == {}
         assert [o for o in doc["outcomes"] if o["outcome"] == "executed"]
         assert sim.cluster.dynamic_config["loadBalancerSheddingEnabled"] == "false"  # after ELM's data was read
         assert not load_report_requests(sim)
@@ -284,12 +323,12 @@ def test_no_brokerloaddata_within_the_report_interval_is_one_line_too(capsys):
 @pytest.mark.parametrize(
     ("args", "named"),
     [
-        (["--strategy", "AvgShedder"], "strategy AvgShedder"),
-        (["--strategy", "ThresholdShedder"], "strategy ThresholdShedder"),
+        (["--strategy", "PredictivePairingShedder"], "strategy PredictivePairingShedder"),
         (["--set", "loadBalancerLoadSheddingStrategy=PredictivePairingShedder"], "strategy PredictivePairingShedder"),
         (["--strategy", "TransferShedder", "--placement", "LeastLongTermMessageRate"], "LeastLongTermMessageRate"),
+        (["--strategy", "ThresholdShedder", "--placement", "LeastLongTermMessageRate"], "LeastLongTermMessageRate"),
     ],
-    ids=["AvgShedder", "ThresholdShedder", "PredictivePairingShedder-in-settings", "LeastLongTermMessageRate"],
+    ids=["PredictivePairingShedder", "PredictivePairingShedder-in-settings", "LeastLongTermMessageRate", "LLTMR-2"],
 )
 def test_strategies_whose_inputs_elm_does_not_publish_are_refused_naming_them_and_the_load_manager(capsys, args, named):
     with elm_cluster(publish=False) as (sim, _):
@@ -311,7 +350,7 @@ def test_detection_reads_the_class_name_and_version_never_the_load_reports_statu
     with elm_cluster(publish=False) as (sim, _):
         other = AdminClient(sim.admin_url)
         found = elm.detect(other)
-        assert found.extensible and found.report_interval_s == 60  # the scenario's report interval
+        assert found.extensible and found.report_interval_s == 900  # loadBalancerReportUpdateMaxIntervalMinutes
         answer = other.session.get(f"{sim.admin_url}/admin/v2/broker-stats/load-report", timeout=5)
         assert answer.status_code == 500 and "UnsupportedOperationException" in answer.text
         other.close()
@@ -462,10 +501,22 @@ def test_a_snapshot_of_an_elm_cluster_is_captured_from_its_topics_and_planned_of
     capsys.readouterr()
     code = cli.main(["rebalance", "--snapshot", str(out_file), "--output", "json"])
     plan = json.loads(capsys.readouterr().out)
-    assert code == 0 and plan["shedding"] == "TransferShedder" and "ELM publishes each broker's top" in plan["notes"][0]
-    code = cli.main(["rebalance", "--snapshot", str(out_file), "--strategy", "UniformLoadShedder"])
+    assert (
+        code == 0
+        and plan["shedding"] == "AvgShedder"
+        and "AvgShedder chooses among each broker's top 10" in (plan["notes"][0])
+    )
+    code = cli.main(["rebalance", "--snapshot", str(out_file), "--strategy", "UniformLoadShedder", "--output", "json"])
+    plan = json.loads(capsys.readouterr().out)
+    assert code == 0 and plan["shedding"] == "UniformLoadShedder"
+    assert (
+        plan["placement"] == "LeastResourceUsageWithWeight"
+        and "placing with LeastResourceUsageWithWeight" in (plan["notes"][1])
+    )
+    code = cli.main(["rebalance", "--snapshot", str(out_file), "--strategy", "PredictivePairingShedder"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and "UniformLoadShedder" in err[0] and "ExtensibleLoadManagerImpl" in err[0]
+    assert code == 2 and len(err) == 1 and "PredictivePairingShedder" in err[0]
+    assert "ExtensibleLoadManagerImpl" in err[0]
 
 
 def test_the_daemon_keeps_reading_elms_topics_between_cycles_and_labels_its_metric(tmp_path):
@@ -488,12 +539,13 @@ def test_the_daemon_keeps_reading_elms_topics_between_cycles_and_labels_its_metr
             reporters.publish(force=True)
             assert reader.caught_up(reporters.sent, 10)
             first = daemon.run_once()
-            sim.cluster.advance(60)  # every broker reports again
+            sim.cluster.advance(60)  # every broker samples: top bundles again, BrokerLoadData only if it changed
             assert reader.caught_up(reporters.sent, 10)
             second = daemon.run_once()
             assert first.load_manager.extensible and second.load_manager.extensible
-            assert daemon.load_manager.reader is reader and reader.received[elm.BROKER_LOAD_DATA_TOPIC] == 6
-            assert len(second.snapshot.brokers) == 3 and second.plan.shedding == "TransferShedder"
+            assert daemon.load_manager.reader is reader and reader.received[elm.TOP_BUNDLES_TOPIC] == 6
+            assert reader.received[elm.BROKER_LOAD_DATA_TOPIC] == 6 - reporters.unchanged
+            assert len(second.snapshot.brokers) == 3 and second.plan.shedding == "AvgShedder"
             labels = {"cluster": "sim", "load_manager": "extensible", "version": "4.0.4-sim"}
             assert daemon.metrics.registry.get_sample_value("pulsar_lb_operator_load_manager_info", labels) == 1
         finally:
@@ -501,3 +553,206 @@ def test_the_daemon_keeps_reading_elms_topics_between_cycles_and_labels_its_metr
             client.close()
         assert daemon.load_manager.reader is None
         assert sim.mutating_requests() == []  # a dry run: the guard would turn the shedder off, and says so
+
+
+def test_a_bundle_that_left_its_brokers_top_bundles_is_not_unloaded_for_the_rates_it_had_then():
+    """ELM stops publishing a bundle's stats when it leaves its broker's top K: the averages kept from before
+    are forgotten (elm.top_bundles_only), so AvgShedder picks from what is published now."""
+    from pulsar_lb_operator.strategies import StrategyState
+    from pulsar_lb_operator.strategies.planner import plan_cycle
+    from tests.builders import NOW, broker_report, bundle, snapshot, stats
+
+    hot, quiet, gone = bundle("t/ns", 0), bundle("t/ns", 1), bundle("t/ns", 2)
+    config = LoadBalancerConfig().replace(
+        {"loadBalancerAvgShedderHitCountLowThreshold": 1, "loadBalancerAvgShedderHitCountHighThreshold": 1}
+    )
+    earlier = snapshot(
+        {"b0:8080": broker_report(cpu=(90, 100), bundles={gone: stats(0, 0, 9e6, 9e6)}), "b1:8080": broker_report()},
+        taken_at=NOW - 60_000,
+    )
+    _, state = plan_cycle(earlier, config, StrategyState(), random.Random(0))  # ``gone`` was in b0's top bundles
+    now = snapshot(
+        {
+            "b0:8080": broker_report(
+                cpu=(90, 100), bundles={hot: stats(0, 0, 4e6, 4e6)}, extra_bundles=[quiet, gone], thr_in=40e6
+            ),
+            "b1:8080": broker_report(cpu=(10, 100)),
+        }
+    )
+    stale_plan, _ = plan_cycle(now, config, state, random.Random(0))  # b0 is to shed 40 MB/s × 0.5
+    assert [a.bundle for a in stale_plan.actions] == [gone]  # what the kept averages (18 MB/s) alone would do
+    plan, _ = plan_cycle(now, config, elm.top_bundles_only(state, now), random.Random(0))
+    assert [a.bundle for a in plan.actions] == [hot] and plan.actions[0].destination == "b1:8080"
+
+
+def test_the_executor_transfers_on_elm_and_verifies_the_destination_owns_it_and_names_a_transfer_to_the_owner():
+    """ELM's transfer as the operator observes it: the unload goes to the owner with destinationBroker (no leader
+    hop), the destination owns the bundle when the 204 comes; the verification a cycle later says so. An unload
+    whose bundle reached the destination in between gets ELM's 500, named as such, and verifies as planned."""
+    from pulsar_lb_operator.executor import ExecutorState
+    from pulsar_lb_operator.strategies.plans import Plan, Unload
+
+    with elm_cluster(publish=False) as (sim, _):
+        cluster = sim.cluster
+        client = AdminClient(sim.admin_url, retries=1)
+        executor = Executor(
+            client, "sim", Safety(dry_run=False), clock=lambda: cluster.now_ms / 1000, sleep=lambda _s: None
+        )
+        source, destination = cluster.by_name("broker-0").id, cluster.by_name("broker-2").id
+        first, second = sorted(cluster.owned_by(source))[:2]
+        try:
+            plan = Plan("TransferShedder", "(transfer)", cluster.now_ms, (Unload(first, source, destination, "t"),))
+            records, state = executor.apply(plan, ExecutorState())
+            assert [r.outcome for r in records] == [Outcome.EXECUTED]
+            assert cluster.owner_of(first) == destination and not cluster.affinity  # done when the 204 came
+            puts = [r for r in sim.requests if r.method == "PUT"]
+            assert puts and puts[-1].broker == source and puts[-1].status == 204  # answered by the owner
+            assert all(f"destinationBroker={destination.replace(':', '%3A')}" in r.query for r in puts), puts
+            sim_elm.transfer(cluster, second, source, destination)  # moved by someone else in between
+            plan = Plan("TransferShedder", "(transfer)", cluster.now_ms, (Unload(second, source, destination, "t"),))
+            records, state = executor.apply(plan, state)
+            assert [r.outcome for r in records] == [Outcome.UNKNOWN]
+            assert f"already owned by {destination}" in records[0].detail, records[0].detail
+            cluster.advance(executor.safety.verify_after_seconds + 1)
+            verified, state = executor.verify(state)
+        finally:
+            client.close()
+        assert {(r.action.bundle, r.outcome) for r in verified} == {
+            (first, Outcome.MOVED_AS_PLANNED),
+            (second, Outcome.MOVED_AS_PLANNED),
+        }
+        assert state.pending == ()
+
+
+def test_on_elms_reporting_cadence_kept_readers_hold_every_broker_and_the_rest_are_skipped_by_name():
+    """Real ELM brokers write BrokerLoadData only on a 10 % change or every 15 minutes, on non-persistent topics.
+    Readers kept open across cycles hold each broker's latest, checked for age; a broker not heard from, or
+    heard too long ago, is skipped with its reason; when none is usable the cycle stops with one error."""
+    with elm_cluster(wall_clock=False) as (sim, reporters):
+        cluster, bld = sim.cluster, elm.BROKER_LOAD_DATA_TOPIC
+        client = AdminClient(sim.admin_url, retries=1)
+        kept, fresh = elm.Session(reporters.service_url, read_timeout_s=2.0), None
+        config = LoadBalancerConfig()
+        try:
+            found = kept.detect(client)
+            kept.connect(client)
+            reporters.publish(force=True)  # the brokers start: each writes once
+            assert kept.reader.caught_up(reporters.sent, 10)
+            first = kept.collect(client, "sim", config, found, now_ms=cluster.now_ms, guard=False)
+            assert set(first.snapshot.brokers) == set(cluster.active_ids()) and not first.skipped
+            written = reporters.sent[bld]
+            for _ in range(6):  # six steady minutes: top bundles every sample, no BrokerLoadData
+                cluster.advance(60)
+            assert kept.reader.caught_up(reporters.sent, 10) and reporters.sent[bld] == written
+            second = kept.collect(client, "sim", config, found, now_ms=cluster.now_ms, guard=False)
+            assert set(second.snapshot.brokers) == set(cluster.active_ids()) and not second.skipped
+            assert all(cluster.now_ms - load.lastUpdate >= 360_000 for load in second.snapshot.brokers.values())
+
+            strict = config.replace({"loadBalancerBrokerLoadDataTTLInSeconds": 120})  # older than this: stale
+            with pytest.raises(elm.ElmDataUnreadable, match=r"3 active brokers, 0 not heard, 3 unusable: .* stale"):
+                kept.collect(client, "sim", strict, found, now_ms=cluster.now_ms, guard=False)
+
+            fresh = elm.Session(reporters.service_url, read_timeout_s=2.0)  # an operator started just now
+            fresh.connect(client)
+            before = dict(reporters.sent)  # what the fresh readers never saw
+            busy, idle = cluster.by_name("broker-0").id, cluster.by_name("broker-2").id
+            steady = cluster.by_name("broker-1").id
+            for bundle in sorted(cluster.owned_by(busy))[:2]:
+                sim_elm.transfer(cluster, bundle, busy, idle)  # their load changes by more than 10 %
+            cluster.advance(60)
+            assert kept.reader.caught_up(reporters.sent, 10)
+            assert fresh.reader.caught_up({t: n - before[t] for t, n in reporters.sent.items()}, 10)
+            assert reporters.sent[bld] == written + 2
+            heard_now = fresh.collect(client, "sim", config, found, now_ms=cluster.now_ms, guard=False)
+            assert set(heard_now.snapshot.brokers) == {busy, idle}
+            assert heard_now.skipped == {steady: f"no BrokerLoadData on {bld} within 2 s of reading it"}
+            held = kept.collect(client, "sim", strict, found, now_ms=cluster.now_ms, guard=False)
+            assert set(held.snapshot.brokers) == {busy, idle}
+            assert set(held.skipped) == {steady}
+            assert "BrokerLoadData is stale: updated 420 s ago" in held.skipped[steady]
+        finally:
+            kept.close()
+            if fresh is not None:
+                fresh.close()
+            client.close()
+
+
+class _FakePulsar:
+    """Stands in for pulsar.Client: records how it was made; its readers never receive anything."""
+
+    made: ClassVar[list] = []
+
+    def __init__(self, *args, **kwargs):
+        self.args, self.kwargs, self.readers = args, kwargs, []
+        _FakePulsar.made.append(self)
+
+    def create_reader(self, topic, start, **kwargs):
+        self.readers.append((topic, start, kwargs))
+        return self
+
+    def read_next(self, timeout_ms):
+        import pulsar
+
+        time.sleep(timeout_ms / 1000)
+        raise pulsar.Timeout()
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("plugin", ["token", "tls", "oauth2"])
+def test_elms_readers_authenticate_as_the_admin_client_does_at_the_url_derived_from_the_admin_url(
+    plugin, tmp_path, monkeypatch
+):
+    """pulsar-lite has no authentication, so the readers' credentials are checked where they are handed over:
+    pulsar.Client's construction arguments (the same credentials object as the admin client's)."""
+    import pulsar
+
+    from pulsar_lb_operator import live
+
+    made = {}
+    for name in ("AuthenticationToken", "AuthenticationTLS", "AuthenticationOauth2"):
+        monkeypatch.setattr(pulsar, name, lambda *a, _n=name, **k: made.setdefault(_n, (a, k)) and _n)
+    monkeypatch.setattr(pulsar, "Client", _FakePulsar)
+    _FakePulsar.made = []
+    (tmp_path / "token").write_text("s3cret")
+    (tmp_path / "ca.pem").write_text("-")
+    for name in ("c.pem", "k.pem", "creds.json"):
+        (tmp_path / name).write_text('{"client_id": "i", "client_secret": "s"}')
+    values = {
+        "token": {"tokenFile": str(tmp_path / "token")},
+        "tls": {"authPlugin": "tls", "tlsCertFile": str(tmp_path / "c.pem"), "tlsKeyFile": str(tmp_path / "k.pem")},
+        "oauth2": {
+            "authPlugin": "oauth2",
+            "oauth2IssuerUrl": "https://idp.example",
+            "oauth2Audience": "urn:pulsar",
+            "oauth2CredentialsFile": str(tmp_path / "creds.json"),
+        },
+    }[plugin]
+    settings = OperatorSettings(
+        adminUrl="https://pulsar-broker.pulsar.svc:8443", cluster="c", caBundle=str(tmp_path / "ca.pem"), **values
+    )
+    client, _ = live.connect(settings)
+    session = elm.Session.from_settings(settings)
+    try:
+        session.connect(client)
+    finally:
+        session.close()
+        client.close()
+    (made_client,) = _FakePulsar.made
+    assert made_client.args == ("pulsar+ssl://pulsar-broker.pulsar.svc:6651",)
+    assert made_client.kwargs["tls_trust_certs_file_path"] == str(tmp_path / "ca.pem")
+    assert made_client.kwargs["tls_allow_insecure_connection"] is False
+    assert {topic for topic, _, _ in made_client.readers} == set(elm.TOPICS)
+    assert all(start == pulsar.MessageId.latest for _, start, _ in made_client.readers)  # non-persistent: from now
+    expected = {"token": "AuthenticationToken", "tls": "AuthenticationTLS", "oauth2": "AuthenticationOauth2"}[plugin]
+    assert made_client.kwargs["authentication"] == expected and set(made) == {expected}
+    args, _ = made[expected]
+    if plugin == "token":
+        assert args[0]() == "s3cret"  # read from the file at each (re)connection: rotation reaches the reader
+    elif plugin == "tls":
+        assert args == (str(tmp_path / "c.pem"), str(tmp_path / "k.pem"))
+    else:
+        assert json.loads(args[0])["issuer_url"] == "https://idp.example"
+    plain = elm.Session.from_settings(OperatorSettings(adminUrl="http://pulsar-broker:8080"))
+    assert plain.service_url == "pulsar://pulsar-broker:6650"

@@ -9,6 +9,7 @@ import json
 import logging
 import threading
 import time
+from urllib.parse import parse_qs, urlsplit
 
 import pulsar
 import pytest
@@ -64,7 +65,8 @@ def test_elm_brokers_give_no_load_report_and_name_their_load_manager():
         assert "java.lang.UnsupportedOperationException" in report.text
         runtime = requests.get(f"{sim.admin_url}/admin/v2/brokers/configuration/runtime", timeout=5).json()
         assert runtime["loadManagerClassName"] == sim_elm.EXTENSIBLE
-        assert runtime["loadBalancerReportUpdateMaxIntervalMinutes"] == "1"
+        assert runtime["loadBalancerReportUpdateMaxIntervalMinutes"] == "15"  # BrokerLoadDataReporter's cadence
+        assert runtime["loadBalancerReportUpdateThresholdPercentage"] == "10"
         # everything else is served as before: ownership, unload, lookups
         owned = requests.get(f"{sim.admin_url}/admin/v2/brokers/sim/{sim.cluster.active_ids()[0]}/ownedNamespaces")
         assert owned.status_code == 200 and owned.json()
@@ -126,16 +128,166 @@ def test_operator_simulate_load_manager_extensible_then_operator_rebalance_again
         url = sim.elm_brokers.service_url
         assert f"--set elmServiceUrl={url}" in out.getvalue()
         settings = [f"elmServiceUrl={url}", "elmReadTimeoutSeconds=30", "pauseSeconds=0"]
-        settings += ["loadBalancerSheddingConditionHitCountThreshold=0"]
+        settings += ["loadBalancerAvgShedderHitCountLowThreshold=1"]  # AvgShedder, the default: act at once
         args = ["rebalance", "--admin-url", sim.admin_url, "--output", "json", "--no-dry-run"]
         code = cli.main([*args, *(arg for s in settings for arg in ("--set", s))])
         printed = capsys.readouterr()
         assert code == 0, printed.err
         doc = json.loads(printed.out)
-        assert doc["loadManager"]["kind"] == "extensible" and doc["shedding"] == "TransferShedder"
+        assert doc["loadManager"]["kind"] == "extensible" and doc["shedding"] == "AvgShedder"
         assert doc["skippedBrokers"] == {} and [o for o in doc["outcomes"] if o["outcome"] == "executed"]
         assert not [r for r in sim.requests if "load-report" in r.path]
     finally:
         stop.set()
         thread.join(30)
     assert "Load manager: extensible" in out.getvalue()
+
+
+# ------------------------------------------------------------------------------------------- unload = transfer
+
+
+@pytest.fixture
+def elm_sim():
+    """An ELM cluster's admin API on loopback (no system topics: the unload path needs none)."""
+    with serve(lambda allocate: SimulatedCluster(parse_scenario(ELM), allocate)) as served:
+        yield served
+
+
+def _unload(sim, at: str, bundle: str, destination: str | None, follow: bool = False) -> requests.Response:
+    namespace, _, bundle_range = bundle.rpartition("/")
+    params = {"destinationBroker": destination} if destination is not None else {}
+    url = f"{sim.cluster.brokers[at].web_url}/admin/v2/namespaces/{namespace}/{bundle_range}/unload"
+    return requests.put(url, params=params, allow_redirects=follow, timeout=5)
+
+
+def _lookup_owner(sim, topic: str) -> str:
+    answer = requests.get(f"{sim.admin_url}/lookup/v2/topic/persistent/{topic}", timeout=5)
+    assert answer.status_code == 200, answer.text
+    return answer.json()["httpUrl"]
+
+
+def _owned(sim, broker_id: str) -> set[str]:
+    answer = requests.get(f"{sim.admin_url}/admin/v2/brokers/sim/{broker_id}/ownedNamespaces", timeout=5)
+    return set(answer.json())
+
+
+def test_an_unload_with_a_destination_is_a_transfer_done_by_the_owner_when_the_answer_comes(elm_sim):
+    """ELM: no hop to the leader, the destination travels with the request to the owner, and the 204 comes once
+    the state channel says Owned by the destination: lookups and ownedNamespaces name it at once."""
+    cluster = elm_sim.cluster
+    source, destination = cluster.by_name("broker-0").id, cluster.by_name("broker-2").id
+    bundle = sorted(cluster.owned_by(source))[0]
+    topic = next(t.name for t in cluster.topics_in(bundle)).removeprefix("persistent://")
+    other = cluster.by_name("broker-1").id  # neither the owner nor (by construction) told anything
+    hop = _unload(elm_sim, other, bundle, destination)
+    assert hop.status_code == 307
+    location = urlsplit(hop.headers["Location"])
+    assert f"{location.scheme}://{location.netloc}" == cluster.brokers[source].web_url  # the owner, not the leader
+    assert parse_qs(location.query)["destinationBroker"] == [destination]
+    moves_before, reconnects_before = len(cluster.moves), cluster.topics_disconnected
+    done = _unload(elm_sim, other, bundle, destination, follow=True)
+    assert done.status_code == 204, done.text
+    assert cluster.owner_of(bundle) == destination and bundle not in cluster.pending_lookups
+    assert _lookup_owner(elm_sim, topic) == cluster.brokers[destination].web_url  # no lookup left to make
+    assert bundle in _owned(elm_sim, destination) and bundle not in _owned(elm_sim, source)
+    assert cluster.moves[moves_before:] == [(cluster.now_s, bundle, source, destination)]
+    assert cluster.topics_disconnected > reconnects_before
+    assert not cluster.affinity, "ELM keeps no destination map on a leader"
+
+
+def test_elm_refuses_a_transfer_to_the_owner_itself_with_masters_500(elm_sim):
+    cluster = elm_sim.cluster
+    owner = cluster.by_name("broker-0").id
+    bundle = sorted(cluster.owned_by(owner))[0]
+    answer = _unload(elm_sim, owner, bundle, f"http://{owner}")  # the http:// prefix is stripped first
+    assert answer.status_code == 500 and answer.headers["Content-Type"].startswith("text/plain")
+    assert f"Namespace bundle: {bundle} own by {owner}, cannot be transfer to same broker." in answer.text
+    assert "java.lang.IllegalArgumentException" in answer.text
+    assert cluster.owner_of(bundle) == owner and not cluster.moves
+
+
+@pytest.mark.parametrize("destination", ["unknown", "stopped"])
+def test_elm_refuses_an_unknown_or_inactive_destination_with_409_before_any_redirect(elm_sim, destination):
+    cluster = elm_sim.cluster
+    owner = cluster.by_name("broker-0").id
+    bundle = sorted(cluster.owned_by(owner))[0]
+    target = "10.0.0.9:8080"
+    if destination == "stopped":
+        target = cluster.by_name("broker-2").id
+        cluster.crash("broker-2")
+    answer = _unload(elm_sim, cluster.by_name("broker-1").id, bundle, target)
+    assert answer.status_code == 409
+    assert answer.json() == {"reason": "Not allowed unload namespace bundle to inactive destination broker"}
+    assert cluster.owner_of(bundle) == owner
+
+
+def test_an_elm_unload_without_a_destination_frees_the_bundle_for_the_next_lookup(elm_sim):
+    cluster = elm_sim.cluster
+    owner = cluster.by_name("broker-0").id
+    bundle = sorted(cluster.owned_by(owner))[0]
+    assert _unload(elm_sim, owner, bundle, None).status_code == 204
+    assert cluster.owner_of(bundle) is None  # Releasing → Free
+    topic = next(t.name for t in cluster.topics_in(bundle)).removeprefix("persistent://")
+    assert _lookup_owner(elm_sim, topic) in {b.web_url for b in cluster.alive_brokers()}
+    assert cluster.owner_of(bundle) is not None
+
+
+def test_an_elm_unload_of_a_bundle_nobody_owns_is_a_204_that_does_nothing(elm_sim):
+    cluster = elm_sim.cluster
+    owner = cluster.by_name("broker-0").id
+    bundle = sorted(cluster.owned_by(owner))[0]
+    assert _unload(elm_sim, owner, bundle, None).status_code == 204
+    moves, unloads = list(cluster.moves), cluster.unloads
+    answer = _unload(elm_sim, cluster.by_name("broker-1").id, bundle, cluster.by_name("broker-2").id)
+    assert answer.status_code == 204 and cluster.owner_of(bundle) is None  # isBundleOwnedByAnyBroker: false
+    assert cluster.moves == moves and cluster.unloads == unloads
+
+
+# ------------------------------------------------------------------------------------------- reporting cadence
+
+
+def _read_all(reader, timeout_ms: int = 300) -> list[tuple[str, dict | None]]:
+    got = []
+    while True:
+        try:
+            message = reader.read_next(timeout_ms)
+        except pulsar.Timeout:
+            return got
+        data = message.data()
+        got.append((message.partition_key(), json.loads(data) if data else None))
+
+
+def test_brokerloaddata_is_published_on_a_10_percent_change_or_every_15_minutes_top_bundles_every_sample():
+    """BrokerLoadDataReporter's cadence (master): a steady broker writes its BrokerLoadData once at start and
+    then every loadBalancerReportUpdateMaxIntervalMinutes (15); a change above
+    loadBalancerReportUpdateThresholdPercentage (10) — here a broker's bundle count — is written at its next
+    sample. TopBundleLoadDataReporter writes after every stats update."""
+    with serve(lambda allocate: SimulatedCluster(parse_scenario(ELM), allocate)) as sim:
+        cluster = sim.cluster
+        reporters = sim_elm.ElmBrokers(cluster).start()
+        client = pulsar.Client(reporters.service_url, logger=_quiet)
+        try:
+            readers = {t: client.create_reader(t, pulsar.MessageId.latest) for t in sim_elm.TOPICS}
+            reporters.publish(force=True)  # the brokers start: reportedAt is 0, so each writes at once
+            start = {t: _read_all(r) for t, r in readers.items()}
+            assert sorted(k for k, _ in start[sim_elm.BROKER_LOAD_DATA_TOPIC]) == cluster.active_ids()
+            for _ in range(10):  # ten samples of a steady cluster: top bundles each time, no BrokerLoadData
+                cluster.advance(cluster.scenario.report_interval_s)
+            steady = {t: _read_all(r) for t, r in readers.items()}
+            assert steady[sim_elm.BROKER_LOAD_DATA_TOPIC] == [] and reporters.unchanged == 30
+            assert len(steady[sim_elm.TOP_BUNDLES_TOPIC]) == 30
+            busy, idle = cluster.by_name("broker-0").id, cluster.by_name("broker-2").id
+            sim_elm.transfer(cluster, sorted(cluster.owned_by(busy))[0], busy, idle)  # bundle counts change
+            cluster.advance(cluster.scenario.report_interval_s)
+            changed = _read_all(readers[sim_elm.BROKER_LOAD_DATA_TOPIC])
+            assert sorted(k for k, _ in changed) == sorted([busy, idle])
+            for _ in range(5):  # past 15 minutes since the start: the steady one writes too
+                cluster.advance(cluster.scenario.report_interval_s)
+            late = _read_all(readers[sim_elm.BROKER_LOAD_DATA_TOPIC])
+            steady_broker = cluster.by_name("broker-1").id
+            assert [k for k, _ in late] == [steady_broker]
+            first = next(doc for key, doc in start[sim_elm.BROKER_LOAD_DATA_TOPIC] if key == steady_broker)
+            assert late[0][1]["updatedAt"] - first["updatedAt"] > 15 * 60_000
+        finally:
+            client.close()
+            reporters.close()
