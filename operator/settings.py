@@ -19,7 +19,13 @@ from pulsar_lb_operator import hints
 from pulsar_lb_operator.adminapi import auth
 from pulsar_lb_operator.adminapi.client import TEMPLATE_FIELDS, render_template, template_fields
 from pulsar_lb_operator.safety import Safety
-from pulsar_lb_operator.strategies.config import ConfigError, LoadBalancerConfig, config_keys, convert_value
+from pulsar_lb_operator.strategies.config import (
+    ConfigError,
+    LoadBalancerConfig,
+    config_keys,
+    convert_value,
+    did_you_mean,
+)
 from pulsar_lb_operator.strategies.rails import DEFAULT_RAILS
 
 ENV_PREFIX = "PULSAR_LB_"
@@ -235,7 +241,7 @@ def resolve(
         elif key in config_keys() or key.startswith("loadBalancerBandwith"):
             pulsar[key] = value
         else:
-            raise ConfigError(f"unknown configuration key {key!r}")
+            raise ConfigError(f"unknown configuration key {key!r}{did_you_mean(key, [*fields, *config_keys()])}")
     if environ.get("PULSAR_ADMIN_URL"):
         ours["adminUrl"] = environ["PULSAR_ADMIN_URL"]
     for key in fields:

@@ -12,8 +12,9 @@ can turn a usage, a square or the state into infinity.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,12 +130,21 @@ class LoadBalancerConfig:
         for raw_key, value in overrides.items():
             key = ALIASES.get(raw_key, raw_key)
             if key not in known:
-                raise ConfigError(f"unknown configuration key {describe(raw_key)}")
+                raise ConfigError(f"unknown configuration key {describe(raw_key)}{did_you_mean(raw_key, known)}")
             changes[key] = convert_value(key, known[key].type, value)
         return dataclasses.replace(self, **changes)
 
     def to_json(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+
+def did_you_mean(key: object, known: Iterable[str]) -> str:
+    """`` (did you mean maxUnloadsPerCycle?)`` for a key one typo away from a known one; "" otherwise."""
+    if not isinstance(key, str):
+        return ""
+    by_lower = {k.lower(): k for k in known}
+    close = difflib.get_close_matches(key.lower(), list(by_lower), n=1, cutoff=0.8)
+    return f" (did you mean {by_lower[close[0]]}?)" if close else ""
 
 
 def config_keys() -> list[str]:

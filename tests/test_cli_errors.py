@@ -283,3 +283,18 @@ def test_the_console_script_never_prints_a_traceback_for_these(tmp_path):
     ):
         result = subprocess.run([operator_script(), *argv], capture_output=True, text=True, cwd=tmp_path)
         assert result.returncode == 2 and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("typo", "meant"),
+    [
+        ("maxUnloadPerCycle", "maxUnloadsPerCycle"),
+        ("loadbalancerSheddingIntervalMinute", "loadBalancerSheddingIntervalMinutes"),
+    ],
+)
+def test_a_misspelt_key_names_the_key_it_was_probably_meant_to_be(capsys, typo, meant):
+    """Our keys and Pulsar's alike: one line, the suggestion, exit 2; a key like nothing known gets no guess."""
+    code, _, err = run(capsys, "rebalance", "--snapshot", str(EXAMPLE), "--set", f"{typo}=3")
+    assert code == 2 and one_line(err).endswith(f"unknown configuration key {typo!r} (did you mean {meant}?)")
+    code, _, err = run(capsys, "rebalance", "--snapshot", str(EXAMPLE), "--set", "zzz=3")
+    assert code == 2 and one_line(err).endswith("unknown configuration key 'zzz'")
