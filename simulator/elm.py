@@ -162,10 +162,7 @@ def unload(cluster: SimulatedCluster, at: str, bundle: str, destination: str | N
       ``ownedNamespaces`` name the destination.
     """
     with cluster.lock:
-        if destination is not None:
-            destination = destination.removeprefix("http://").removeprefix("https://")
-            if destination not in cluster.active_ids():
-                raise SimError(409, "Not allowed unload namespace bundle to inactive destination broker")
+        destination = cluster.active_destination(destination)
         cluster.check_bundle(bundle)
         owner = cluster.ownership.get(bundle)
         if owner is None:

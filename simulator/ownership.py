@@ -123,13 +123,19 @@ class OwnershipJobs:
         by_range = bundle_names.destination_keyed_by_range(self.scenario.broker_version)
         return bundle.rsplit("/", 1)[1] if by_range else bundle
 
+    def active_destination(self, destination: str | None) -> str | None:
+        """An unload's ``destinationBroker`` as a broker id; 409 when it is no active broker (both managers)."""
+        if destination is None:
+            return None
+        destination = destination.removeprefix("http://").removeprefix("https://")
+        if destination not in self.active_ids():
+            raise SimError(409, "Not allowed unload namespace bundle to inactive destination broker")
+        return destination
+
     def unload(self, bundle: str, destination: str | None = None) -> None:
         """PUT …/{bundle}/unload[?destinationBroker=]: validated as Pulsar does (409, 404, 412)."""
         with self.lock:
-            if destination is not None:
-                destination = destination.removeprefix("http://").removeprefix("https://")
-                if destination not in self.active_ids():
-                    raise SimError(409, "Not allowed unload namespace bundle to inactive destination broker")
+            destination = self.active_destination(destination)
             self.check_bundle(bundle)
             if destination is not None:
                 self.affinity[self.affinity_key(bundle)] = destination  # the leader remembers it

@@ -198,3 +198,31 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def auth_settings(plugin: str, folder: Path, token: str = "s3cret") -> dict[str, str]:
+    """The operator's settings for one authentication method, with the files it names written in ``folder``."""
+    (folder / "token").write_text(token)
+    for name in ("c.pem", "k.pem", "creds.json"):
+        (folder / name).write_text('{"client_id": "i", "client_secret": "s"}')
+    return {
+        "token": {"tokenFile": str(folder / "token")},
+        "tls": {"authPlugin": "tls", "tlsCertFile": str(folder / "c.pem"), "tlsKeyFile": str(folder / "k.pem")},
+        "oauth2": {
+            "authPlugin": "oauth2",
+            "oauth2IssuerUrl": "https://idp.example",
+            "oauth2Audience": "urn:pulsar",
+            "oauth2CredentialsFile": str(folder / "creds.json"),
+        },
+    }[plugin]
+
+
+# A three-broker cluster, broker-0 carrying three times broker-1's bundles and broker-2 none, with Pulsar's own
+# balancer off: the simulator's tests and its conformance tests start from it.
+SMALL_SCENARIO: dict[str, Any] = {
+    "cluster": "sim",
+    "brokers": [{"count": 3, "cores": 4, "cost_per_msg": 0.01, "cost_per_mib": 1.0}],
+    "namespaces": [{"name": "t/ns", "bundles": 8, "topics": 64, "rate": 150}],
+    "initial_owners": {"broker-0": 3, "broker-1": 1},
+    "config": {"loadBalancerSheddingEnabled": False, "loadBalancerAutoBundleSplitEnabled": False},
+}

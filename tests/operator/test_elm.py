@@ -30,7 +30,7 @@ from pulsar_lb_operator.simulator.http import serve
 from pulsar_lb_operator.simulator.scenario import parse_scenario
 from pulsar_lb_operator.strategies import LoadBalancerConfig
 from pulsar_lb_operator.strategies.snapshots import SnapshotError, parse_broker_load
-from tests.builders import free_port, operator_script
+from tests.builders import auth_settings, free_port, operator_script
 
 ELM_SCENARIO = {
     "cluster": "sim",
@@ -715,20 +715,8 @@ def test_elms_readers_authenticate_as_the_admin_client_does_at_the_url_derived_f
         monkeypatch.setattr(pulsar, name, lambda *a, _n=name, **k: made.setdefault(_n, (a, k)) and _n)
     monkeypatch.setattr(pulsar, "Client", _FakePulsar)
     _FakePulsar.made = []
-    (tmp_path / "token").write_text("s3cret")
     (tmp_path / "ca.pem").write_text("-")
-    for name in ("c.pem", "k.pem", "creds.json"):
-        (tmp_path / name).write_text('{"client_id": "i", "client_secret": "s"}')
-    values = {
-        "token": {"tokenFile": str(tmp_path / "token")},
-        "tls": {"authPlugin": "tls", "tlsCertFile": str(tmp_path / "c.pem"), "tlsKeyFile": str(tmp_path / "k.pem")},
-        "oauth2": {
-            "authPlugin": "oauth2",
-            "oauth2IssuerUrl": "https://idp.example",
-            "oauth2Audience": "urn:pulsar",
-            "oauth2CredentialsFile": str(tmp_path / "creds.json"),
-        },
-    }[plugin]
+    values = auth_settings(plugin, tmp_path)
     settings = OperatorSettings(
         adminUrl="https://pulsar-broker.pulsar.svc:8443", cluster="c", caBundle=str(tmp_path / "ca.pem"), **values
     )

@@ -26,6 +26,7 @@ from pulsar_lb_operator.simulator.http import serve
 from pulsar_lb_operator.simulator.scenario import load_scenario
 from pulsar_lb_operator.strategies import Unload
 from pulsar_lb_operator.strategies.config import ConfigError
+from tests.builders import auth_settings
 from tests.oauth2_issuer import Issuer
 
 ACT_NOW = ["--set", "loadBalancerAvgShedderHitCountHighThreshold=1", "--set", "pauseSeconds=0"]
@@ -355,19 +356,7 @@ def test_the_audit_publisher_authenticates_as_the_admin_client_does(plugin, tmp_
     for name in ("Client", "AuthenticationToken", "AuthenticationTLS", "AuthenticationOauth2"):
         monkeypatch.setattr(pulsar, name, type(name, (_Recorder,), {}))
     _Recorder.made = []
-    (tmp_path / "token").write_text(SECRET)
-    for name in ("c.pem", "k.pem", "creds.json"):
-        (tmp_path / name).write_text('{"client_id": "i", "client_secret": "s"}')
-    values = {
-        "token": {"tokenFile": str(tmp_path / "token")},
-        "tls": {"authPlugin": "tls", "tlsCertFile": str(tmp_path / "c.pem"), "tlsKeyFile": str(tmp_path / "k.pem")},
-        "oauth2": {
-            "authPlugin": "oauth2",
-            "oauth2IssuerUrl": "https://idp.example",
-            "oauth2Audience": "urn:pulsar",
-            "oauth2CredentialsFile": str(tmp_path / "creds.json"),
-        },
-    }[plugin]
+    values = auth_settings(plugin, tmp_path, SECRET)
     settings = OperatorSettings(adminUrl="https://broker:8443", auditEnabled=True, caBundle="ca.pem", **values)
     publisher = AuditPublisher(Spool(tmp_path / "spool"), "pulsar+ssl://broker:6651", "persistent://p/a/t")
     publisher._credentials = from_settings(settings)

@@ -3,14 +3,9 @@ import pytest
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.http import serve
 from pulsar_lb_operator.simulator.scenario import parse_scenario
+from tests.builders import SMALL_SCENARIO
 
-SMALL = {
-    "cluster": "sim",
-    "brokers": [{"count": 3, "cores": 4, "cost_per_msg": 0.01, "cost_per_mib": 1.0}],
-    "namespaces": [{"name": "t/ns", "bundles": 8, "topics": 64, "rate": 150}],
-    "initial_owners": {"broker-0": 3, "broker-1": 1},
-    "config": {"loadBalancerSheddingEnabled": False, "loadBalancerAutoBundleSplitEnabled": False},
-}
+SMALL = SMALL_SCENARIO
 
 
 @pytest.fixture

@@ -198,23 +198,13 @@ def test_through_the_planner_the_shedder_places_its_own_bundles():
 def test_it_plans_within_the_caps_the_settings_give():
     """maxUnloadsPerCycle / maxUnloadsPerBroker reach the strategy through plan_cycle: with a cap of 2 from one
     broker it plans 2 of the 4 moves, and the third stays for the next cycle (the executor would cut it)."""
-    capped = plan_cycle(
-        heterogeneous(),
-        ONE_HIT,
-        StrategyState(),
-        random.Random(0),
-        "PredictivePairingShedder",
-        profile=PROFILE,
-        rails=Rails(max_unloads_per_cycle=10, max_unloads_per_broker=2),
-    )[0]
+
+    def plan(rails):
+        state, rng = StrategyState(), random.Random(0)
+        return plan_cycle(
+            heterogeneous(), ONE_HIT, state, rng, "PredictivePairingShedder", profile=PROFILE, rails=rails
+        )
+
+    capped = plan(Rails(max_unloads_per_cycle=10, max_unloads_per_broker=2))[0]
     assert [(a.source, a.destination) for a in capped.unloads] == [("b:1", "a:1")] * 2
-    one = plan_cycle(
-        heterogeneous(),
-        ONE_HIT,
-        StrategyState(),
-        random.Random(0),
-        "PredictivePairingShedder",
-        profile=PROFILE,
-        rails=Rails(max_unloads_per_cycle=1, max_unloads_per_broker=5),
-    )[0]
-    assert len(one.unloads) == 1
+    assert len(plan(Rails(max_unloads_per_cycle=1, max_unloads_per_broker=5))[0].unloads) == 1
