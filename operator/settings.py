@@ -3,6 +3,13 @@
 Pulsar's load-balancer keys (``loadBalancer…``, ``maxUnloadPercentage``, …) may sit in the same file;
 they go to the strategies' LoadBalancerConfig. Everything is validated at start, and an error names
 the key. The admin token is read from a file or an environment variable and is never logged.
+
+Why not pydantic-settings: the same typed conversion (``strategies.config.convert_value``) must also read
+Pulsar's keys into the strategies' LoadBalancerConfig, and the strategies layer stays free of it; the
+environment names are Pulsar-style camelCase keys in upper snake case (``maxUnloadsPerCycle`` →
+``PULSAR_LB_MAX_UNLOADS_PER_CYCLE``), which would need an alias per field; and every message is already one
+line naming the key and the rule (with a "did you mean" for a typo), where pydantic's are several lines
+to be reformatted. What would go (the type conversion, ~40 lines) would come back as sources and aliases.
 """
 
 from __future__ import annotations
