@@ -36,7 +36,14 @@ from pulsar_lb_operator.adminapi import AdminClient, AdminError, BadResponse, No
 from strategies import bundles as bundle_names
 from strategies import policies as ns_policies
 from strategies.documents import Reader
-from strategies.snapshots import BrokerLoad, ClusterSnapshot, SnapshotError, TopicStats, parse_broker_load
+from strategies.snapshots import (
+    BrokerLoad,
+    ClusterSnapshot,
+    SnapshotError,
+    TopicStats,
+    decode_load_report,
+    parse_broker_load,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -83,7 +90,9 @@ class Collection:
 
 
 def _read_one(client: AdminClient, broker_id: str, deadline_s: float) -> BrokerLoad:
-    report = client.load_report(broker_id, deadline_s=deadline_s)
+    """One broker's report, its bytes decoded once: straight into checked fields when plainly valid
+    (``decode_load_report``, in C), else as JSON read field by field, which names what is wrong."""
+    report = client.load_report(broker_id, deadline_s=deadline_s, decode=decode_load_report)
     return parse_broker_load(broker_id, report, f"load-report of {broker_id}")
 
 
