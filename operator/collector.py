@@ -36,6 +36,7 @@ from pulsar_lb_operator.adminapi import AdminClient, AdminError, BadResponse, No
 from strategies import bundles as bundle_names
 from strategies import policies as ns_policies
 from strategies.documents import Reader
+from strategies.heap import collector_paused
 from strategies.snapshots import (
     BrokerLoad,
     ClusterSnapshot,
@@ -145,7 +146,22 @@ def collect(
     """One snapshot of the cluster. Raises AdminError only when the broker list itself can't be read.
 
     ``max_workers``: reports read at once (default: ``concurrency(brokers)``, one per broker up to 64).
+    The cyclic garbage collector is paused meanwhile (strategies/heap.py): a snapshot is made of acyclic
+    objects only, and over 1,000 brokers and 100,000 bundles its walks of the whole heap were a third of
+    collect's time.
     """
+    with collector_paused():
+        return _collect(client, cluster, stale_after_s, max_workers, broker_timeout_s, now_ms)
+
+
+def _collect(
+    client: AdminClient,
+    cluster: str,
+    stale_after_s: float,
+    max_workers: int | None,
+    broker_timeout_s: float,
+    now_ms: int | None,
+) -> Collection:
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     broker_ids = client.active_brokers(cluster)
     workers = max_workers or concurrency(len(broker_ids))

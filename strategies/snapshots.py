@@ -355,6 +355,9 @@ class DecodedReport(RawReport):
         super().__init__(content)
         self.fields = fields
 
+    def __bool__(self) -> bool:  # never empty (its fields are required): no need to decode it to say so
+        return True
+
     def get(self, key: str, default: Any = None) -> Any:
         if key in self._SERVED:
             value = getattr(self.fields, key)
