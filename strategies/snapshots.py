@@ -383,7 +383,9 @@ def decode_load_report(content: bytes) -> DecodedReport | None:
     for resource in (fields.cpu, fields.memory, fields.directMemory, fields.bandwidthIn, fields.bandwidthOut):
         if 0 < resource.limit < MIN_LIMIT:
             return None
-    if not all(map(bundle_names.is_bundle_name, itertools.chain(fields.lastStats, fields.bundles))):
+    names = set(fields.lastStats)
+    names.update(fields.bundles)  # mostly the same names: each checked once
+    if not all(map(bundle_names.is_bundle_name, names)):
         return None
     return DecodedReport(content, fields)
 
