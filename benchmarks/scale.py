@@ -11,19 +11,24 @@ another process, against the same brokers and reports:
 
 * **bare**: the concurrent fetch and JSON parse of every broker's load report with nothing else —
   ``requests`` (one Session, its pools sized for the brokers) and ``json.loads`` on as many threads as
-  the collector uses: the floor a collector can reach over this network;
+  the collector uses: what the plain way costs over this network; and **lean bare**, the same with two
+  of collect's own savings (the Session does not scan the environment at every request, the cyclic
+  garbage collector is paused) — collect has a third, its reports decoded once into checked fields
+  instead of by ``json.loads``;
 * **collect**: the operator's ``collect`` (the admin client's deadlines, redirect and host checks, GET
-  retries, the strict load-report parse of ``strategies/snapshots.py``, staleness checks, the namespace
-  policies); and collect again with that parse swapped for a stand-in — the collector's own cost;
-* **parse**: that strict parse alone (``parse_broker_load``) over the same reports, on one thread, and
-  ``json.loads`` alone (each the best of ``--repeat`` runs) — collect's cost that is not the network's;
+  retries, each report's bytes decoded once into the checked fields of ``strategies/snapshots.py``'s
+  strict parse, staleness checks, the namespace policies); and collect again with the reports decoded by
+  ``json.loads`` and that parse swapped for a stand-in — the collector's own cost;
+* **parse**: that decode and strict parse alone (``decode_load_report`` and ``parse_broker_load``) over
+  the same bytes, on one thread, and ``json.loads`` alone (each the best of ``--repeat`` runs, the garbage
+  collector paused for both as collect pauses it) — collect's cost that is not the network's;
 * **decide** per shedding strategy with its default placement: ``strategies.plan_cycle`` on the
   collected snapshot, with the state an earlier cycle left (so AvgShedder's hit counters have a first
   hit, as in a running operator);
 * peak memory: the resident peak (``ru_maxrss``) of a fresh process doing what one operator cycle does
   before executing — collect, then decide (AvgShedder, twice) — and of the simulator's process.
 
-Runs alternate bare, collect and collect without the strict parse, ``--repeat`` times (default 5); each
+Runs alternate bare, lean bare, collect and collect without the strict parse, ``--repeat`` times (default 5); each
 figure is the best run (decide: the best of 3), the cost of the work without what other processes took
 meanwhile, and the ratios compare figures of the same run. Then the slope: how each time grows per
 10,000 bundles between consecutive sizes (linear growth keeps it flat). ``--profile`` prints where
@@ -227,7 +232,8 @@ def _measure(conn: Any, info: dict[str, Any], scenario: dict[str, Any], options:
     from pulsar_lb_operator.adminapi import AdminClient
     from pulsar_lb_operator.collector import collect, concurrency
     from pulsar_lb_operator.strategies import LoadBalancerConfig, StrategyState, plan_cycle
-    from pulsar_lb_operator.strategies.snapshots import parse_broker_load
+    from pulsar_lb_operator.strategies.heap import collector_paused
+    from pulsar_lb_operator.strategies.snapshots import DecodedReport, decode_load_report, parse_broker_load
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))  # errors only
     brokers: list[str] = info["brokers"]
@@ -241,40 +247,53 @@ def _measure(conn: Any, info: dict[str, Any], scenario: dict[str, Any], options:
         return collect(client, scenario.get("cluster", "sim"), now_ms=now_ms)
 
     def collect_unparsed() -> Any:
-        """collect with the strict parse swapped for a stand-in: the collector's own cost over the network."""
+        """collect with the strict parse swapped for a stand-in — the reports decoded by json.loads, as bare
+        does, and not checked: the collector's own cost over the network."""
         from pulsar_lb_operator import collector
 
         def stand_in(_broker_id: str, report: Any, _path: str = "") -> Any:
             return SimpleNamespace(lastUpdate=report["lastUpdate"], owned_bundles=lambda: report["bundles"])
 
-        original, collector.parse_broker_load = collector.parse_broker_load, stand_in
+        originals = collector.parse_broker_load, collector.decode_load_report
+        collector.parse_broker_load, collector.decode_load_report = stand_in, lambda _content: None
         try:
             return collect_once()
         finally:
-            collector.parse_broker_load = original
+            collector.parse_broker_load, collector.decode_load_report = originals
 
-    bare_fetch(brokers, workers, session)  # warm up both: connections, the simulator's serialized reports
+    lean = requests.Session()  # bare, with two of collect's own savings: see "lean" in the module's docstring
+    lean.trust_env = False
+    lean.mount("http://", requests.adapters.HTTPAdapter(pool_connections=len(brokers) + 1, pool_maxsize=workers))
+
+    def lean_fetch() -> list[Any]:
+        with collector_paused():
+            return bare_fetch(brokers, workers, lean)
+
+    bare_fetch(brokers, workers, session)  # warm up all: connections, the simulator's serialized reports
+    lean_fetch()
     collection = collect_once()
-    bare_runs, collect_runs, unparsed_runs = [], [], []
+    bare_runs, lean_runs, collect_runs, unparsed_runs = [], [], [], []
     for _ in range(options["repeat"]):
         seconds, _ = _timed(lambda: bare_fetch(brokers, workers, session))
         bare_runs.append(seconds)
+        lean_runs.append(_timed(lean_fetch)[0])
         seconds, collection = _timed(collect_once)
         collect_runs.append(seconds)
         unparsed_runs.append(_timed(collect_unparsed)[0])
     assert len(collection.snapshot.brokers) == len(brokers), collection.skipped
     raw = [session.get(f"http://{b}/admin/v2/broker-stats/load-report", timeout=60).content for b in brokers]
-    docs = [json.loads(r) for r in raw]
-    loads_s = _best([_timed(lambda: [json.loads(r) for r in raw])[0] for _ in range(options["repeat"])])
-    parse_s = _best(
-        [
-            _timed(lambda: [parse_broker_load(b, d, f"load-report of {b}") for b, d in zip(brokers, docs)])[0]
-            for _ in range(options["repeat"])
-        ]
-    )
+
+    def decode_and_parse() -> list[Any]:  # what collect does with each answer's bytes (all take the fast path)
+        return [parse_broker_load(b, decode_load_report(r), f"load-report of {b}") for b, r in zip(brokers, raw)]
+
+    assert all(type(decode_load_report(r)) is DecodedReport for r in raw)  # every report takes the fast path
+    with collector_paused():  # both as collect does it
+        loads_s = _best([_timed(lambda: [json.loads(r) for r in raw])[0] for _ in range(options["repeat"])])
+        parse_s = _best([_timed(decode_and_parse)[0] for _ in range(options["repeat"])])
     result: dict[str, Any] = {
         "workers": workers,
         "bare_s": _best(bare_runs),
+        "lean_s": _best(lean_runs),
         "collect_s": _best(collect_runs),
         "unparsed_s": _best(unparsed_runs),
         "loads_s": loads_s,
@@ -358,15 +377,17 @@ def _slopes(rows: list[dict[str, Any]], key: Callable[[dict[str, Any]], float]) 
 
 def report(rows: list[dict[str, Any]], strategies: list[str]) -> str:
     lines = [
-        "| brokers | bundles | served in s | report KiB | bare s | collect s | collect / bare "
-        "| collect without the strict parse / bare | json.loads s | strict parse s | parse / json.loads "
+        "| brokers | bundles | served in s | report KiB | bare s | lean bare s | collect s | collect / bare "
+        "| collect / lean bare "
+        "| collect without the strict parse / bare | json.loads s | decode + strict parse s | that / json.loads "
         "| one cycle's peak MiB | simulator peak MiB |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
             f"| {r['brokers']:,} | {r['bundles']:,} | {r['build_s']:.1f} | {r['report_kib']:.0f} | {r['bare_s']:.2f} "
-            f"| {r['collect_s']:.2f} | {r['collect_s'] / r['bare_s']:.2f}× | {r['unparsed_s'] / r['bare_s']:.2f}× "
+            f"| {r['lean_s']:.2f} | {r['collect_s']:.2f} | {r['collect_s'] / r['bare_s']:.2f}× "
+            f"| {r['collect_s'] / r['lean_s']:.2f}× | {r['unparsed_s'] / r['bare_s']:.2f}× "
             f"| {r['loads_s']:.2f} | {r['parse_s']:.2f} | {r['parse_s'] / r['loads_s']:.1f}× | {r['peak_mib']:.0f} "
             f"| {r['simulator_mib']:.0f} |"
         )
@@ -387,7 +408,7 @@ def report(rows: list[dict[str, Any]], strategies: list[str]) -> str:
         lines += ["", "| ms per 10,000 bundles | " + " | ".join(spans) + " |", "|---|" + "---:|" * len(spans)]
         lines.append("| bare fetch | " + " | ".join(_slopes(rows, lambda r: r["bare_s"])) + " |")
         lines.append("| collect | " + " | ".join(_slopes(rows, lambda r: r["collect_s"])) + " |")
-        lines.append("| strict parse | " + " | ".join(_slopes(rows, lambda r: r["parse_s"])) + " |")
+        lines.append("| decode + strict parse | " + " | ".join(_slopes(rows, lambda r: r["parse_s"])) + " |")
         for s in strategies:
             lines.append(f"| decide {s} | " + " | ".join(_slopes(rows, lambda r, s=s: r["decide_s"][s])) + " |")
     return "\n".join(lines)
@@ -399,7 +420,12 @@ def report(rows: list[dict[str, Any]], strategies: list[str]) -> str:
 def balance(brokers: int, bundles: int, dry_cycles: int, real_cycles: int, strategy: str | None) -> int:
     """The operator's own cycle (run_cycle: verify → collect → plan → execute) against the served cluster,
     over HTTP, one cycle per simulated minute: ``dry_cycles`` in dry run (nothing mutating may be sent),
-    then ``real_cycles`` executed. Prints each cycle's times, actions and the brokers' true usage."""
+    then real cycles until the cluster is balanced, at most ``real_cycles``. Prints each cycle that planned,
+    sent or verified something: its time, actions and the brokers' true usage.
+
+    Balanced: every broker's true usage inside the band the untouched brokers (all but the hot and the
+    restarted ones) spanned at the start — the restart undone, the cluster as even as it was before it.
+    Returns 1 when a dry run sent a mutating call or the cluster was not balanced in time."""
     import structlog
 
     from pulsar_lb_operator.adminapi import AdminClient
@@ -416,6 +442,7 @@ def balance(brokers: int, bundles: int, dry_cycles: int, real_cycles: int, strat
     few = max(1, brokers // 200)
     hot = [f"broker-{i}" for i in range(few)]
     empty = [f"broker-{i}" for i in range(brokers - few, brokers)]
+    mean = statistics.mean
     with Served(data) as served:
         info = served.info
         print(
@@ -426,13 +453,21 @@ def balance(brokers: int, bundles: int, dry_cycles: int, real_cycles: int, strat
         client = AdminClient(info["admin_url"])
         state = OperatorState()
         rng = random.Random(0)
+        start, _, _ = served.ask("usage")
+        untouched = [u for name, u in start.items() if name not in hot and name not in empty]
+        low, high = min(untouched), max(untouched)
+        print(
+            f"strategy {strategy or config.loadBalancerLoadSheddingStrategy}; the {len(untouched):,} untouched brokers "
+            f"span {low:.1f}–{high:.1f}% (spread {high - low:.1f}, standard deviation "
+            f"{statistics.pstdev(untouched):.1f}): balanced when every broker is inside that band"
+        )
         print(
             "\ncycle  mode     collect+decide+execute s  planned  dry run  sent  verified as planned  "
-            f"hot ({len(hot)}) %  restarted ({len(empty)}) %  max %  spread"
+            f"hot ({len(hot)}) %  restarted ({len(empty)}) %  min %  max %  spread  sd"
         )
-        failures = 0
-        start, _, _ = served.ask("usage")
         totals = {"sent": 0, "verified": 0, "dry_mutating": 0}
+        balanced_at = None
+        usage = start
         for cycle in range(1, dry_cycles + real_cycles + 1):
             dry = cycle <= dry_cycles
             safety = Safety(dry_run=dry, cooldown_minutes=config.loadBalancerSheddingGracePeriodMinutes)
@@ -451,28 +486,37 @@ def balance(brokers: int, bundles: int, dry_cycles: int, real_cycles: int, strat
             dry_run = sum(1 for r in result.records if r.outcome is Outcome.DRY_RUN)
             verified = sum(1 for r in result.verifications if r.outcome is Outcome.MOVED_AS_PLANNED)
             values = sorted(usage.values())
-            print(
-                f"{cycle:>5}  {'dry run' if dry else 'real':<7}  {seconds:>24.1f}  {len(result.plan.actions):>7}  "
-                f"{dry_run:>7}  {sent:>4}  {verified:>19}  "
-                f"{statistics.mean(usage[n] for n in hot):>9.1f}  {statistics.mean(usage[n] for n in empty):>15.1f}  "
-                f"{values[-1]:>5.1f}  {values[-1] - values[0]:>6.1f}",
-                flush=True,
-            )
+            balanced = not dry and low <= values[0] and values[-1] <= high
+            if dry or result.plan.actions or sent or verified or balanced or cycle == dry_cycles + real_cycles:
+                print(
+                    f"{cycle:>5}  {'dry run' if dry else 'real':<7}  {seconds:>24.1f}  {len(result.plan.actions):>7}  "
+                    f"{dry_run:>7}  {sent:>4}  {verified:>19}  "
+                    f"{mean(usage[n] for n in hot):>9.1f}  {mean(usage[n] for n in empty):>15.1f}  "
+                    f"{values[0]:>5.1f}  {values[-1]:>5.1f}  {values[-1] - values[0]:>6.1f}  "
+                    f"{statistics.pstdev(values):>3.1f}",
+                    flush=True,
+                )
             totals["sent"] += sent
             totals["verified"] += verified
             if dry:
                 totals["dry_mutating"] = mutating
+            if balanced:
+                balanced_at = cycle
+                break
         client.close()
-    mean = statistics.mean
     print(
+        "(cycles that planned, sent and verified nothing are not shown)\n"
         f"\ndry run: {totals['dry_mutating']} mutating calls sent (must be 0); real run: {totals['sent']} unloads "
         f"sent, {totals['verified']} verified where planned; hot brokers {mean(start[n] for n in hot):.1f}% → "
         f"{mean(usage[n] for n in hot):.1f}%, restarted ones {mean(start[n] for n in empty):.1f}% → "
-        f"{mean(usage[n] for n in empty):.1f}%"
+        f"{mean(usage[n] for n in empty):.1f}%; spread {max(start.values()) - min(start.values()):.1f} → "
+        f"{max(usage.values()) - min(usage.values()):.1f}"
     )
-    if totals["dry_mutating"]:
-        failures += 1
-    return 1 if failures else 0
+    if balanced_at is not None:
+        print(f"balanced at cycle {balanced_at} ({balanced_at - dry_cycles} real cycles, one a simulated minute)")
+    else:
+        print(f"NOT balanced after {real_cycles} real cycles")
+    return 1 if totals["dry_mutating"] or balanced_at is None else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -486,7 +530,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="print where collect's time goes (cProfile)")
     parser.add_argument("--balance", action="store_true", help="run the operator's cycle on the cluster instead")
     parser.add_argument("--dry-cycles", type=int, default=2)
-    parser.add_argument("--cycles", type=int, default=6, help="real cycles after the dry run ones (--balance)")
+    parser.add_argument(
+        "--cycles", type=int, default=150, help="real cycles at most after the dry run ones, until balanced (--balance)"
+    )
     args = parser.parse_args(argv)
     if args.balance:
         bundles = args.bundles[-1] if args.bundles != parser.get_default("bundles") else SHIPPED_BUNDLES

@@ -13,9 +13,10 @@ is 0 or at least 1e-6).
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
@@ -268,10 +269,13 @@ def _trusted(cls: type, fields: dict[str, Any]) -> Any:
 
 
 _RATE_KEYS = ("msgRateIn", "msgRateOut", "msgThroughputIn", "msgThroughputOut")
+# The bounds the C-checked paths use, a hair inside the reader's: a value at a bound (or an integer literal
+# that only rounds to it) is left to the reader, whose comparison is exact.
+_INSIDE = 1 - 2**-40
 _JSON_TYPES = frozenset({dict, list, str, int, float, bool, type(None)})
 
 if msgspec is not None:
-    _Rate = Annotated[float, msgspec.Meta(ge=0, le=MAX_AMOUNT)]
+    _Rate = Annotated[float, msgspec.Meta(ge=0, le=MAX_AMOUNT * _INSIDE)]
     _Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_INTEGER)]
 
     class _PlainBundleStats(msgspec.Struct):
@@ -286,6 +290,148 @@ if msgspec is not None:
         producerCount: _Count = 0
         topics: _Count = 0
         cacheSize: _Count = 0
+
+    _Amount = Annotated[float, msgspec.Meta(ge=0, le=MAX_AMOUNT * _INSIDE)]
+    _Total = Annotated[float, msgspec.Meta(ge=0, le=MAX_BROKER_TOTAL * _INSIDE)]
+
+    class _PlainResource(msgspec.Struct):
+        usage: _Amount
+        limit: _Amount
+
+    class _PlainLocalBrokerData(msgspec.Struct):
+        """What ``parse_broker_load`` reads of a LocalBrokerData document, as a schema msgspec decodes and
+        checks in C straight from the answer's bytes: every other field is skipped without being built."""
+
+        cpu: _PlainResource
+        memory: _PlainResource
+        directMemory: _PlainResource
+        bandwidthIn: _PlainResource
+        bandwidthOut: _PlainResource
+        msgRateIn: _Total
+        msgRateOut: _Total
+        msgThroughputIn: _Total
+        msgThroughputOut: _Total
+        lastUpdate: _Count
+        lastStats: dict[str, _PlainBundleStats]
+        bundles: list[str]
+        loadReportType: str = "LocalBrokerData"
+        persistentTopicsEnabled: bool = True
+        nonPersistentTopicsEnabled: bool = True
+        # any JSON value: parse_broker_load keeps a string, the admin client checks either URL's host
+        webServiceUrl: Any = msgspec.UNSET
+        webServiceUrlTls: Any = msgspec.UNSET
+
+    _decoder = msgspec.json.Decoder(_PlainLocalBrokerData)
+
+
+class RawReport(Mapping[str, Any]):
+    """A load report as the broker sent it: its bytes, decoded with ``json.loads`` (as the document was
+    before) the first time it is read as a mapping — which only a snapshot file or a load manager's name
+    asks for — so a cycle neither decodes nor keeps the whole document of every broker."""
+
+    __slots__ = ("_document", "content")
+
+    def __init__(self, content: bytes) -> None:
+        self.content = content
+        self._document: dict[str, Any] | None = None
+
+    def _decoded(self) -> dict[str, Any]:
+        if self._document is None:  # two threads may both decode: the same document either way
+            self._document = json.loads(self.content)
+        return self._document
+
+    def __getitem__(self, key: str) -> Any:
+        return self._decoded()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._decoded())
+
+    def __len__(self) -> int:
+        return len(self._decoded())
+
+
+class DecodedReport(RawReport):
+    """A load report decoded once, from its bytes, into the checked fields ``parse_broker_load`` needs
+    (``decode_load_report``). ``get`` answers ``bundles``, ``webServiceUrl`` and ``webServiceUrlTls`` from
+    them — what the admin client checks of every report — without decoding the whole document."""
+
+    __slots__ = ("fields",)
+    _SERVED = frozenset({"bundles", "webServiceUrl", "webServiceUrlTls"})
+
+    def __init__(self, content: bytes, fields: Any) -> None:
+        super().__init__(content)
+        self.fields = fields
+
+    def __bool__(self) -> bool:  # never empty (its fields are required): no need to decode it to say so
+        return True
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key in self._SERVED:
+            value = getattr(self.fields, key)
+            return default if value is msgspec.UNSET else value
+        return super().get(key, default)
+
+
+def decode_load_report(content: bytes) -> DecodedReport | None:
+    """A LocalBrokerData document decoded from the answer's bytes and checked in one pass (msgspec, in C),
+    when it is plainly valid — as nearly every report is; None otherwise (or without msgspec): the caller
+    then decodes it as JSON and ``parse_broker_load`` reads it field by field, which decides and names
+    what is wrong. It takes nothing the reader would refuse: bounds a hair inside the reader's (a value at
+    the bound goes to the reader), no integral float for a count, no NaN, no infinity, no boolean for a
+    number, only UTF-8, valid bundle names, a resource limit of 0 or at least ``MIN_LIMIT``."""
+    if msgspec is None or type(content) is not bytes:
+        return None
+    try:
+        fields = _decoder.decode(content)
+    except Exception:  # msgspec's errors, or a UnicodeDecodeError: the reader's path decides
+        return None
+    if fields.loadReportType != "LocalBrokerData":
+        return None
+    for resource in (fields.cpu, fields.memory, fields.directMemory, fields.bandwidthIn, fields.bandwidthOut):
+        if 0 < resource.limit < MIN_LIMIT:
+            return None
+    names = set(fields.lastStats)
+    names.update(fields.bundles)  # mostly the same names: each checked once
+    if not all(map(bundle_names.is_bundle_name, names)):
+        return None
+    return DecodedReport(content, fields)
+
+
+def _decoded_broker_load(broker_id: str, report: DecodedReport) -> BrokerLoad:
+    """The BrokerLoad of a report ``decode_load_report`` took: every field already checked."""
+    fields = report.fields
+    url = fields.webServiceUrl
+    return BrokerLoad(
+        broker=broker_id,
+        cpu=ResourceUsage(fields.cpu.usage + 0.0, fields.cpu.limit + 0.0),  # + 0.0: -0.0 becomes 0.0, as Reader
+        memory=ResourceUsage(fields.memory.usage + 0.0, fields.memory.limit + 0.0),
+        directMemory=ResourceUsage(fields.directMemory.usage + 0.0, fields.directMemory.limit + 0.0),
+        bandwidthIn=ResourceUsage(fields.bandwidthIn.usage + 0.0, fields.bandwidthIn.limit + 0.0),
+        bandwidthOut=ResourceUsage(fields.bandwidthOut.usage + 0.0, fields.bandwidthOut.limit + 0.0),
+        msgRateIn=fields.msgRateIn + 0.0,
+        msgRateOut=fields.msgRateOut + 0.0,
+        msgThroughputIn=fields.msgThroughputIn + 0.0,
+        msgThroughputOut=fields.msgThroughputOut + 0.0,
+        lastUpdate=fields.lastUpdate,
+        lastStats=MappingProxyType(_bundle_stats_of(fields.lastStats)),
+        bundles=frozenset(fields.bundles),
+        webServiceUrl=url if isinstance(url, str) else None,
+        raw=RawReport(report.content),
+        persistentTopicsEnabled=fields.persistentTopicsEnabled,
+        nonPersistentTopicsEnabled=fields.nonPersistentTopicsEnabled,
+    )
+
+
+def _bundle_stats_of(checked: dict[str, Any]) -> dict[str, BundleStats]:
+    """BundleStats of entries msgspec checked (``_PlainBundleStats``)."""
+    out = {}
+    for name, stats in checked.items():
+        fields = msgspec.structs.asdict(stats)
+        if not (stats.msgRateIn and stats.msgRateOut and stats.msgThroughputIn and stats.msgThroughputOut):
+            for key in _RATE_KEYS:  # a zero may be -0.0: Reader.number's + 0.0 makes it 0.0
+                fields[key] += 0.0
+        out[name] = _trusted(BundleStats, fields)
+    return out
 
 
 def _plain_last_stats(value: Any) -> dict[str, BundleStats] | None:
@@ -304,18 +450,14 @@ def _plain_last_stats(value: Any) -> dict[str, BundleStats] | None:
         checked = msgspec.convert(value, dict[str, _PlainBundleStats])
     except msgspec.ValidationError:
         return None
-    out = {}
-    for name, stats in checked.items():
-        fields = msgspec.structs.asdict(stats)
-        if not (stats.msgRateIn and stats.msgRateOut and stats.msgThroughputIn and stats.msgThroughputOut):
-            for key in _RATE_KEYS:  # a zero may be -0.0: Reader.number's + 0.0 makes it 0.0
-                fields[key] += 0.0
-        out[name] = _trusted(BundleStats, fields)
-    return out
+    return _bundle_stats_of(checked)
 
 
 def parse_broker_load(broker_id: str, report: Any, path: str = "load-report") -> BrokerLoad:
-    """Validate one ``LocalBrokerData`` JSON document (what a broker's load-report returned)."""
+    """Validate one ``LocalBrokerData`` JSON document (what a broker's load-report returned), or build the
+    BrokerLoad of a report ``decode_load_report`` already checked."""
+    if type(report) is DecodedReport:
+        return _decoded_broker_load(broker_id, report)
     reader = _reader(report, path)
     data = reader.obj()
     report_type = data.get("loadReportType", "LocalBrokerData")

@@ -11,6 +11,13 @@ Everything is bounded: each call has a deadline over all its hops (socket timeou
 broker that trickles bytes), and an answer larger than ``max_body_bytes`` is cut off with an error
 instead of being read into memory.
 
+What ``requests`` reads from the environment — a proxy (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``,
+``NO_PROXY``), a login in ``~/.netrc`` (or ``$NETRC``), a CA bundle in ``REQUESTS_CA_BUNDLE`` or
+``CURL_CA_BUNDLE`` — is honoured as requests would, but read once: the CA bundle when the client is made,
+the proxy and the login the first time each host is called, kept for the client's life (requests scans
+every environment variable twice per call to find them: a quarter of a collect's CPU over 1,000 brokers).
+The environment a process starts with is the one it keeps; a change to it later is not seen.
+
 Credentials (adminapi/auth.py) are asked for on every hop, so a rotated token file or a refreshed OAuth2
 token is used at once; a 401 renews them and tries that hop once more. A broker's own web URL — for the
 endpoints only that broker answers — is what the broker publishes, or an override: see ``broker_url``.
@@ -26,7 +33,7 @@ import string
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urljoin, urlsplit, urlunsplit
@@ -100,6 +107,13 @@ class AdminClient:
         self.timeouts = timeouts or Timeouts()
         self.retries = max(1, retries)
         self.session = session or requests.Session()
+        # The environment, read once (see the module's docstring): the session itself no longer looks.
+        self._trust_env = bool(self.session.trust_env)
+        self.session.trust_env = False
+        self._send_verify: bool | str = self.verify
+        if self._trust_env and self.verify is True:
+            self._send_verify = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or True
+        self._environments: dict[str, tuple[dict[str, str], tuple[str, str] | None]] = {}
         self.max_body_bytes = max_body_bytes
         self.broker_urls = {k: v.rstrip("/") for k, v in (broker_urls or {}).items()}
         self.broker_url_template = broker_url_template
@@ -271,6 +285,21 @@ class AdminClient:
 
     # ------------------------------------------------------------------ core
 
+    def _environment(self, url: str) -> tuple[dict[str, str], tuple[str, str] | None]:
+        """The proxies and the ~/.netrc login requests would take from the environment for ``url``'s host,
+        read the first time the host is called (requests' own functions, so the same answer)."""
+        parts = urlsplit(url)
+        origin = f"{parts.scheme}://{parts.netloc}"
+        found = self._environments.get(origin)
+        if found is None:
+            if self._trust_env:
+                found = (requests.utils.get_environ_proxies(origin), requests.utils.get_netrc_auth(origin))
+            else:
+                found = ({}, None)
+            with self._lock:
+                self._environments[origin] = found
+        return found
+
     def request(
         self,
         method: str,
@@ -345,6 +374,7 @@ class AdminClient:
         if left <= 0:
             raise errors.TransportError(url, f"timed out: no complete answer within {budget:g} s")
         timeout = (min(self.timeouts.connect, left), left)
+        proxies, netrc_login = self._environment(url)
         try:
             response = self.session.request(
                 method,
@@ -352,10 +382,12 @@ class AdminClient:
                 data=data,
                 headers=headers,
                 timeout=timeout,
-                verify=self.verify,
+                verify=self._send_verify,
                 cert=self.credentials.cert,
                 allow_redirects=False,
                 stream=True,
+                proxies=dict(proxies),
+                auth=netrc_login if netrc_login and not self.session.auth else None,
             )
             with response:
                 chunks: list[bytes] = []
@@ -382,8 +414,13 @@ class AdminClient:
         base: str | None = None,
         params: Mapping[str, Any] | None = None,
         deadline_s: float | None = None,
+        decode: Callable[[bytes], Any] | None = None,
     ) -> Any:
-        """A GET retried on connection errors and 5xx, whose body must be JSON."""
+        """A GET retried on connection errors and 5xx, whose body must be JSON.
+
+        ``decode``: a typed decoder tried first on the answer's bytes (the body decoded once, straight into
+        what the caller needs); when it returns None the body is decoded as JSON, as without it.
+        """
 
         @retry(
             retry=retry_if_exception_type((errors.TransportError, errors.ServerError)),
@@ -393,6 +430,10 @@ class AdminClient:
         )
         def attempt() -> Any:
             response = self.request("GET", path, base=base, params=params, deadline_s=deadline_s)
+            if decode is not None:
+                decoded = decode(response.content)
+                if decoded is not None:
+                    return decoded
             try:
                 return response.json()
             except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
@@ -416,15 +457,19 @@ class AdminClient:
     def leader(self) -> dict[str, Any]:
         return _object(self.get_json("/admin/v2/brokers/leaderBroker"), "leaderBroker")
 
-    def load_report(self, broker_id: str, deadline_s: float | None = None) -> Any:
+    def load_report(
+        self, broker_id: str, deadline_s: float | None = None, decode: Callable[[bytes], Any] | None = None
+    ) -> Any:
         """LocalBrokerData of one broker: asked of that broker itself (there is no redirect).
 
         A report whose heartbeat bundles name another broker came through a proxy or a Service, not from
-        ``broker_id``: a BadResponse, never a report filed under the wrong broker.
+        ``broker_id``: a BadResponse, never a report filed under the wrong broker. ``decode`` (see
+        ``get_json``) returns a Mapping whose ``get`` gives ``bundles``, ``webServiceUrl`` and
+        ``webServiceUrlTls`` as the JSON document has them (the collector's: ``decode_load_report``).
         """
         base = self.broker_url(broker_id)
-        report = self.get_json("/admin/v2/broker-stats/load-report", base=base, deadline_s=deadline_s)
-        if isinstance(report, dict):
+        report = self.get_json("/admin/v2/broker-stats/load-report", base=base, deadline_s=deadline_s, decode=decode)
+        if isinstance(report, Mapping):
             other = _reporting_broker(report)
             if other is not None and other != broker_id:
                 raise errors.BadResponse(

@@ -198,3 +198,63 @@ def test_end_to_end_unload_through_leader_and_owner_with_token():
             AdminClient(entry, token="wrong", retries=1).clusters()
         with pytest.raises(Conflict, match="inactive destination"):
             admin.unload(bundle, "127.0.0.1:1")
+
+
+class _Recorder:
+    """A loopback HTTP server that answers every GET with its own name, and records what it was asked:
+    the request line's target (an absolute URL when it is used as a proxy) and the Authorization header."""
+
+    def __init__(self, name: str) -> None:
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.seen: list[tuple[str, str | None]] = []
+        recorder = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                recorder.seen.append((self.path, self.headers.get("Authorization")))
+                body = json.dumps([name]).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def __enter__(self) -> "_Recorder":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_the_environment_proxy_and_netrc_are_honoured_as_read_once_per_host(monkeypatch, tmp_path):
+    """HTTP_PROXY / NO_PROXY and ~/.netrc count as requests counts them, read the first time a host is
+    called and kept (requests would scan the environment twice per call): a later change is not seen."""
+    import os
+
+    for key in list(os.environ):
+        if key.lower().endswith("_proxy") or key == "NETRC":
+            monkeypatch.delenv(key)
+    with _Recorder("direct") as direct, _Recorder("proxy") as proxy:
+        monkeypatch.setenv("http_proxy", proxy.url)
+        through_proxy = AdminClient(direct.url, retries=1)
+        assert through_proxy.clusters() == ["proxy"]
+        assert proxy.seen == [(f"{direct.url}/admin/v2/clusters", None)]  # the absolute URL: a proxy's request
+        monkeypatch.setenv("no_proxy", "127.0.0.1")
+        assert through_proxy.clusters() == ["proxy"]  # what it read at its first call to that host
+        netrc = tmp_path / "netrc"
+        netrc.write_text("machine 127.0.0.1 login reader password s3cret\n")
+        monkeypatch.setenv("NETRC", str(netrc))
+        fresh = AdminClient(direct.url, retries=1)
+        assert fresh.clusters() == ["direct"]  # no_proxy names the host
+        assert direct.seen == [("/admin/v2/clusters", "Basic cmVhZGVyOnMzY3JldA==")]  # reader:s3cret

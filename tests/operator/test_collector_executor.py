@@ -55,6 +55,24 @@ def test_collect_skips_stale_reports_and_crashed_brokers(sim):
     assert len(after.snapshot.brokers) == 2
 
 
+def test_collect_pauses_the_garbage_collector_and_always_resumes_it(sim, monkeypatch):
+    """Paused while the reports are read (a snapshot is acyclic), on again afterwards, even after a failure."""
+    import gc
+
+    from pulsar_lb_operator import collector
+    from pulsar_lb_operator.adminapi import TransportError
+
+    seen = []
+    original = collector._read_one
+    monkeypatch.setattr(collector, "_read_one", lambda *a: (seen.append(gc.isenabled()), original(*a))[1])
+    assert gc.isenabled()
+    collect(client_for(sim), "sim", now_ms=sim.cluster.now_ms)
+    assert seen and not any(seen) and gc.isenabled()
+    with pytest.raises(TransportError):
+        collect(AdminClient("http://127.0.0.1:1", retries=1), "sim")
+    assert gc.isenabled()
+
+
 def _unload(sim, src="broker-0", dst="broker-2", index=0):
     bundle = sim.cluster.owned_by(sim.cluster.by_name(src).id)[index]
     return Unload(bundle, sim.cluster.by_name(src).id, sim.cluster.by_name(dst).id, "test")

@@ -153,6 +153,30 @@ def test_a_report_that_another_broker_answered_is_refused_not_filed_under_the_wr
 
 
 @responses.activate
+def test_a_report_decoded_once_is_checked_as_a_decoded_document_is():
+    """The collector's path (the bytes decoded straight into checked fields): a report another broker
+    answered is refused all the same, and the web URL a listed broker publishes is learned all the same."""
+    from strategies.snapshots import DecodedReport, decode_load_report
+    from tests.builders import broker_report
+
+    admin = AdminClient("https://broker-a:8443", retries=1)
+    responses.get("https://broker-a:8443/admin/v2/brokers/c", json=["broker-a:8080", "broker-b:8080"])
+    admin.active_brokers("c")
+    admin._learned["broker-b:8080"] = "https://broker-b:8443"
+    report = broker_report()
+    report.update(webServiceUrl="http://broker-b:8080", webServiceUrlTls="https://broker-b:9443")
+    report["bundles"] = ["pulsar/c/broker-a:8080/0x00000000_0xffffffff"]
+    responses.get("https://broker-b:8443/admin/v2/broker-stats/load-report", json=report)
+    with pytest.raises(BadResponse, match="is broker broker-a:8080's, not broker-b:8080's"):
+        admin.load_report("broker-b:8080", decode=decode_load_report)
+    report["bundles"] = ["pulsar/c/broker-b:8080/0x00000000_0xffffffff"]
+    responses.replace(responses.GET, "https://broker-b:8443/admin/v2/broker-stats/load-report", json=report)
+    answer = admin.load_report("broker-b:8080", decode=decode_load_report)
+    assert type(answer) is DecodedReport and dict(answer) == report
+    assert admin.broker_url("broker-b:8080") == "https://broker-b:9443"  # TLS, as the admin URL is https
+
+
+@responses.activate
 def test_behind_a_proxy_discovery_asks_each_broker_once_and_falls_back_to_the_id():
     admin = AdminClient("https://proxy:443", retries=1)
     ids = [f"b{i}:8080" for i in range(6)]
