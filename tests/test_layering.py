@@ -101,6 +101,17 @@ def test_no_module_imports_against_the_layering() -> None:
     assert violations(files) == []
 
 
+def test_the_tests_import_ours_under_the_package_too() -> None:
+    """From the repository root `strategies` would still import (the folder is on sys.path), hiding a stale
+    name until the code runs installed: the tests use the package's names like everything else."""
+    stale = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        for line, module in imported_modules(path):
+            if module.split(".")[0] in SUBPACKAGES:
+                stale.append(f"{path.relative_to(ROOT)}:{line}: {module}")
+    assert stale == []
+
+
 def test_the_check_catches_an_upward_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The check itself fails on each kind of wrong import (else the test above could pass vacuously)."""
     fake_root = tmp_path

@@ -13,7 +13,8 @@ instead of being read into memory.
 
 What ``requests`` reads from the environment — a proxy (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``,
 ``NO_PROXY``), a login in ``~/.netrc`` (or ``$NETRC``), a CA bundle in ``REQUESTS_CA_BUNDLE`` or
-``CURL_CA_BUNDLE`` — is honoured as requests would, but read once: the CA bundle when the client is made,
+``CURL_CA_BUNDLE`` — is honoured as requests would (but a netrc login never replaces the operator's own
+token: it is used only where the operator sends no credentials), and read once: the CA bundle when the client is made,
 the proxy and the login the first time each host is called, kept for the client's life (requests scans
 every environment variable twice per call to find them: a quarter of a collect's CPU over 1,000 brokers).
 The environment a process starts with is the one it keeps; a change to it later is not seen.
@@ -387,7 +388,9 @@ class AdminClient:
                 allow_redirects=False,
                 stream=True,
                 proxies=dict(proxies),
-                auth=netrc_login if netrc_login and not self.session.auth else None,
+                # a ~/.netrc login only where the operator sends no credentials of its own: requests would let it
+                # replace the token's Authorization header
+                auth=netrc_login if netrc_login and "Authorization" not in headers and not self.session.auth else None,
             )
             with response:
                 chunks: list[bytes] = []

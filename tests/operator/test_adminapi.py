@@ -182,7 +182,7 @@ def test_end_to_end_unload_through_leader_and_owner_with_token():
     from pulsar_lb_operator.simulator.cluster import SimulatedCluster
     from pulsar_lb_operator.simulator.http import serve
     from pulsar_lb_operator.simulator.scenario import parse_scenario
-    from tests.simulator.conftest import SMALL
+    from tests.builders import SMALL_SCENARIO as SMALL
 
     with serve(lambda alloc: SimulatedCluster(parse_scenario(SMALL), alloc), token="s3cret") as sim:
         entry = sim.url_of("broker-2")  # not the leader, not the owner
@@ -258,3 +258,7 @@ def test_the_environment_proxy_and_netrc_are_honoured_as_read_once_per_host(monk
         fresh = AdminClient(direct.url, retries=1)
         assert fresh.clusters() == ["direct"]  # no_proxy names the host
         assert direct.seen == [("/admin/v2/clusters", "Basic cmVhZGVyOnMzY3JldA==")]  # reader:s3cret
+        # with a token of its own, the operator sends the token: a netrc entry for the host never replaces it
+        with_token = AdminClient(direct.url, retries=1, token="t0ken")
+        assert with_token.clusters() == ["direct"]
+        assert direct.seen[-1] == ("/admin/v2/clusters", "Bearer t0ken")

@@ -12,7 +12,7 @@ from pulsar_lb_operator.simulator.cluster import UNLOAD_WINDOW_S, SimulatedClust
 from pulsar_lb_operator.simulator.http import Fault, serve
 from pulsar_lb_operator.simulator.scenario import parse_scenario
 from pulsar_lb_operator.strategies import LoadBalancerConfig, Plan, Split, Unload
-from tests.simulator.conftest import SMALL
+from tests.builders import SMALL_SCENARIO as SMALL
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from pulsar_lb_operator.history import HistoryStore
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.scenario import parse_scenario
 from pulsar_lb_operator.strategies.snapshots import ClusterSnapshot, parse_broker_load
-from tests.simulator.conftest import SMALL
+from tests.builders import SMALL_SCENARIO as SMALL
 
 
 def snapshots(count, step_s=60):

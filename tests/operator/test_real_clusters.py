@@ -156,7 +156,7 @@ def test_a_report_that_another_broker_answered_is_refused_not_filed_under_the_wr
 def test_a_report_decoded_once_is_checked_as_a_decoded_document_is():
     """The collector's path (the bytes decoded straight into checked fields): a report another broker
     answered is refused all the same, and the web URL a listed broker publishes is learned all the same."""
-    from strategies.snapshots import DecodedReport, decode_load_report
+    from pulsar_lb_operator.strategies.snapshots import DecodedReport, decode_load_report
     from tests.builders import broker_report
 
     admin = AdminClient("https://broker-a:8443", retries=1)

@@ -17,7 +17,7 @@ from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.http import Fault, serve
 from pulsar_lb_operator.simulator.scenario import parse_scenario
 from pulsar_lb_operator.strategies import LoadBalancerConfig, Plan, Unload
-from tests.simulator.conftest import SMALL
+from tests.builders import SMALL_SCENARIO as SMALL
 
 
 @pytest.fixture

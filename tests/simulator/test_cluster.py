@@ -5,7 +5,7 @@ import pytest
 from pulsar_lb_operator.benchmarks.metrics import RunMetrics
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.scenario import ScenarioError, load_scenario, parse_scenario, shipped_scenarios
-from tests.simulator.conftest import SMALL
+from tests.builders import SMALL_SCENARIO as SMALL
 
 
 def cluster(**changes):

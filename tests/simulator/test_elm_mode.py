@@ -23,7 +23,7 @@ from pulsar_lb_operator.simulator.http import serve
 from pulsar_lb_operator.simulator.scenario import ScenarioError, parse_scenario
 from pulsar_lb_operator.strategies.shedding.transfer import compare_bundle_stats
 from pulsar_lb_operator.strategies.snapshots import BundleStats
-from tests.simulator.conftest import SMALL
+from tests.builders import SMALL_SCENARIO as SMALL
 
 ELM = {**SMALL, "loadManager": "extensible"}
 BROKER_LOAD_DATA_FIELDS = {

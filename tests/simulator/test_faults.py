@@ -14,8 +14,7 @@ from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.faults import FaultRule, FaultSpecError, parse_fault
 from pulsar_lb_operator.simulator.http import Fault, serve
 from pulsar_lb_operator.simulator.scenario import ScenarioError, load_scenario, parse_scenario
-
-from .conftest import SMALL
+from tests.builders import SMALL_SCENARIO as SMALL
 
 T = (2, 10)
 

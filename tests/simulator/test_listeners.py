@@ -7,7 +7,7 @@ import requests
 from pulsar_lb_operator.simulator.cluster import UNLOAD_WINDOW_S, SimulatedCluster
 from pulsar_lb_operator.simulator.http import serve
 from pulsar_lb_operator.simulator.scenario import EventSpec, parse_scenario
-from tests.simulator.conftest import SMALL
+from tests.builders import SMALL_SCENARIO as SMALL
 
 T = 10
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from strategies.documents import MAX_AMOUNT, MAX_BROKER_TOTAL, MAX_INTEGER
-from strategies.snapshots import SnapshotError, decode_load_report, parse_broker_load
+from pulsar_lb_operator.strategies.documents import MAX_AMOUNT, MAX_BROKER_TOTAL, MAX_INTEGER
+from pulsar_lb_operator.strategies.snapshots import SnapshotError, decode_load_report, parse_broker_load
 from tests.builders import broker_report, bundle, stats
 
 BROKER = "b1:8080"
