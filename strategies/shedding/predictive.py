@@ -409,7 +409,7 @@ def shed(
             if forecast.usage(source) - mean <= TOLERANCE and mean - coolest <= TOLERANCE:
                 break
             candidates = takers - set(per_source)
-            best = _best_move(load, forecast, source, movable[source], candidates, mean, config, halves)
+            best = _best_move(load, forecast, source, movable[source], candidates, mean, config, halves, TOLERANCE)
             moves = [] if best is None else [(source, *best)]
             if may_split and forecast.usage(source) - mean > TOLERANCE and budget - actions() >= 2:
                 trial = (dict(halves), dict(piece_topics), list(planned_splits), dict(per_source))
