@@ -328,7 +328,7 @@ def write_report(
         ),
         "## Decision-quality goals (issue 16), over every seed",
         f"Balanced in time: the spread stays under target within {GOAL_CYCLES} cycles of the disturbance, or "
-        "within the rails' floor where that is more (see `rails_floor` in simulator/benchmark.py).",
+        "within the rails' floor where that is more (see `rails_floor` in benchmarks/runs.py).",
         _table(
             [
                 "Strategy",
