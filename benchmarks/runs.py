@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import math
 import random
 from collections.abc import Callable
@@ -123,7 +124,11 @@ def balance_needs(cluster: SimulatedCluster, target: float = TARGET_SPREAD) -> t
 
     The mean is over the brokers that can take load. Each broker above the band must give away its
     largest bundles until under it; each broker below it must receive at least (gap / largest
-    bundle) of them. One move serves one of each, so the bound is the larger of the two sums.
+    bundle) of them; and together the brokers below it must receive at least their total gap, which
+    takes at least as many moves as the fewest of the cluster's largest bundles (of brokers not below
+    the band) that add up to it: only one bundle, not the largest every time, arrives per move. One
+    move serves one of each, so the bound is the largest of the three. As before, a bundle is counted
+    at what it costs its owner.
     """
     usage = {b.name: cluster.true_usage(b.id) for b in cluster.alive_brokers()}
     if len(usage) < 2:
@@ -134,6 +139,12 @@ def balance_needs(cluster: SimulatedCluster, target: float = TARGET_SPREAD) -> t
     contributions = bundle_contributions(cluster)
     largest = max((c for per in contributions.values() for c in per.values()), default=0.0)
     give = take = most = 0
+    deficit = sum(max(mean - target / 2 - usage[name], 0.0) for name in takers)
+    sizes = sorted(
+        (c for n, per in contributions.items() if usage[n] >= mean - target / 2 for c in per.values()), reverse=True
+    )
+    volume = next((k for k, total in enumerate(itertools.accumulate(sizes), 1) if total >= deficit), len(sizes))
+    volume = volume if deficit > 0 else 0
     for name, value in usage.items():
         if value > mean + target / 2:
             excess = value - (mean + target / 2)
@@ -147,7 +158,7 @@ def balance_needs(cluster: SimulatedCluster, target: float = TARGET_SPREAD) -> t
             most = max(most, given)
         elif value < mean - target / 2 and name in takers and largest > 0:
             take += math.ceil((mean - target / 2 - value) / largest)
-    return max(give, take), most
+    return max(give, take, volume), most
 
 
 def moves_lower_bound(cluster: SimulatedCluster, target: float = TARGET_SPREAD) -> int:

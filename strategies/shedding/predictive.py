@@ -11,7 +11,10 @@ With a fitted cost model per broker (spark_jobs/load_profile.py) both are predic
   planned this cycle and the earlier moves the reports do not show yet;
 * the hottest broker is paired with the coolest broker that can take load, across the whole cluster
   in one cycle, and the bundle that shrinks the squared deviation from the mean most is moved; a
-  move that would leave the destination above the source, or above the overload threshold, is not;
+  move that would leave the destination above the overload threshold is not, nor one that would leave
+  it above the source unless it ends within ``TOLERANCE`` of the mean (bundles come in steps: the one
+  that closes a gap often overshoots it a little, and refusing it leaves brokers just out of the
+  tolerance for extra moves of small bundles to fix);
 * a broker whose background usage alone is at or above the mean never receives load;
 * without a CPU model of R² ≥ ``MIN_R2`` for any broker it falls back to AvgShedder and says so;
   a broker whose own fit is poor borrows the capacity-scaled slope of the well-fitted ones;
@@ -409,7 +412,7 @@ def shed(
             if forecast.usage(source) - mean <= TOLERANCE and mean - coolest <= TOLERANCE:
                 break
             candidates = takers - set(per_source)
-            best = _best_move(load, forecast, source, movable[source], candidates, mean, config, halves)
+            best = _best_move(load, forecast, source, movable[source], candidates, mean, config, halves, TOLERANCE)
             moves = [] if best is None else [(source, *best)]
             if may_split and forecast.usage(source) - mean > TOLERANCE and budget - actions() >= 2:
                 trial = (dict(halves), dict(piece_topics), list(planned_splits), dict(per_source))
@@ -566,8 +569,8 @@ def _best_move(
     halves: Mapping[str, Traffic] | None = None,
     within: float | None = None,
 ) -> tuple[str, str, tuple[float, float], tuple[float, float]] | None:
-    """``within``: a destination may end above the source if it ends at most this far above the mean (a split's
-    piece, which rarely fits exactly); None: never.
+    """``within``: a destination may end above the source if it ends at most this far above the mean (bundles and
+    split pieces rarely fit exactly; the shedder passes ``TOLERANCE``); None: never.
 
     The (bundle, destination) that shrinks Σ(usage − mean)² most without overshooting; on equal gains,
     the first by (bundle, destination).

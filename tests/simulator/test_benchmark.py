@@ -1,5 +1,6 @@
 """The strategy benchmark: metrics on hand-checked runs, verdicts, determinism, the report and the backtest."""
 
+import dataclasses
 import json
 import struct
 
@@ -223,3 +224,54 @@ def test_seeds_vary_the_scenario_and_the_verdicts_are_the_worst_seed(tmp_path, c
     assert "worst of 2 seeds" in table
     text = (tmp_path / "report.md").read_text()
     assert "## Verdicts per seed" in text and "## Decision-quality goals (issue 16), over every seed" in text
+
+
+def slow_balancing(loaded, seed):
+    """PIP-364's 100 + 100 at another size: ``loaded`` brokers at about 80 %, as many new ones empty."""
+    broker = {"cores": 8, "cost_per_msg": 0.01, "cost_per_mib": 1.0, "background_cpu": 0.05}
+    return parse_scenario(
+        {
+            "name": f"slow-balancing-{loaded}-plus-{loaded}",
+            "seed": seed,
+            "duration_minutes": 20,
+            "brokers": [{"name": "loaded", "count": loaded, **broker}, {"name": "new", "count": loaded, **broker}],
+            "namespaces": [
+                {"name": "public/default", "bundles": 8 * loaded, "topics": 32 * loaded, "rate": 760, "msg_size": 1024}
+            ],
+            "initial_owners": {"loaded-*": 1},
+            "config": {"loadBalancerSheddingEnabled": False, "loadBalancerAutoBundleSplitEnabled": False},
+        }
+    )
+
+
+@pytest.mark.parametrize("seed", [17, 18, 19, 20])
+def test_ours_fills_new_brokers_at_the_caps_pace_and_balances_on_the_rails_floor(seed):
+    """20 + 20 brokers, about 55 moves: the rails let 10 a cycle through from the second hit on, and ours sends
+    10 every cycle and is balanced the cycle the floor allows. Before a destination could end a little above
+    its source (within the tolerance of the mean), brokers stuck just out of the tolerance took extra cycles
+    of small moves (seed 17: 9 cycles, floor 7)."""
+    result = run(slow_balancing(20, seed), OURS)
+    m = result.metrics
+    per_cycle = [
+        sum(1 for mv in result.moves if mv.cycle == c) for c in range(1, max(mv.cycle for mv in result.moves) + 1)
+    ]
+    assert per_cycle[0] == 0 and all(n == 10 for n in per_cycle[1:-1]), per_cycle
+    assert m["cycles_after_disturbance"] is not None and m["cycles_after_disturbance"] <= m["rails_floor_cycles"], m
+    assert m["unloads"] <= 1.25 * m["moves_lower_bound"] and m["flapping_bundles"] == 0
+    assert m["wrong_direction_moves"] == 0 and m["overplaced_destinations"] == 0
+
+
+def test_the_lower_bound_counts_one_bundle_arriving_per_move():
+    """over-placement-10-60-70-80-80, seed 1: broker-0 at 10 % must reach the band's floor (mean 59.9 − 5), about
+    45 points. Counting ⌈45 / the largest bundle⌉ moves for it, as if each move carried the largest bundle, and
+    the givers' own counts, said 10; the 10 largest bundles of the brokers that can give add up to less than
+    45 points, so no 10 moves can do it: 12."""
+    scenario = load_scenario("over-placement-10-60-70-80-80")
+    cluster = SimulatedCluster(dataclasses.replace(scenario, seed=scenario.seed + 1))  # as run(..., seed=1) does
+    assert moves_lower_bound(cluster) == 12
+
+
+def test_ours_unloads_at_most_a_quarter_over_the_lower_bound_where_it_unloaded_most():
+    for name, seed in (("over-placement-10-60-70-80-80", 1), ("broker-returns-empty", 2)):
+        m = run(load_scenario(name), OURS, seed=seed).metrics
+        assert m["unloads"] <= 1.25 * m["moves_at_disturbance"], (name, seed, m)
