@@ -34,10 +34,10 @@ WINDOWS = (60, 1440)
 
 
 def base_samples() -> pa.Table:
-    from pulsar_lb_operator.history import bundle_row
     from pulsar_lb_operator.simulator.cluster import SimulatedCluster
     from pulsar_lb_operator.simulator.scenario import load_scenario
     from pulsar_lb_operator.spark_jobs.load_profile import BUNDLE_COLUMNS
+    from pulsar_lb_operator.store.history import bundle_row
 
     sim = SimulatedCluster(load_scenario("demo"))
     rows: dict[str, list] = {column: [] for column in BUNDLE_COLUMNS}

@@ -233,7 +233,7 @@ def process_peak_mib(path: Path, strategy: str) -> float:
 
 
 def child(path: str, strategy: str) -> None:
-    from pulsar_lb_operator import files
+    from pulsar_lb_operator.store import files
 
     snapshot = files.read_snapshot(path)
     if strategy:
@@ -242,7 +242,7 @@ def child(path: str, strategy: str) -> None:
 
 
 def measure(brokers: int, bundles: int, repeat: int, seed: int, memory: bool) -> dict[str, Any]:
-    from pulsar_lb_operator import files
+    from pulsar_lb_operator.store import files
 
     row: dict[str, Any] = {"brokers": brokers, "bundles": bundles, "decide_s": {}, "actions": {}}
     row.update(decide_mib={}, process_mib={})

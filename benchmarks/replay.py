@@ -1,4 +1,4 @@
-"""Backtest: the traffic of a recorded history (operator/history.py), replayed through the simulator.
+"""Backtest: the traffic of a recorded history (operator/store/history.py), replayed through the simulator.
 
 The first recorded sample fixes the brokers, the bundles and who owns them; each bundle becomes as
 many topics as it had, spread over its hash range, and its recorded msg rate over time drives them.
@@ -14,9 +14,9 @@ import math
 import random
 from dataclasses import dataclass
 
-from pulsar_lb_operator.history import HistoryStore
 from pulsar_lb_operator.simulator.cluster import MIB, SimulatedCluster, Topic
 from pulsar_lb_operator.simulator.scenario import BrokerSpec, NamespaceSpec, Scenario
+from pulsar_lb_operator.store.history import HistoryStore
 from pulsar_lb_operator.strategies import bundles as bundle_names
 from pulsar_lb_operator.strategies.costs import CostLearner
 

@@ -191,7 +191,7 @@ def _profile_collect(collect_once: Callable[[], Any]) -> str:
     timed by each thread's CPU clock (wall clocks would count every thread's waits for the GIL)."""
     import threading
 
-    from pulsar_lb_operator import collector
+    from pulsar_lb_operator.collect import collector
 
     profiles: list[cProfile.Profile] = []
     local = threading.local()
@@ -230,7 +230,7 @@ def _measure(conn: Any, info: dict[str, Any], scenario: dict[str, Any], options:
     import structlog
 
     from pulsar_lb_operator.adminapi import AdminClient
-    from pulsar_lb_operator.collector import collect, concurrency
+    from pulsar_lb_operator.collect.collector import collect, concurrency
     from pulsar_lb_operator.strategies import LoadBalancerConfig, StrategyState, plan_cycle
     from pulsar_lb_operator.strategies.heap import collector_paused
     from pulsar_lb_operator.strategies.snapshots import DecodedReport, decode_load_report, parse_broker_load
@@ -249,7 +249,7 @@ def _measure(conn: Any, info: dict[str, Any], scenario: dict[str, Any], options:
     def collect_unparsed() -> Any:
         """collect with the strict parse swapped for a stand-in — the reports decoded by json.loads, as bare
         does, and not checked: the collector's own cost over the network."""
-        from pulsar_lb_operator import collector
+        from pulsar_lb_operator.collect import collector
 
         def stand_in(_broker_id: str, report: Any, _path: str = "") -> Any:
             return SimpleNamespace(lastUpdate=report["lastUpdate"], owned_bundles=lambda: report["bundles"])
@@ -326,7 +326,7 @@ def _one_cycle_peak(conn: Any, info: dict[str, Any], scenario: dict[str, Any]) -
     import structlog
 
     from pulsar_lb_operator.adminapi import AdminClient
-    from pulsar_lb_operator.collector import collect
+    from pulsar_lb_operator.collect.collector import collect
     from pulsar_lb_operator.strategies import LoadBalancerConfig, StrategyState, plan_cycle
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
@@ -428,9 +428,9 @@ def balance(brokers: int, bundles: int, dry_cycles: int, real_cycles: int, strat
     Returns 1 when a dry run sent a mutating call or the cluster was not balanced in time."""
     import structlog
 
+    from pulsar_lb_operator.act.executor import Executor, Outcome, Safety
     from pulsar_lb_operator.adminapi import AdminClient
-    from pulsar_lb_operator.cycle import OperatorState, run_cycle
-    from pulsar_lb_operator.executor import Executor, Outcome, Safety
+    from pulsar_lb_operator.run.cycle import OperatorState, run_cycle
     from pulsar_lb_operator.strategies import LoadBalancerConfig
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))

@@ -14,11 +14,14 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from pulsar_lb_operator import __version__, control_cli, elm, files, hints, logs, render
+from pulsar_lb_operator import __version__, control_cli, hints
 from pulsar_lb_operator.adminapi import AdminError
+from pulsar_lb_operator.collect import elm
+from pulsar_lb_operator.record import logs, render
+from pulsar_lb_operator.run.settings import resolve
 from pulsar_lb_operator.sandbox import ScenarioError, shipped_scenarios
-from pulsar_lb_operator.settings import resolve
-from pulsar_lb_operator.statefile import AnotherInstanceError
+from pulsar_lb_operator.store import files
+from pulsar_lb_operator.store.statefile import AnotherInstanceError
 from pulsar_lb_operator.strategies import (
     PLACEMENT,
     SHEDDING,
@@ -313,7 +316,7 @@ def load_config(
 
 def cmd_rebalance(args: argparse.Namespace) -> int:
     if not args.snapshot:
-        from pulsar_lb_operator import live
+        from pulsar_lb_operator.run import live
 
         return live.rebalance(args)
     config, explicit, rails = load_config(args.config, args.overrides)
@@ -322,7 +325,7 @@ def cmd_rebalance(args: argparse.Namespace) -> int:
     placement = args.placement
     if placement is None and "loadBalancerLoadPlacementStrategy" in explicit:
         placement = config.loadBalancerLoadPlacementStrategy
-    # a snapshot of a cluster on the extensible load manager holds only each broker's top bundles (operator/elm.py)
+    # a snapshot of a cluster on the extensible load manager holds only its brokers' top bundles (collect/elm.py)
     shedding, placement, notes = elm.resolve_strategies(elm.of_snapshot(snapshot), config, args.strategy, placement)
     plan, next_state = plan_cycle(
         snapshot,
@@ -344,13 +347,13 @@ def cmd_rebalance(args: argparse.Namespace) -> int:
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    from pulsar_lb_operator import live
+    from pulsar_lb_operator.run import live
 
     return live.snapshot(args)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from pulsar_lb_operator import live
+    from pulsar_lb_operator.run import live
 
     return live.run_daemon(args)
 
@@ -500,7 +503,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _admin_error(exc: AdminError, args: argparse.Namespace | None) -> str:
     """Pulsar's meaning of a 401/403 and where the token came from (never the token); else the error as is."""
     try:
-        from pulsar_lb_operator import live
+        from pulsar_lb_operator.run import live
 
         settings = live.settings_from(args)[0]  # the same inputs the command read
     except Exception:

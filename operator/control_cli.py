@@ -14,9 +14,10 @@ import sys
 import time
 from typing import Any
 
-from pulsar_lb_operator import files, workflows
-from pulsar_lb_operator.control import ControlFile
-from pulsar_lb_operator.settings import OperatorSettings, resolve
+from pulsar_lb_operator.run import workflows
+from pulsar_lb_operator.run.settings import OperatorSettings, resolve
+from pulsar_lb_operator.store import files
+from pulsar_lb_operator.store.control import ControlFile
 
 
 def _settings(args: argparse.Namespace) -> OperatorSettings:
@@ -75,7 +76,7 @@ def drain(args: argparse.Namespace) -> int:
             print(f"{broker}: draining since {time.strftime('%H:%M:%S', time.gmtime(drains[broker]['since'] / 1000))}")
         return 0
     if settings.adminUrl:
-        from pulsar_lb_operator import live
+        from pulsar_lb_operator.run import live
 
         client, cluster = live.connect(settings)
         try:
@@ -104,7 +105,7 @@ def _wait_drained(settings: OperatorSettings, broker: str, timeout_s: float) -> 
     """Poll the broker's own bundles until none is left (its heartbeat namespaces aside)."""
     if not settings.adminUrl:
         raise files.FileError("--wait needs the admin URL (--admin-url or PULSAR_ADMIN_URL)")
-    from pulsar_lb_operator import live
+    from pulsar_lb_operator.run import live
 
     client, cluster = live.connect(settings)
     deadline = time.monotonic() + timeout_s

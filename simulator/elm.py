@@ -374,7 +374,7 @@ class ElmBrokers:
             self.service_url,
             operation_timeout_seconds=5,
             connection_timeout_ms=5000,
-            logger=pulsar.FileLogger(pulsar.LoggerLevel.Error, os.devnull),  # not Python's: see operator/elm.py
+            logger=pulsar.FileLogger(pulsar.LoggerLevel.Error, os.devnull),  # not Python's: see operator/collect/elm.py
         )
         self.cluster.after_advance.append(self.publish)
         self._started = True

@@ -7,7 +7,7 @@ Python code runs on the executors):
     spark-submit --master spark://host:7077 spark_jobs/load_profile.py \\
         --history s3a://bucket/pulsar-lb/history --out s3a://bucket/pulsar-lb/profile
 
-Input: ``<history>/broker_samples`` and ``<history>/bundle_samples`` (operator/history.py).
+Input: ``<history>/broker_samples`` and ``<history>/bundle_samples`` (operator/store/history.py).
 Output, each a small Parquet dataset under ``<out>``:
     bundle_averages   per bundle: short (10) and long (1000) sample averages, Pulsar's TimeAverageMessageData
     bundle_windows    per bundle and window: samples, p50/p95/max of msg rate and throughput

@@ -1,6 +1,6 @@
 """The caps on one cycle's unloads, passed to the strategies that plan against them.
 
-The executor enforces them (``operator/safety.py``); a strategy that plans a cycle's moves together
+The executor enforces them (``operator/act/safety.py``); a strategy that plans a cycle's moves together
 (PredictivePairingShedder) needs the same numbers so that what it plans is what will be sent, and the
 benchmark applies them as the executor would. One definition, passed down from the settings.
 """

@@ -13,7 +13,7 @@ import pytest
 
 from pulsar_lb_operator import cli, hints
 from pulsar_lb_operator.adminapi.errors import Unauthorized
-from pulsar_lb_operator.settings import OperatorSettings, resolve
+from pulsar_lb_operator.run.settings import OperatorSettings, resolve
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.http import serve
 from pulsar_lb_operator.simulator.scenario import load_scenario

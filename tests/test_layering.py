@@ -101,6 +101,70 @@ def test_no_module_imports_against_the_layering() -> None:
     assert violations(files) == []
 
 
+# Inside the operator, the stages in the order their imports allow, lowest first: a stage imports only
+# stages before it. (The data flows collect → decide → act → store → record; the state file stores the
+# executor's record, so ``store`` sits above ``act``.)
+OPERATOR_STAGES = (
+    ("__init__", "hints"),  # the version; messages with their fixes
+    ("adminapi",),  # the admin REST client: the edge both collect and act talk through
+    ("collect",),
+    ("act",),
+    ("store",),
+    ("record",),
+    ("run",),
+    ("control_cli", "sandbox"),  # command-line faces
+    ("cli",),
+)
+STAGE_RANK = {name: rank for rank, names in enumerate(OPERATOR_STAGES) for name in names}
+
+
+def operator_stage_of_file(path: Path) -> str:
+    parts = path.relative_to(ROOT / "operator").parts
+    return parts[0] if len(parts) > 1 else parts[0].removesuffix(".py")
+
+
+def operator_stage_of_module(module: str) -> str | None:
+    """The stage of ``pulsar_lb_operator.<stage>…``; None for the other layers and for what is not ours."""
+    parts = module.split(".")
+    if parts[0] != PACKAGE or len(parts) < 2 or parts[1] in SUBPACKAGES:
+        return None
+    return parts[1] if parts[1] in STAGE_RANK else "__init__"  # `from pulsar_lb_operator import __version__`
+
+
+def stage_violations(files: list[Path]) -> list[str]:
+    found = []
+    for path in files:
+        stage = operator_stage_of_file(path)
+        assert stage in STAGE_RANK, f"{path}: a module outside the stages {sorted(STAGE_RANK)}"
+        for line, module in imported_modules(path):
+            target = operator_stage_of_module(module)
+            if target is None or target == stage:
+                continue
+            if STAGE_RANK[target] >= STAGE_RANK[stage]:
+                found.append(f"{path.relative_to(ROOT)}:{line}: {stage} imports {module} ({target})")
+    return found
+
+
+def test_the_operators_stages_import_only_the_stages_before_them() -> None:
+    files = sorted((ROOT / "operator").rglob("*.py"))
+    assert {operator_stage_of_file(p) for p in files} == set(STAGE_RANK)  # every stage has code, none is missed
+    assert stage_violations(files) == []
+
+
+def test_the_stage_check_catches_a_backward_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, text in {
+        "collect/bad.py": "from pulsar_lb_operator.act.executor import Executor\n",
+        "act/bad.py": "def f():\n    from pulsar_lb_operator.run import settings\n",
+        "store/ok.py": "from pulsar_lb_operator.act.executor import ExecutorState\n",
+    }.items():
+        path = tmp_path / "operator" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    found = stage_violations(sorted((tmp_path / "operator").rglob("*.py")))
+    assert len(found) == 2 and not any("store/ok.py" in f for f in found), found
+
+
 def test_the_tests_import_ours_under_the_package_too() -> None:
     """From the repository root `strategies` would still import (the folder is on sys.path), hiding a stale
     name until the code runs installed: the tests use the package's names like everything else."""
@@ -116,7 +180,7 @@ def test_the_check_catches_an_upward_import(tmp_path: Path, monkeypatch: pytest.
     """The check itself fails on each kind of wrong import (else the test above could pass vacuously)."""
     fake_root = tmp_path
     for folder, text in {
-        "strategies/bad.py": "from pulsar_lb_operator.executor import Executor\n",
+        "strategies/bad.py": "from pulsar_lb_operator.act.executor import Executor\n",
         "simulator/bad.py": "def f():\n    from pulsar_lb_operator import collector\n",
         "operator/bad.py": "from pulsar_lb_operator.simulator.cluster import SimulatedCluster\n",
         "operator/old.py": "import strategies.bundles\n",

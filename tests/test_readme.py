@@ -5,7 +5,7 @@ from pathlib import Path
 
 import yaml
 
-from pulsar_lb_operator.settings import resolve
+from pulsar_lb_operator.run.settings import resolve
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 

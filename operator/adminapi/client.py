@@ -625,3 +625,10 @@ def _list_of_str(value: Any, what: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise errors.BadResponse(what, "expected a list of strings")
     return value
+
+
+def service_url_of(admin_url: str) -> str:
+    """The binary-protocol URL of the broker (or proxy) behind an admin URL, on Pulsar's default ports."""
+    scheme, _, rest = admin_url.partition("://")
+    host = rest.split("/", 1)[0].rsplit(":", 1)[0]
+    return f"pulsar+ssl://{host}:6651" if scheme == "https" else f"pulsar://{host}:6650"

@@ -15,12 +15,13 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
-from pulsar_lb_operator import elm, hints
+from pulsar_lb_operator import hints
+from pulsar_lb_operator.act.executor import Executor, Outcome, Safety
 from pulsar_lb_operator.adminapi import AdminClient, AdminError
-from pulsar_lb_operator.audit import AuditPublisher, Spool
 from pulsar_lb_operator.benchmarks.metrics import RunMetrics
-from pulsar_lb_operator.cycle import OperatorState, run_cycle
-from pulsar_lb_operator.executor import Executor, Outcome, Safety
+from pulsar_lb_operator.collect import elm
+from pulsar_lb_operator.record.audit import AuditPublisher, Spool
+from pulsar_lb_operator.run.cycle import OperatorState, run_cycle
 from pulsar_lb_operator.simulator import elm as sim_elm
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.http import ServeError, SimulatedPulsar, serve
@@ -208,8 +209,8 @@ def run_simulator(
     ``faults``: --fault specs, armed after the scenario's own ``faults:``; ``request_log``: a file to
     append one JSON line per request to.
     """
-    from pulsar_lb_operator.files import FileError
     from pulsar_lb_operator.simulator.faults import parse_fault
+    from pulsar_lb_operator.store.files import FileError
 
     scenario = sim_elm.with_load_manager(load_scenario(scenario_name), load_manager)
     rules = [*scenario.faults, *(parse_fault(f, scenario.broker_names, "--fault") for f in faults)]

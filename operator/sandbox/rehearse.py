@@ -40,14 +40,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from pulsar_lb_operator import files, logs
 from pulsar_lb_operator.adminapi import AdminClient, Timeouts
-from pulsar_lb_operator.cycle import OperatorState
-from pulsar_lb_operator.daemon import Daemon
-from pulsar_lb_operator.settings import OperatorSettings
+from pulsar_lb_operator.record import logs
+from pulsar_lb_operator.run.cycle import OperatorState
+from pulsar_lb_operator.run.daemon import Daemon
+from pulsar_lb_operator.run.settings import OperatorSettings
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.http import Request, SimulatedPulsar, serve
 from pulsar_lb_operator.simulator.scenario import IsolationPolicySpec, Scenario, load_scenario
+from pulsar_lb_operator.store import files
 from pulsar_lb_operator.strategies import LoadBalancerConfig, StateError
 
 KINDS = (

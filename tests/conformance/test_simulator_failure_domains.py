@@ -6,7 +6,7 @@ the collector reads them only then, and the snapshot file carries them as the ad
 import requests
 
 from pulsar_lb_operator.adminapi import AdminClient
-from pulsar_lb_operator.collector import collect
+from pulsar_lb_operator.collect.collector import collect
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.http import serve
 from pulsar_lb_operator.simulator.scenario import parse_scenario

@@ -11,12 +11,12 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from pulsar_lb_operator.act.executor import Outcome
 from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.cli import main
-from pulsar_lb_operator.daemon import Daemon
-from pulsar_lb_operator.executor import Outcome
-from pulsar_lb_operator.leadership import LeaseClient, LeaseElector, elector_from_settings
-from pulsar_lb_operator.settings import OperatorSettings, resolve
+from pulsar_lb_operator.run.daemon import Daemon
+from pulsar_lb_operator.run.leadership import LeaseClient, LeaseElector, elector_from_settings
+from pulsar_lb_operator.run.settings import OperatorSettings, resolve
 from pulsar_lb_operator.strategies import PLACEMENT, SHEDDING
 from pulsar_lb_operator.strategies.config import config_keys
 from tests.kube_api import FakeKubeApi

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from pulsar_lb_operator.adminapi import AdminClient
-from pulsar_lb_operator.daemon import Daemon
-from pulsar_lb_operator.settings import OperatorSettings
+from pulsar_lb_operator.run.daemon import Daemon
+from pulsar_lb_operator.run.settings import OperatorSettings
 from pulsar_lb_operator.strategies import LoadBalancerConfig
 from tests.builders import free_port
 

@@ -16,11 +16,11 @@ import promql_parser
 import pytest
 import yaml
 
+from pulsar_lb_operator.act.executor import Outcome, Record
 from pulsar_lb_operator.adminapi import AdminClient
-from pulsar_lb_operator.cycle import CycleResult, OperatorState
-from pulsar_lb_operator.daemon import Daemon
-from pulsar_lb_operator.executor import Outcome, Record
-from pulsar_lb_operator.settings import OperatorSettings
+from pulsar_lb_operator.run.cycle import CycleResult, OperatorState
+from pulsar_lb_operator.run.daemon import Daemon
+from pulsar_lb_operator.run.settings import OperatorSettings
 from pulsar_lb_operator.strategies import LoadBalancerConfig, Plan, Split, StrategyState, Unload
 from pulsar_lb_operator.strategies.plans import BrokerScore
 from tests.deploy.test_chart import CHART

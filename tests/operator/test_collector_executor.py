@@ -4,10 +4,10 @@ import random
 
 import pytest
 
+from pulsar_lb_operator.act.executor import Executor, ExecutorState, Outcome, Safety
 from pulsar_lb_operator.adminapi import AdminClient
-from pulsar_lb_operator.collector import collect
-from pulsar_lb_operator.cycle import OperatorState, run_cycle
-from pulsar_lb_operator.executor import Executor, ExecutorState, Outcome, Safety
+from pulsar_lb_operator.collect.collector import collect
+from pulsar_lb_operator.run.cycle import OperatorState, run_cycle
 from pulsar_lb_operator.simulator.cluster import UNLOAD_WINDOW_S, SimulatedCluster
 from pulsar_lb_operator.simulator.http import Fault, serve
 from pulsar_lb_operator.simulator.scenario import parse_scenario
@@ -59,8 +59,8 @@ def test_collect_pauses_the_garbage_collector_and_always_resumes_it(sim, monkeyp
     """Paused while the reports are read (a snapshot is acyclic), on again afterwards, even after a failure."""
     import gc
 
-    from pulsar_lb_operator import collector
     from pulsar_lb_operator.adminapi import TransportError
+    from pulsar_lb_operator.collect import collector
 
     seen = []
     original = collector._read_one

@@ -9,11 +9,11 @@ import time
 import pytest
 import requests
 
+from pulsar_lb_operator.act.executor import Outcome
 from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.benchmarks.metrics import RunMetrics
-from pulsar_lb_operator.daemon import Daemon
-from pulsar_lb_operator.executor import Outcome
-from pulsar_lb_operator.settings import OperatorSettings
+from pulsar_lb_operator.run.daemon import Daemon
+from pulsar_lb_operator.run.settings import OperatorSettings
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.http import Fault, serve
 from pulsar_lb_operator.simulator.scenario import load_scenario

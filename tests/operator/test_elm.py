@@ -17,13 +17,14 @@ from typing import ClassVar
 
 import pytest
 
-from pulsar_lb_operator import cli, elm
+from pulsar_lb_operator import cli
+from pulsar_lb_operator.act.executor import Executor, Outcome, Safety
 from pulsar_lb_operator.adminapi import AdminClient
-from pulsar_lb_operator.cycle import OperatorState, run_cycle
-from pulsar_lb_operator.daemon import Daemon
-from pulsar_lb_operator.executor import Executor, Outcome, Safety
+from pulsar_lb_operator.collect import elm
+from pulsar_lb_operator.run.cycle import OperatorState, run_cycle
+from pulsar_lb_operator.run.daemon import Daemon
+from pulsar_lb_operator.run.settings import OperatorSettings
 from pulsar_lb_operator.sandbox import demo
-from pulsar_lb_operator.settings import OperatorSettings
 from pulsar_lb_operator.simulator import elm as sim_elm
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.http import serve
@@ -589,7 +590,7 @@ def test_the_executor_transfers_on_elm_and_verifies_the_destination_owns_it_and_
     """ELM's transfer as the operator observes it: the unload goes to the owner with destinationBroker (no leader
     hop), the destination owns the bundle when the 204 comes; the verification a cycle later says so. An unload
     whose bundle reached the destination in between gets ELM's 500, named as such, and verifies as planned."""
-    from pulsar_lb_operator.executor import ExecutorState
+    from pulsar_lb_operator.act.executor import ExecutorState
     from pulsar_lb_operator.strategies.plans import Plan, Unload
 
     with elm_cluster(publish=False) as (sim, _):
@@ -708,7 +709,7 @@ def test_elms_readers_authenticate_as_the_admin_client_does_at_the_url_derived_f
     pulsar.Client's construction arguments (the same credentials object as the admin client's)."""
     import pulsar
 
-    from pulsar_lb_operator import live
+    from pulsar_lb_operator.run import live
 
     made = {}
     for name in ("AuthenticationToken", "AuthenticationTLS", "AuthenticationOauth2"):

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pulsar_lb_operator import cli, files
+from pulsar_lb_operator import cli
+from pulsar_lb_operator.store import files
 from pulsar_lb_operator.strategies import StateError, StrategyState
 from tests.builders import broker_report, snapshot_doc
 

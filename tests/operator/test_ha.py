@@ -7,11 +7,11 @@ import json
 
 import pytest
 
+from pulsar_lb_operator.act.executor import ExecutorState, Outcome
 from pulsar_lb_operator.adminapi import AdminClient
-from pulsar_lb_operator.daemon import Daemon
-from pulsar_lb_operator.executor import ExecutorState, Outcome
-from pulsar_lb_operator.leadership import STATE_ANNOTATION, LeaseClient, LeaseElector
-from pulsar_lb_operator.settings import OperatorSettings
+from pulsar_lb_operator.run.daemon import Daemon
+from pulsar_lb_operator.run.leadership import STATE_ANNOTATION, LeaseClient, LeaseElector
+from pulsar_lb_operator.run.settings import OperatorSettings
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.http import serve
 from pulsar_lb_operator.simulator.scenario import load_scenario

@@ -2,9 +2,9 @@
 
 import pyarrow.parquet as pq
 
-from pulsar_lb_operator.history import HistoryStore
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.scenario import parse_scenario
+from pulsar_lb_operator.store.history import HistoryStore
 from pulsar_lb_operator.strategies.snapshots import ClusterSnapshot, parse_broker_load
 from tests.builders import SMALL_SCENARIO as SMALL
 

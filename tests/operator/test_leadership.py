@@ -14,15 +14,15 @@ import time
 import pytest
 from structlog.testing import capture_logs
 
-from pulsar_lb_operator import leadership
-from pulsar_lb_operator.leadership import (
+from pulsar_lb_operator.run import leadership
+from pulsar_lb_operator.run.leadership import (
     AlwaysLeader,
     LeaseClient,
     LeaseConflict,
     LeaseElector,
     elector_from_settings,
 )
-from pulsar_lb_operator.settings import OperatorSettings, resolve
+from pulsar_lb_operator.run.settings import OperatorSettings, resolve
 from pulsar_lb_operator.strategies.config import ConfigError
 from tests.kube_api import FakeKubeApi
 

@@ -8,10 +8,10 @@ import random
 
 import pytest
 
+from pulsar_lb_operator.act.executor import Executor, ExecutorState, Outcome, Safety
 from pulsar_lb_operator.adminapi import AdminClient
-from pulsar_lb_operator.collector import collect
-from pulsar_lb_operator.cycle import OperatorState, run_cycle
-from pulsar_lb_operator.executor import Executor, ExecutorState, Outcome, Safety
+from pulsar_lb_operator.collect.collector import collect
+from pulsar_lb_operator.run.cycle import OperatorState, run_cycle
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.http import serve
 from pulsar_lb_operator.simulator.scenario import parse_scenario

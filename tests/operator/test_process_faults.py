@@ -182,7 +182,7 @@ def test_the_audit_spool_directory_problems(live_served, tmp_path, kind):
         assert code == 2 and "auditSpoolDir" in err and "Traceback" not in err
         assert len(err.strip().splitlines()) == 1, err
     else:
-        from pulsar_lb_operator.audit import Spool
+        from pulsar_lb_operator.record.audit import Spool
 
         spool = Spool(tmp_path / "spool")
         spool.append([{"kind": "plan"}])

@@ -14,13 +14,14 @@ import pytest
 import responses
 import yaml
 
-from pulsar_lb_operator import cli, live
+from pulsar_lb_operator import cli
+from pulsar_lb_operator.act.executor import Executor, Outcome, Safety
 from pulsar_lb_operator.adminapi import AdminClient, BadResponse, Conflict, ServerError, errors
 from pulsar_lb_operator.adminapi.auth import OAuth2Credentials, TokenCredentials, from_settings
-from pulsar_lb_operator.audit import AuditPublisher, Spool
-from pulsar_lb_operator.cycle import OperatorState, run_cycle
-from pulsar_lb_operator.executor import Executor, Outcome, Safety
-from pulsar_lb_operator.settings import OperatorSettings, resolve
+from pulsar_lb_operator.record.audit import AuditPublisher, Spool
+from pulsar_lb_operator.run import live
+from pulsar_lb_operator.run.cycle import OperatorState, run_cycle
+from pulsar_lb_operator.run.settings import OperatorSettings, resolve
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.http import serve
 from pulsar_lb_operator.simulator.scenario import load_scenario

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from pulsar_lb_operator import cli
-from pulsar_lb_operator.executor import Executor
+from pulsar_lb_operator.act.executor import Executor
 from pulsar_lb_operator.sandbox import rehearse
 
 UNLOAD_500 = ("*:PUT:/unload:status-after=500",)
@@ -58,7 +58,7 @@ def test_an_operator_without_rails_is_caught(scenario, monkeypatch):
 
 
 def test_an_operator_that_forgets_is_caught(scenario, monkeypatch):
-    from pulsar_lb_operator import statefile
+    from pulsar_lb_operator.store import statefile
 
     monkeypatch.setattr(statefile, "save", lambda path, state: None)
     tally = rehearse.run_case(scenario, "no state", UNLOAD_500)
@@ -66,7 +66,7 @@ def test_an_operator_that_forgets_is_caught(scenario, monkeypatch):
 
 
 def test_an_operator_that_logs_its_token_is_caught(scenario, monkeypatch):
-    from pulsar_lb_operator import daemon
+    from pulsar_lb_operator.run import daemon
 
     original = daemon.Daemon.run_once
 
@@ -80,7 +80,7 @@ def test_an_operator_that_logs_its_token_is_caught(scenario, monkeypatch):
 
 
 def test_a_crashing_cycle_is_caught(scenario, monkeypatch):
-    from pulsar_lb_operator import cycle
+    from pulsar_lb_operator.run import cycle
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("a bug")
@@ -91,7 +91,7 @@ def test_a_crashing_cycle_is_caught(scenario, monkeypatch):
 
 
 def test_a_dry_run_that_sends_is_caught(scenario, monkeypatch):
-    from pulsar_lb_operator.settings import OperatorSettings
+    from pulsar_lb_operator.run.settings import OperatorSettings
 
     original = OperatorSettings.safety
     monkeypatch.setattr(OperatorSettings, "safety", lambda self, config, dry_run=None: original(self, config, False))

@@ -9,13 +9,14 @@ import random
 
 import pytest
 
-from pulsar_lb_operator import cli, statefile
+from pulsar_lb_operator import cli
+from pulsar_lb_operator.act.executor import Executor, ExecutorState, Outcome, Safety
 from pulsar_lb_operator.adminapi import AdminClient
-from pulsar_lb_operator.cycle import OperatorState, run_cycle
-from pulsar_lb_operator.executor import Executor, ExecutorState, Outcome, Safety
+from pulsar_lb_operator.run.cycle import OperatorState, run_cycle
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.http import Fault, serve
 from pulsar_lb_operator.simulator.scenario import parse_scenario
+from pulsar_lb_operator.store import statefile
 from pulsar_lb_operator.strategies import LoadBalancerConfig, Plan, Unload
 from tests.builders import SMALL_SCENARIO as SMALL
 

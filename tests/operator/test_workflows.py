@@ -10,14 +10,14 @@ import pytest
 import requests
 
 from pulsar_lb_operator import cli
+from pulsar_lb_operator.act.executor import Outcome
 from pulsar_lb_operator.adminapi import AdminClient
-from pulsar_lb_operator.control import ControlFile
-from pulsar_lb_operator.daemon import Daemon
-from pulsar_lb_operator.executor import Outcome
-from pulsar_lb_operator.settings import OperatorSettings
+from pulsar_lb_operator.run.daemon import Daemon
+from pulsar_lb_operator.run.settings import OperatorSettings
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.http import serve
 from pulsar_lb_operator.simulator.scenario import load_scenario
+from pulsar_lb_operator.store.control import ControlFile
 from pulsar_lb_operator.strategies import LoadBalancerConfig
 from pulsar_lb_operator.strategies import bundles as bundle_names
 from tests.builders import free_port

@@ -18,9 +18,9 @@ from pulsar_lb_operator.benchmarks.runs import (
     rails_floor,
     run,
 )
-from pulsar_lb_operator.history import HistoryStore
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.scenario import load_scenario, parse_scenario
+from pulsar_lb_operator.store.history import HistoryStore
 
 AVG = Combination("AvgShedder", "AvgShedder", "AvgShedder")
 UNIFORM = Combination("UniformLoadShedder + LeastLongTermMessageRate", "UniformLoadShedder", "LeastLongTermMessageRate")

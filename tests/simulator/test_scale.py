@@ -16,12 +16,12 @@ import requests
 import yaml
 
 from pulsar_lb_operator import cli
+from pulsar_lb_operator.act.executor import Executor, Outcome, Safety
 from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.benchmarks import suite
 from pulsar_lb_operator.benchmarks.metrics import RunMetrics
-from pulsar_lb_operator.collector import MAX_CONCURRENCY, collect, concurrency
-from pulsar_lb_operator.cycle import OperatorState, run_cycle
-from pulsar_lb_operator.executor import Executor, Outcome, Safety
+from pulsar_lb_operator.collect.collector import MAX_CONCURRENCY, collect, concurrency
+from pulsar_lb_operator.run.cycle import OperatorState, run_cycle
 from pulsar_lb_operator.sandbox import demo
 from pulsar_lb_operator.simulator import http as sim_http
 from pulsar_lb_operator.simulator.cluster import Ownership, SimulatedCluster

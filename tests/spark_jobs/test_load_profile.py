@@ -3,11 +3,11 @@
 import pytest
 from pyspark.sql import Row
 
-from pulsar_lb_operator.history import HistoryStore
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.scenario import parse_scenario
 from pulsar_lb_operator.spark_jobs import load_profile
 from pulsar_lb_operator.spark_jobs.load_profile import ProfileError, ProfileOptions
+from pulsar_lb_operator.store.history import HistoryStore
 from pulsar_lb_operator.strategies.averages import MessageAverage
 from pulsar_lb_operator.strategies.snapshots import BundleStats, ClusterSnapshot, parse_broker_load
 
@@ -169,7 +169,7 @@ def test_empty_history_corrupt_files_and_missing_columns(spark, tmp_path):
 
 def test_the_operator_reads_the_profile_and_aggregate_runs_from_the_cli(spark, cost_history, tmp_path, capsys):
     from pulsar_lb_operator import cli
-    from pulsar_lb_operator.profile import read_profile
+    from pulsar_lb_operator.store.profile import read_profile
 
     history, sim = cost_history
     out = tmp_path / "profile"
@@ -188,8 +188,8 @@ def test_the_operator_reads_the_profile_and_aggregate_runs_from_the_cli(spark, c
 
 def test_the_daemon_aggregates_in_process_and_plans_with_the_profile(spark, tmp_path):
     from pulsar_lb_operator.adminapi import AdminClient
-    from pulsar_lb_operator.daemon import Daemon
-    from pulsar_lb_operator.settings import OperatorSettings
+    from pulsar_lb_operator.run.daemon import Daemon
+    from pulsar_lb_operator.run.settings import OperatorSettings
     from pulsar_lb_operator.simulator.http import serve
     from pulsar_lb_operator.simulator.scenario import load_scenario
     from pulsar_lb_operator.strategies import LoadBalancerConfig

@@ -55,9 +55,10 @@ from typing import Any
 
 import structlog
 
-from pulsar_lb_operator import collector
 from pulsar_lb_operator.adminapi import AdminClient, AdminError
-from pulsar_lb_operator.collector import Collection
+from pulsar_lb_operator.adminapi.client import service_url_of
+from pulsar_lb_operator.collect import collector
+from pulsar_lb_operator.collect.collector import Collection
 from pulsar_lb_operator.strategies import registry
 from pulsar_lb_operator.strategies.config import ConfigError, LoadBalancerConfig
 from pulsar_lb_operator.strategies.documents import MAX_BROKER_TOTAL, Reader, describe
@@ -517,8 +518,6 @@ class Session:
     def from_settings(cls, settings: Any, guard: Callable[[], object] | None = None) -> Session:
         service_url = getattr(settings, "elmServiceUrl", None)
         if not service_url and settings.adminUrl:
-            from pulsar_lb_operator.settings import service_url_of
-
             service_url = service_url_of(settings.adminUrl)
         return cls(service_url, float(getattr(settings, "elmReadTimeoutSeconds", 0.0) or 0.0), guard)
 

@@ -13,7 +13,8 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from pulsar_lb_operator import hints, status_page
+from pulsar_lb_operator import hints
+from pulsar_lb_operator.run import status_page
 from pulsar_lb_operator.strategies.config import ConfigError
 
 MAX_FORM_BYTES = 65536  # the status page's forms are a few fields; anything larger is cut

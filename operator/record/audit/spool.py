@@ -18,7 +18,7 @@ from typing import Any
 
 import structlog
 
-from pulsar_lb_operator import files
+from pulsar_lb_operator.store import files
 
 log = structlog.get_logger(__name__)
 

@@ -10,22 +10,21 @@ import dataclasses
 import random
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
-from pulsar_lb_operator import audit as audit_events
-from pulsar_lb_operator import elm
+from pulsar_lb_operator.act.executor import Executor, ExecutorState, Outcome, Record
 from pulsar_lb_operator.adminapi import AdminClient
-from pulsar_lb_operator.collector import collect
-from pulsar_lb_operator.executor import Executor, ExecutorState, ExecutorStateError, Outcome, Record
+from pulsar_lb_operator.collect import elm
+from pulsar_lb_operator.collect.collector import collect
+from pulsar_lb_operator.record import audit as audit_events
+from pulsar_lb_operator.store.statefile import OperatorState
 from pulsar_lb_operator.strategies import (
     ClusterSnapshot,
     LoadBalancerConfig,
     Plan,
-    StateError,
-    StrategyState,
     Unload,
     plan_cycle,
 )
@@ -34,33 +33,7 @@ from pulsar_lb_operator.strategies.profile import LoadProfile
 
 log = structlog.get_logger(__name__)
 
-STATE_FORMAT = "pulsar-lb-operator-state/1"
 DONE = (Outcome.EXECUTED, Outcome.UNKNOWN)  # an unknown outcome counts as done
-
-
-@dataclass(frozen=True)
-class OperatorState:
-    """Everything that must survive a restart: the strategy's state and the executor's."""
-
-    strategy: StrategyState = field(default_factory=StrategyState)
-    executor: ExecutorState = field(default_factory=ExecutorState)
-
-    def to_json(self) -> dict:
-        return {
-            "format": STATE_FORMAT,
-            "strategy": self.strategy.to_json(),
-            "executor": self.executor.to_json(),
-        }
-
-    @classmethod
-    def from_json(cls, doc: Any) -> OperatorState:
-        """Strict: a document that is not a complete operator state raises StateError, never resets."""
-        if not isinstance(doc, dict) or doc.get("format") != STATE_FORMAT:
-            raise StateError(f"not a {STATE_FORMAT} document")
-        try:
-            return cls(StrategyState.from_json(doc.get("strategy")), ExecutorState.from_json(doc.get("executor")))
-        except ExecutorStateError as exc:
-            raise StateError(str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -106,7 +79,7 @@ def run_cycle(
     nothing (``approval: manual``: the plan becomes a proposal for a person to approve).
 
     ``load_manager``: the session that detects the cluster's load manager this cycle, reads the load where it
-    runs (load reports, or the extensible load manager's topics: operator/elm.py) and runs the conflict guard;
+    runs (load reports, or the extensible load manager's topics: operator/collect/elm.py) and runs the conflict guard;
     None: load reports, no detection, no guard."""
     cycle_id = uuid.UUID(int=rng.getrandbits(128)).hex[:12]
     detected, elm_notes = None, ()

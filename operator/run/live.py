@@ -9,15 +9,19 @@ import random
 import sys
 import threading
 
-from pulsar_lb_operator import daemon as daemon_module
-from pulsar_lb_operator import elm, files, guard, hints, render, statefile
+from pulsar_lb_operator import hints
+from pulsar_lb_operator.act import guard
+from pulsar_lb_operator.act.executor import Executor
 from pulsar_lb_operator.adminapi import AdminClient, auth
-from pulsar_lb_operator.audit import publisher as audit_publisher
-from pulsar_lb_operator.collector import with_namespaces_and_topics
-from pulsar_lb_operator.control import ControlFile
-from pulsar_lb_operator.cycle import OperatorState, run_cycle
-from pulsar_lb_operator.executor import Executor
-from pulsar_lb_operator.settings import OperatorSettings, resolve
+from pulsar_lb_operator.collect import elm
+from pulsar_lb_operator.collect.collector import with_namespaces_and_topics
+from pulsar_lb_operator.record import render
+from pulsar_lb_operator.record.audit import publisher as audit_publisher
+from pulsar_lb_operator.run import daemon as daemon_module
+from pulsar_lb_operator.run.cycle import OperatorState, run_cycle
+from pulsar_lb_operator.run.settings import OperatorSettings, resolve
+from pulsar_lb_operator.store import files, statefile
+from pulsar_lb_operator.store.control import ControlFile
 from pulsar_lb_operator.strategies import LoadBalancerConfig, Split
 from pulsar_lb_operator.strategies.config import ConfigError
 
@@ -162,7 +166,7 @@ def snapshot(args: argparse.Namespace) -> int:
 
 
 def run_daemon(args: argparse.Namespace) -> int:
-    from pulsar_lb_operator import logs
+    from pulsar_lb_operator.record import logs
 
     settings, config, explicit = settings_from(args, dryRun=args.dry_run)
     logs.configure(settings.logLevel, settings.logJson)
@@ -192,7 +196,7 @@ def run_daemon(args: argparse.Namespace) -> int:
 def _elector(settings: OperatorSettings) -> daemon_module.Elector | None:
     if not getattr(settings, "leaderElection", False):
         return None
-    from pulsar_lb_operator.leadership import elector_from_settings
+    from pulsar_lb_operator.run.leadership import elector_from_settings
 
     return elector_from_settings(settings)
 

@@ -16,15 +16,46 @@ from __future__ import annotations
 import fcntl
 import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import structlog
 
-from pulsar_lb_operator import files, hints
-from pulsar_lb_operator.cycle import OperatorState
-from pulsar_lb_operator.strategies import StateError
+from pulsar_lb_operator import hints
+from pulsar_lb_operator.act.executor import ExecutorState, ExecutorStateError
+from pulsar_lb_operator.store import files
+from pulsar_lb_operator.strategies import StateError, StrategyState
 
 log = structlog.get_logger(__name__)
+
+
+STATE_FORMAT = "pulsar-lb-operator-state/1"
+
+
+@dataclass(frozen=True)
+class OperatorState:
+    """Everything that must survive a restart: the strategy's state and the executor's."""
+
+    strategy: StrategyState = field(default_factory=StrategyState)
+    executor: ExecutorState = field(default_factory=ExecutorState)
+
+    def to_json(self) -> dict:
+        return {
+            "format": STATE_FORMAT,
+            "strategy": self.strategy.to_json(),
+            "executor": self.executor.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any) -> OperatorState:
+        """Strict: a document that is not a complete operator state raises StateError, never resets."""
+        if not isinstance(doc, dict) or doc.get("format") != STATE_FORMAT:
+            raise StateError(f"not a {STATE_FORMAT} document")
+        try:
+            return cls(StrategyState.from_json(doc.get("strategy")), ExecutorState.from_json(doc.get("executor")))
+        except ExecutorStateError as exc:
+            raise StateError(str(exc)) from None
 
 
 class StateFileError(files.FileError):

@@ -30,17 +30,21 @@ from typing import Protocol
 import structlog
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from pulsar_lb_operator import elm, endpoints, guard, hints, shutdown, statefile, workflows
+from pulsar_lb_operator import hints
+from pulsar_lb_operator.act import guard
+from pulsar_lb_operator.act.executor import Executor, ExecutorState, ExecutorStateError
 from pulsar_lb_operator.adminapi import AdminClient, AdminError
-from pulsar_lb_operator.audit import publisher as audit_publisher
-from pulsar_lb_operator.control import ControlFile
-from pulsar_lb_operator.cycle import CycleResult, OperatorState, run_cycle
-from pulsar_lb_operator.executor import Executor, ExecutorState, ExecutorStateError
-from pulsar_lb_operator.history import HistoryStore
-from pulsar_lb_operator.leadership import STATE_ANNOTATION
-from pulsar_lb_operator.metrics import Metrics
-from pulsar_lb_operator.profile import read_profile
-from pulsar_lb_operator.settings import OperatorSettings
+from pulsar_lb_operator.collect import elm
+from pulsar_lb_operator.record.audit import publisher as audit_publisher
+from pulsar_lb_operator.run import endpoints, shutdown, workflows
+from pulsar_lb_operator.run.cycle import CycleResult, OperatorState, run_cycle
+from pulsar_lb_operator.run.leadership import STATE_ANNOTATION
+from pulsar_lb_operator.run.metrics import Metrics
+from pulsar_lb_operator.run.settings import OperatorSettings
+from pulsar_lb_operator.store import statefile
+from pulsar_lb_operator.store.control import ControlFile
+from pulsar_lb_operator.store.history import HistoryStore
+from pulsar_lb_operator.store.profile import read_profile
 from pulsar_lb_operator.strategies import LoadBalancerConfig
 from pulsar_lb_operator.strategies.config import ConfigError
 from pulsar_lb_operator.strategies.snapshots import SnapshotError
@@ -52,7 +56,7 @@ USAGE_POINTS = 240  # per-cycle usage samples kept for the status page (an hour 
 
 
 class Elector(Protocol):
-    """Leader election (operator/leadership.py): only the leader acts, and it keeps its record on the Lease."""
+    """Leader election (operator/run/leadership.py): only the leader acts, and it keeps its record on the Lease."""
 
     def start(self) -> None: ...
 

@@ -22,12 +22,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote
 
-from pulsar_lb_operator import workflows
-from pulsar_lb_operator.control import ControlError
+from pulsar_lb_operator.run import workflows
+from pulsar_lb_operator.store.control import ControlError
 from pulsar_lb_operator.strategies.plans import Split
 
 if TYPE_CHECKING:
-    from pulsar_lb_operator.daemon import Daemon
+    from pulsar_lb_operator.run.daemon import Daemon
 
 Answer = tuple[int, bytes, str, dict[str, str]]
 _PROCESS_KEY = secrets.token_bytes(32)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pulsar_lb_operator.executor import Outcome, Record
+from pulsar_lb_operator.act.executor import Outcome, Record
 from pulsar_lb_operator.strategies.plans import Plan
 
 FORMAT = "pulsar-lb-audit/1"

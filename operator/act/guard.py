@@ -2,7 +2,7 @@
 
 ``loadBalancerSheddingEnabled`` (dynamic) stops both load managers' shedders: the modular one's doLoadShedding
 and the extensible one's UnloadScheduler (``loadBalancerEnabled && loadBalancerSheddingEnabled``). The cycle
-runs this guard (operator/elm.py): on a modular cluster first, on the extensible load manager only once its load
+runs this guard (operator/collect/elm.py): on a modular cluster first, on the extensible load manager only once its load
 data was read — never when the operator is not going to balance instead.
 """
 

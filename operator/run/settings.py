@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from pulsar_lb_operator import hints
+from pulsar_lb_operator.act.safety import Safety
 from pulsar_lb_operator.adminapi import auth
-from pulsar_lb_operator.adminapi.client import TEMPLATE_FIELDS, render_template, template_fields
-from pulsar_lb_operator.safety import Safety
+from pulsar_lb_operator.adminapi.client import TEMPLATE_FIELDS, render_template, service_url_of, template_fields
 from pulsar_lb_operator.strategies.config import (
     ConfigError,
     LoadBalancerConfig,
@@ -83,7 +83,7 @@ class OperatorSettings:
     auditTopic: str = "persistent://public/default/pulsar-lb-operator-audit"
     auditSpoolDir: str | None = None  # events wait here until the broker has them; default: beside stateFile
     auditSpoolMaxMegabytes: float = 64.0  # past this, new events are dropped and counted, never blocking a cycle
-    # the extensible load manager's system topics (operator/elm.py): any broker's or the proxy's pulsar:// or
+    # the extensible load manager's system topics (operator/collect/elm.py): any broker's or the proxy's pulsar:// or
     # pulsar+ssl:// URL (default: adminUrl's host on 6650/6651), and how long a cycle waits for every broker's
     # data (0: one report interval, the brokers' loadBalancerReportUpdateMaxIntervalMinutes)
     elmServiceUrl: str | None = None
@@ -220,13 +220,6 @@ class OperatorSettings:
                 message = f"tokenFile: cannot read {self.tokenFile!r}: {exc.strerror or exc}"
                 raise ConfigError(hints.with_fix(message, hints.file_fix(exc, self.tokenFile))) from None
         return os.environ.get(self.tokenEnv) or None
-
-
-def service_url_of(admin_url: str) -> str:
-    """The binary-protocol URL of the broker (or proxy) behind an admin URL, on Pulsar's default ports."""
-    scheme, _, rest = admin_url.partition("://")
-    host = rest.split("/", 1)[0].rsplit(":", 1)[0]
-    return f"pulsar+ssl://{host}:6651" if scheme == "https" else f"pulsar://{host}:6650"
 
 
 def _env_name(key: str) -> str:

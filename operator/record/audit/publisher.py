@@ -22,8 +22,7 @@ import tenacity
 
 from pulsar_lb_operator.adminapi import auth
 from pulsar_lb_operator.adminapi.auth import Credentials
-from pulsar_lb_operator.audit.spool import Spool
-from pulsar_lb_operator.settings import OperatorSettings
+from pulsar_lb_operator.record.audit.spool import Spool
 from pulsar_lb_operator.strategies.config import ConfigError
 
 log = structlog.get_logger(__name__)
@@ -35,11 +34,12 @@ _client_log.propagate = False
 
 
 def from_settings(
-    settings: OperatorSettings,
+    settings: Any,
     on_sent: Callable[[], None] = lambda: None,
     on_dropped: Callable[[], None] = lambda: None,
 ) -> AuditPublisher | None:
-    """The started publisher ``auditEnabled`` asks for, or None."""
+    """The started publisher ``auditEnabled`` asks for, or None. ``settings``: the operator's (run/settings.py),
+    read by attribute as adminapi/auth.py reads them, so recording does not depend on what runs it."""
     service_url = settings.audit_service_url()
     if not settings.auditEnabled or not service_url:
         return None

@@ -10,7 +10,7 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from pulsar_lb_operator.cycle import CycleResult
+from pulsar_lb_operator.run.cycle import CycleResult
 from pulsar_lb_operator.strategies import Split
 
 
@@ -110,7 +110,7 @@ class Metrics:
             self.score.labels(broker.broker).set(broker.usage_before)
         for broker, error in result.state.strategy.prediction_errors.items():
             self.prediction_error.labels(broker).set(error)
-        if result.load_manager is not None:  # operator/elm.py detects it every cycle
+        if result.load_manager is not None:  # operator/collect/elm.py detects it every cycle
             self.load_manager.clear()
             self.load_manager.labels(result.load_manager.kind, result.load_manager.version or "").set(1)
 

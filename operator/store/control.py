@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pulsar_lb_operator import files
+from pulsar_lb_operator.store import files
 
 FORMAT = "pulsar-lb-control/1"
 PENDING, APPROVED, REJECTED, EXPIRED, EXECUTED = "pending", "approved", "rejected", "expired", "executed"

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pulsar_lb_operator.control import APPROVED, EXECUTED, PENDING, ControlFile
-from pulsar_lb_operator.cycle import CycleResult
-from pulsar_lb_operator.executor import Record
+from pulsar_lb_operator.act.executor import Record
+from pulsar_lb_operator.run.cycle import CycleResult
+from pulsar_lb_operator.store.control import APPROVED, EXECUTED, PENDING, ControlFile
 from pulsar_lb_operator.strategies import bundles as bundle_names
 from pulsar_lb_operator.strategies.plans import Plan, action_from_json
 from pulsar_lb_operator.strategies.snapshots import ClusterSnapshot
