@@ -16,6 +16,7 @@ bounds the exit, ``leadership.py`` decides who acts.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import threading
@@ -38,14 +39,14 @@ from pulsar_lb_operator.collect import elm
 from pulsar_lb_operator.record.audit import publisher as audit_publisher
 from pulsar_lb_operator.run import endpoints, shutdown, workflows
 from pulsar_lb_operator.run.cycle import CycleResult, OperatorState, run_cycle
-from pulsar_lb_operator.run.leadership import STATE_ANNOTATION
+from pulsar_lb_operator.run.leadership import COUNTERS_ANNOTATION, STATE_ANNOTATION
 from pulsar_lb_operator.run.metrics import Metrics
 from pulsar_lb_operator.run.settings import OperatorSettings
 from pulsar_lb_operator.store import statefile
 from pulsar_lb_operator.store.control import ControlFile
 from pulsar_lb_operator.store.history import HistoryStore
 from pulsar_lb_operator.store.profile import read_profile
-from pulsar_lb_operator.strategies import LoadBalancerConfig
+from pulsar_lb_operator.strategies import LoadBalancerConfig, StateError
 from pulsar_lb_operator.strategies.config import ConfigError
 from pulsar_lb_operator.strategies.snapshots import SnapshotError
 
@@ -154,8 +155,12 @@ class Daemon:
         return leading
 
     def _inherit(self) -> None:
-        """Take over the previous leader's record from the Lease: its cooldowns and unverified actions."""
-        text = self.elector.inherited(STATE_ANNOTATION) if self.elector is not None else None
+        """Take over the previous leader's record from the Lease: its cooldowns and unverified actions, and its
+        strategy's hit counters (a broker hit once before an upgrade is hit twice on the first cycle after)."""
+        if self.elector is None:
+            return
+        self._inherit_counters(self.elector.inherited(COUNTERS_ANNOTATION))
+        text = self.elector.inherited(STATE_ANNOTATION)
         if not text:
             return
         try:
@@ -170,6 +175,32 @@ class Daemon:
             cooldowns=len(inherited.last_moved),
             pending=len(inherited.pending),
         )
+
+    def _inherit_counters(self, text: str | None) -> None:
+        """The last leader's counters win over this pod's state file: every leader writes them at the end of
+        each cycle, so they are at least as new. The per-bundle averages stay this pod's (or start again)."""
+        if not text:
+            return
+        try:
+            counters = statefile.read_strategy_counters(text)
+        except StateError as exc:
+            log.error("the previous leader's strategy counters on the Lease are unreadable; ignored", reason=str(exc))
+            return
+        strategy = dataclasses.replace(counters, bundle_data=self.state.strategy.bundle_data)
+        self.state = OperatorState(strategy, self.state.executor)
+        log.warning("inherited the previous leader's strategy counters", hits=len(counters.avg_hits_high))
+
+    def _publish_counters(self, state: OperatorState) -> None:
+        """Once a cycle, the strategy's counters onto the Lease for the next leader (not a fence: a failure here
+        only means a new leader counts again)."""
+        publish = getattr(self.elector, "publish", None)
+        if publish is None:
+            return
+        text = statefile.strategy_counters(state.strategy)
+        if text is None:
+            log.warning("the strategy counters are too large for the Lease; a new leader will count again")
+        elif not publish(COUNTERS_ANNOTATION, text):
+            log.warning("the strategy counters were not written to the Lease; a new leader will count again")
 
     def _fence(self) -> str | None:
         return None if self.elector is None or self.elector.is_leader() else "no longer the leader"
@@ -224,6 +255,7 @@ class Daemon:
             )
             self.state = result.state
             self._save(self.state)
+            self._publish_counters(self.state)
             if manual:
                 proposal = workflows.propose(self.control, result, self.executor.now_ms(), self.period_s * 1000)
                 if proposal is not None:

@@ -60,6 +60,7 @@ LEASES_PATH = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 # The leader's record of what it sent (cooldowns, actions awaiting verification), kept on the Lease
 # itself so that a standby taking over inherits it (see ``publish``).
 STATE_ANNOTATION = "pulsar-lb-operator/executor-state"
+COUNTERS_ANNOTATION = "pulsar-lb-operator/strategy-counters"  # written once a cycle (store/statefile.py)
 MAX_ANNOTATIONS_BYTES = 256 * 1024  # the API server's limit on all of an object's annotations
 
 

@@ -13,10 +13,14 @@ Across hosts (two replicas) the Kubernetes Lease does the same job (``leadership
 
 from __future__ import annotations
 
+import base64
+import binascii
 import fcntl
+import json
 import os
 import time
-from dataclasses import dataclass, field
+import zlib
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -133,3 +137,27 @@ class InstanceLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+# The strategy's state as a Lease annotation (leader election): its hit counters, EMAs, recent unloads and
+# in-flight moves — what makes a new leader decide as the old one would have — without the per-bundle
+# averages, which are rebuilt from the reports in a few cycles (as Pulsar's own new leader does) and would
+# not fit: the API server allows 256 KiB for all of an object's annotations.
+COUNTERS_MAX_BYTES = 96 * 1024
+
+
+def strategy_counters(strategy: StrategyState) -> str | None:
+    """The annotation's value (JSON, zlib, base64), or None when it would exceed COUNTERS_MAX_BYTES."""
+    doc = replace(strategy, bundle_data=StrategyState().bundle_data).to_json()
+    raw = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+    text = base64.b64encode(zlib.compress(raw, 9)).decode("ascii")
+    return text if len(text) <= COUNTERS_MAX_BYTES else None
+
+
+def read_strategy_counters(text: str) -> StrategyState:
+    """The counters another leader published; StateError for anything else (never a silent reset)."""
+    try:
+        raw = zlib.decompressobj().decompress(base64.b64decode(text, validate=True), 16 * 1024 * 1024)
+        return StrategyState.from_json(json.loads(raw))
+    except (binascii.Error, zlib.error, ValueError) as exc:
+        raise StateError(f"the strategy counters on the Lease are unreadable: {exc}") from None

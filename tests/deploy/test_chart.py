@@ -464,6 +464,32 @@ def test_an_upgrade_with_the_default_values_keeps_the_cooldowns(served, tmp_path
         assert not cooldowns and not pending
 
 
+@pytest.mark.parametrize("leader_election", [True, False])
+def test_an_upgrade_with_the_default_values_keeps_the_hit_counters(served, tmp_path, leader_election):
+    """AvgShedder acts on a pair's second consecutive hit (Pulsar's default). One cycle before `helm upgrade
+    --set dryRun=false` counts the first; with the default values the counters are on the Lease, and the new
+    pod's first cycle is the second hit: it acts. Without leader election it starts counting again."""
+    values = {"dryRun": False, "settings": {"pauseSeconds": 0}, "loadBalancer": dict(served.cluster.scenario.config)}
+    if not leader_election:
+        values["leaderElection"] = {"enabled": False}
+    before, after = render(values)[0], render({**values, "settings": {"pauseSeconds": 0, "maxUnloadsPerCycle": 8}})[0]
+    with FakeKubeApi() as api:
+        old = _pod(before, served, api, tmp_path / "old-pod", "lb-old")
+        assert old.elector.try_acquire_or_renew() if leader_election else old.leads()
+        first = old.run_once()
+        assert first.plan is not None and not first.plan.unloads  # one hit counted, nothing sent
+        assert old.state.strategy.avg_hits_high
+        old.elector.stop()
+        new = _pod(after, served, api, tmp_path / "new-pod", "lb-new")
+        assert new.elector.try_acquire_or_renew() if leader_election else new.leads()
+        assert new.leads()
+        sent = [r for r in new.run_once().records if r.outcome is Outcome.EXECUTED]
+    if leader_election:
+        assert sent, "the second consecutive hit, counted across the upgrade"
+    else:
+        assert not sent, "a blank pod counts its first hit again"
+
+
 def test_the_durable_kill_switch_reaches_every_pod_and_stops_every_call(live_served, tmp_path, capsys, monkeypatch):
     """`--set killSwitch=true` survives upgrades: it is in the pod spec, not on the pod's volume."""
     from pulsar_lb_operator import cli

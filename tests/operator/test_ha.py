@@ -125,3 +125,35 @@ def test_a_replaced_single_pod_inherits_cooldowns_from_the_lease_not_from_its_em
     assert set(sent) <= set(new.state.executor.last_moved) and set(sent) <= new.state.executor.awaiting()
     result = new.run_once()  # its first cycle leaves the bundles in their grace period alone
     assert not set(sent) & set(moved(result))
+
+
+def test_the_strategy_counters_on_the_lease_round_trip_and_refuse_garbage():
+    """What a new leader inherits: the counters exactly, never the per-bundle averages (too large for a Lease);
+    anything else on the annotation is a StateError (logged and ignored by the daemon), never a reset."""
+    import base64
+    import zlib
+    from types import MappingProxyType
+
+    from pulsar_lb_operator.store import statefile
+    from pulsar_lb_operator.strategies import StateError, StrategyState
+    from pulsar_lb_operator.strategies.loaddata import BundleData
+
+    brokers = [f"broker-{i}.broker.pulsar.svc.cluster.local:8080" for i in range(1000)]
+    state = StrategyState(
+        bundle_data=MappingProxyType({"t/ns/0x00000000_0xffffffff": BundleData.new()}),
+        avg_hits_high=MappingProxyType({b: i % 3 for i, b in enumerate(brokers)}),
+        threshold_ema=MappingProxyType({b: i / 10 for i, b in enumerate(brokers)}),
+    )
+    text = statefile.strategy_counters(state)
+    assert text is not None and len(text) <= statefile.COUNTERS_MAX_BYTES  # a thousand brokers fit
+    back = statefile.read_strategy_counters(text)
+    assert back.avg_hits_high == state.avg_hits_high and back.threshold_ema == state.threshold_ema
+    assert not back.bundle_data
+    for garbage in (
+        "",
+        "not base64!",
+        base64.b64encode(b"not zlib").decode(),
+        base64.b64encode(zlib.compress(b"[1]")).decode(),
+    ):
+        with pytest.raises(StateError):
+            statefile.read_strategy_counters(garbage)
