@@ -426,8 +426,8 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
     seeds = range(args.seed, args.seed + args.seeds)
     options = (args.scenario, args.strategy, seeds, args.target, args.jobs, Path(args.out), not args.no_plots)
     try:
-        return benchmark.run(*options, args.history, command)
-    except ValueError as exc:
+        return benchmark.benchmark_command(*options, args.history, command)
+    except benchmark.USER_ERRORS as exc:
         raise UsageError(str(exc)) from None
 
 
