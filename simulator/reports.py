@@ -131,28 +131,25 @@ class Reports:
     def operator_view(self) -> ClusterSnapshot:
         """What the operator's collector reads: every live broker's report as its REST endpoint answers now (the
         latest sample; ``lastUpdate`` is the last write's), where the leader reads what was last written."""
-        brokers = {}
-        for broker in self.alive_brokers():
-            report = self.load_report(broker.id)
-            cached = self._fresh_parsed.get(broker.id)
-            if cached is None or cached[0] is not report:
-                cached = self._fresh_parsed[broker.id] = (report, parse_broker_load(broker.id, report))
-            brokers[broker.id] = cached[1]
+        brokers = {b.id: _parse_once(self._fresh_parsed, b.id, self.load_report(b.id)) for b in self.alive_brokers()}
         return ClusterSnapshot(self.scenario.cluster, self.now_ms, brokers, policies=self.namespace_policies())
 
     def _parsed_report(self, broker_id: str) -> BrokerLoad:
         """The leader's parse of a broker's report as last written to the metadata store (not the fresher one the
         REST endpoint builds), redone only when a new one was written."""
         report = self.brokers[broker_id].written_report or self.load_report(broker_id)
-        cached = self._parsed.get(broker_id)
-        if cached is not None and cached[0] is report:
-            return cached[1]
-        load = parse_broker_load(broker_id, report)
-        self._parsed[broker_id] = (report, load)
-        return load
+        return _parse_once(self._parsed, broker_id, report)
 
     def set_web_url_tls(self, broker_id: str, url: str | None) -> None:
         """The https URL a broker publishes (``webServiceUrlTls``) once it serves TLS; its report is rebuilt."""
         with self.lock:
             self.brokers[broker_id].web_url_tls = url
             self._reports.pop(broker_id, None)
+
+
+def _parse_once(cache: dict[str, tuple[dict, BrokerLoad]], broker_id: str, report: dict) -> BrokerLoad:
+    """``report`` parsed, or its parse from ``cache`` while the broker's report is the same object."""
+    cached = cache.get(broker_id)
+    if cached is None or cached[0] is not report:
+        cached = cache[broker_id] = (report, parse_broker_load(broker_id, report))
+    return cached[1]
