@@ -48,10 +48,11 @@ CUTOFFS = (  # column, metric, scenarios, good, normal (bad: anything else); eac
     ),
     (
         COLUMNS[3],
-        "unloads ÷ the scenario's lower bound of moves: the worst scenario, and all summed",
-        "all with an imbalance to fix (not jittery)",
-        "worst ≤ 1.25×",
-        "summed ≤ 2.5×",
+        "unloads ÷ the scenario's lower bound of moves: the worst scenario, and all summed; sources left "
+        "underloaded (PIP-364's definition): more than half the target below the mean after their cycle",
+        "the ratio: all with an imbalance to fix (not jittery); underloaded sources: all",
+        "worst ≤ 1.25×, none left underloaded",
+        "summed ≤ 2.5×, ≤ 3 left underloaded",
     ),
     (
         COLUMNS[4],
@@ -141,7 +142,7 @@ def seed_verdicts(
                     [r for r in runs if is_pure_jitter(scenarios[r.scenario])],
                 ),
                 COLUMNS[2]: _over_placement(runs),
-                COLUMNS[3]: _over_unloading(judged, bounds),
+                COLUMNS[3]: _over_unloading(judged, runs, bounds),
                 COLUMNS[4]: _slow(judged),
             }
     return out
@@ -225,13 +226,21 @@ def _over_placement(runs: list[RunResult]) -> Cell:
     return Cell("good" if over + wrong == 0 else "normal" if over + wrong <= 3 else "bad", figure)
 
 
-def _over_unloading(runs: list[RunResult], bounds: dict[RunKey, int]) -> Cell:
-    if not runs:
+def _over_unloading(judged: list[RunResult], runs: list[RunResult], bounds: dict[RunKey, int]) -> Cell:
+    """More unloads than the imbalance needs, or, as PIP-364 defines over unloading, so much load taken off a
+    broker that it is left underloaded: either one is the harm."""
+    under = sum(r.metrics["overunloaded_sources"] for r in runs)
+    if not judged and not under:
         return Cell("n/a", "")
-    ratio = sum(r.metrics["unloads"] for r in runs) / sum(bounds[(r.scenario, r.seed)] for r in runs)
-    worst = max(r.metrics["unloads"] / bounds[(r.scenario, r.seed)] for r in runs)
-    figure = f"{ratio:.2f}× the lower bound, worst {worst:.2f}×"
-    return Cell("good" if worst <= 1.25 else "normal" if ratio <= 2.5 else "bad", figure)
+    parts, ratio, worst = [], 0.0, 0.0
+    if judged:
+        ratio = sum(r.metrics["unloads"] for r in judged) / sum(bounds[(r.scenario, r.seed)] for r in judged)
+        worst = max(r.metrics["unloads"] / bounds[(r.scenario, r.seed)] for r in judged)
+        parts.append(f"{ratio:.2f}× the lower bound, worst {worst:.2f}×")
+    figure = ", ".join([*parts, f"{under} left underloaded"])
+    if worst <= 1.25 and under == 0:
+        return Cell("good", figure)
+    return Cell("normal" if ratio <= 2.5 and under <= 3 else "bad", figure)
 
 
 def _slow(runs: list[RunResult]) -> Cell:
@@ -274,6 +283,7 @@ SCENARIO_COLUMNS = (
     ("broker-cycles > 85%", "broker_cycles_over_85"),
     ("wrong-way moves", "wrong_direction_moves"),
     ("over-placed", "overplaced_destinations"),
+    ("left underloaded", "overunloaded_sources"),
     ("onto co-tenant", "cotenant_moves"),
 )
 

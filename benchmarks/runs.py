@@ -223,6 +223,7 @@ def run(
     initial_bound, initial_most = balance_needs(cluster, target)
     disturbance = {"sample": 0, "moves": initial_bound, "most_from_one": initial_most}
     metrics.record(cluster)
+    event_samples: set[int] = set()  # samples taken after a scenario event: a drop there is not the strategy's
     cycle = 0
     while cluster.now_s < scenario.duration_s - 1e-9:
         cycle += 1
@@ -242,11 +243,13 @@ def run(
         names.update({b.id: b.name for b in cluster.brokers.values()})
         metrics.record(cluster)
         if cluster.events != pending_events:  # a scenario event (a restart, a broker added…) happened
+            event_samples.add(len(metrics.samples) - 1)
             moves, most = balance_needs(cluster, target)
             disturbance = {"sample": len(metrics.samples) - 1, "moves": moves, "most_from_one": most}
     result.times = [s.time_s for s in metrics.samples]
     result.usage = [dict(s.usage) for s in metrics.samples]
     result.metrics = _metrics(result, metrics, cluster, background, target, initial_bound)
+    result.metrics["overunloaded_sources"] = overunloaded_sources(result, target, event_samples, background)
     result.metrics.update(_after_disturbance(result, background, target, disturbance, config, rails))
     result.metrics["prediction_error"] = round(sum(map(abs, errors)) / len(errors), 2) if errors else None
     return result
@@ -303,6 +306,27 @@ def _apply(
             )
         )
     return moves
+
+
+def overunloaded_sources(
+    result: RunResult, target: float, event_samples: set[int], background: dict[str, float] | None = None
+) -> int:
+    """PIP-364's over unloading: "the load offloaded from high load brokers is too much and make them
+    underloaded". Per cycle, the brokers that gave load and were left below the balanced band (more than
+    target/2 under the mean of the brokers that can take load, as ``balance_needs`` has it) in the sample after
+    it; a sample right after a scenario event (a restart empties a broker) is not counted."""
+    sources: dict[int, set[str]] = {}
+    for move in result.moves:
+        sources.setdefault(move.cycle, set()).add(move.source)
+    count = 0
+    for cycle, names in sources.items():
+        if cycle in event_samples:
+            continue
+        after = result.usage[cycle]
+        takers = balanceable(after, background or {})
+        mean = sum(after[n] for n in takers) / len(takers)
+        count += sum(1 for n in names if n in after and after[n] < mean - target / 2)
+    return count
 
 
 def flapping(moves: list[Move], interval_s: float, window_s: float = FLAP_WINDOW_S) -> int:

@@ -15,6 +15,7 @@ from pulsar_lb_operator.benchmarks.runs import (
     balanceable_spread,
     flapping,
     moves_lower_bound,
+    overunloaded_sources,
     rails_floor,
     run,
 )
@@ -275,3 +276,50 @@ def test_ours_unloads_at_most_a_quarter_over_the_lower_bound_where_it_unloaded_m
     for name, seed in (("over-placement-10-60-70-80-80", 1), ("broker-returns-empty", 2)):
         m = run(load_scenario(name), OURS, seed=seed).metrics
         assert m["unloads"] <= 1.25 * m["moves_at_disturbance"], (name, seed, m)
+
+
+THRESHOLD = Combination(
+    "ThresholdShedder + LeastResourceUsageWithWeight", "ThresholdShedder", "LeastResourceUsageWithWeight"
+)
+OVERLOAD = Combination("OverloadShedder + LeastLongTermMessageRate", "OverloadShedder", "LeastLongTermMessageRate")
+
+
+def test_a_source_the_history_ema_empties_past_the_mean_counts_as_over_unloaded():
+    """PIP-364's 90 % + 10 % case: ThresholdShedder's 0.9 history weight still sees broker-0 as hot when it is
+    balanced, and it goes on until broker-0 is 6 points under the mean (43 vs 56): more than half the target
+    below. Ours stops within the tolerance. The column's verdict follows: normal against good."""
+    scenario = load_scenario("threshold-over-unloading")
+    threshold, ours = run(scenario, THRESHOLD), run(scenario, OURS)
+    last = threshold.usage[-1]
+    assert last["broker-0"] < sum(last.values()) / 2 - 5 < last["broker-1"]
+    assert threshold.metrics["overunloaded_sources"] == 1 and ours.metrics["overunloaded_sources"] == 0
+    cells = report.seed_verdicts([threshold, ours], {scenario.name: scenario})
+    column = report.COLUMNS[3]
+    assert cells[THRESHOLD.label][0][column].verdict == "normal" and "1 left underloaded" in str(
+        cells[THRESHOLD.label][0][column]
+    )
+    assert cells[OURS.label][0][column].verdict == "good"
+
+
+def test_a_source_emptied_by_a_restart_is_not_counted_as_over_unloaded():
+    """Only the strategy's doing counts: a source that a scenario event (a restart) empties in the same cycle
+    is left out; the same drop without an event is counted."""
+    result = dataclasses.replace(
+        run(two_brokers(minutes=2), BASELINE), moves=[Move(1, "x", "a", "b", 45, 5, False, 1, 1)]
+    )
+    result.usage = [{"a": 45.0, "b": 5.0}, {"a": 0.0, "b": 45.0}]
+    assert overunloaded_sources(result, 10, event_samples={1}) == 0
+    assert overunloaded_sources(result, 10, event_samples=set()) == 1
+
+
+def test_overload_shedder_shuffles_bundles_between_overloaded_brokers_and_ours_leaves_them():
+    """PIP-364's first OverloadShedder case: every broker at about 90 %, within a few points of each other.
+    OverloadShedder unloads from every broker each cycle and LeastLongTermMessageRate, every broker scored
+    infinite, places at random: moves onto hotter brokers, sources left underloaded. Nothing needs moving."""
+    scenario = load_scenario("all-overloaded-90-90-90")
+    overload, ours = run(scenario, OVERLOAD), run(scenario, OURS)
+    assert min(overload.usage[0].values()) > 85 and balanceable_spread(overload.usage[0], {}) < 10
+    assert overload.metrics["moves_lower_bound"] == 0
+    assert overload.metrics["unloads"] > 50 and overload.metrics["wrong_direction_moves"] > 0
+    assert overload.metrics["overunloaded_sources"] > 0
+    assert ours.metrics["unloads"] == 0
