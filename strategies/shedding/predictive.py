@@ -432,15 +432,19 @@ def shed(
                 )
 
         plan = _plan_end_state(load, forecast, movable, takers, set(per_source), config, halves)
-        if plan.receivers:
-            cap = load.rails.max_unloads_per_broker
+        cap = load.rails.max_unloads_per_broker
+        if plan.receivers and plan.count_binds(budget, cap):
+            refused = set()
             for giver, bundle, destination in plan.this_cycle(budget - actions(), per_source, cap):
+                move = None
                 if giver not in received and destination not in per_source:
                     move = _planned_move(forecast, load, giver, bundle, destination, plan.mean, config, halves)
-                    if move is not None:
-                        carry_out([move])
+                if move is None:
+                    refused.add(giver)
+                else:
+                    carry_out([move])
             # while the plan is carried out, its givers give only what it plans and brokers in the band nothing
-            done |= plan.givers | {b for b in brokers if plan.level[b] <= plan.mean + BAND}
+            done |= (plan.givers - refused) | {b for b in brokers if plan.level[b] <= plan.mean + BAND}
         while actions() < budget:
             sources = [
                 b
@@ -508,6 +512,17 @@ class EndStatePlan:
     level: Mapping[str, float]
     mean: float
 
+    def count_binds(self, budget: int, cap: int) -> bool:
+        """Whether the rails' cycle cap, not their per-broker cap, sets how many cycles the plan takes: only then
+        does making fewer moves balance sooner. Where one giver's share sets it, the moves of the others come
+        free, and the one-best-move-at-a-time shedding, which ends nearer the mean, is kept."""
+        per_giver: dict[str, int] = {}
+        for _, moves in self.receivers:
+            for giver, _ in moves:
+                per_giver[giver] = per_giver.get(giver, 0) + 1
+        total = sum(per_giver.values())
+        return -(-total // budget) >= -(-max(per_giver.values(), default=0) // cap)
+
     def this_cycle(self, room: int, per_source: Mapping[str, int], cap: int) -> list[tuple[str, str, str]]:
         """The moves to make now, (giver, bundle, receiver), at most ``room`` and ``cap`` from one giver: whole
         receivers first, the lowest first (a receiver left half filled is one the next plan may fill otherwise,
@@ -550,8 +565,9 @@ def _plan_end_state(
     nothing = EndStatePlan((), frozenset(), level, mean)
     if not takers:
         return nothing
-    givers = sorted(b for b in movable if level[b] > mean + BAND)
+    givers = sorted(b for b in movable if level[b] > mean + BAND and movable[b])
     items: list[tuple[str, str, Traffic]] = []
+    gives: dict[str, float] = {}  # each giver's planned end
     for giver in givers:
         usage, steady = level[giver], forecast.steady(giver)
         bundles = [
@@ -561,7 +577,10 @@ def _plan_end_state(
         ]
         sizes = [usage - forecast.usage(giver, forecast.shifted(giver, t, -1, steady)) for _, t in bundles]
         chosen = packing.fewest_into_band(sizes, usage - mean - BAND, usage - mean + BAND, usage - mean)
-        items += [(giver, bundles[i][0], bundles[i][1]) for i in chosen or ()]
+        if chosen is None:
+            return nothing  # no set of its bundles lands it in the band: not a plan for every broker
+        items += [(giver, bundles[i][0], bundles[i][1]) for i in chosen]
+        gives[giver] = usage - sum(sizes[i] for i in chosen)
     receivers = sorted(d for d in takers - busy if d not in givers and level[d] < mean)
     if not items or not receivers:
         return nothing
@@ -577,11 +596,20 @@ def _plan_end_state(
             allowed[row] = [r in permitted for r in receivers]
     limit = config.loadBalancerBrokerOverloadedThresholdPercentage
     where = packing.assign(start, rise, allowed, limit, mean, BAND)
-    unplaced = {giver for (giver, _, _), t in zip(items, where) if t < 0}
+    end = start.copy()
+    for row, t in enumerate(where):
+        if t >= 0:
+            end[t] += rise[row, t]
+    # Only a plan that brings every broker that can take load into the band is carried out; otherwise (a giver
+    # with no set of bundles that lands it there, a bundle no taker can take or only by ending above the band,
+    # takers the givers' bundles cannot all fill) the shedder moves as before, one best move at a time.
+    ends = {**gives, **dict(zip(receivers, end))}
+    settled = config.loadBalancerAvgShedderLowThreshold / 3  # where _hits clears a broker's counters
+    if any(t < 0 for t in where) or any(abs(ends.get(b, level[b]) - mean) >= settled for b in takers | set(givers)):
+        return nothing
     taken: dict[int, list[tuple[float, str, str]]] = {}
     for row, ((giver, bundle, _), t) in enumerate(zip(items, where)):
-        if giver not in unplaced:
-            taken.setdefault(t, []).append((-float(rise[row, t]), giver, bundle))
+        taken.setdefault(t, []).append((-float(rise[row, t]), giver, bundle))
     planned = tuple(
         (receivers[t], tuple((giver, bundle) for _, giver, bundle in sorted(taken[t])))
         for t in sorted(taken, key=lambda t: (start[t], receivers[t]))
