@@ -104,49 +104,69 @@ def assign(
         held[t].append(b)
         level[t] += rise[b, t]
 
-    def cost(value: float) -> float:
-        """Out of the band counts before any distance to the mean: (points out)² × a large weight."""
-        out = max(mean - band - value, value - mean - band, 0.0)
-        return out * out * 1e6 + (value - mean) ** 2 if value <= limit else float("inf")
+    def cost(value: np.ndarray) -> np.ndarray:
+        """Out of the band counts before any distance to the mean: (points out)² × a large weight; above
+        ``limit``, never."""
+        out = np.maximum(np.maximum(mean - band - value, value - mean - band), 0.0)
+        return np.where(value <= limit, out * out * 1e6 + (value - mean) ** 2, np.inf)
 
-    def best_step(v: int) -> tuple[float, int, int | None, int | None] | None:
-        """The move (a bundle of one taker to the other) or exchange between taker ``v`` and another that
-        lowers the two takers' cost most: (gain, other, bundle leaving v or None, bundle arriving on v or None)."""
-        best: tuple[float, int, int | None, int | None] | None = None
-        for o in range(takers):
-            if o == v:
-                continue
-            base = cost(level[v]) + cost(level[o])
-            options = [(b, None) for b in held[v]] + [(None, c) for c in held[o]]
-            options += [(b, c) for b in held[v] for c in held[o]]
-            for b, c in options:
-                if (b is not None and not allowed[b, o]) or (c is not None and not allowed[c, v]):
-                    continue
-                new_v = level[v] - (rise[b, v] if b is not None else 0.0) + (rise[c, v] if c is not None else 0.0)
-                new_o = level[o] + (rise[b, o] if b is not None else 0.0) - (rise[c, o] if c is not None else 0.0)
-                gain = base - cost(new_v) - cost(new_o)
-                if gain > 1e-9 and (best is None or gain > best[0]):
-                    best = (gain, o, b, c)
-        return best
+    def best_step(v: int) -> tuple[int | None, int | None, int] | None:
+        """The move of one planned bundle off or onto taker ``v``, or the exchange of one of its bundles for
+        another taker's, that lowers the two takers' cost most: (bundle leaving v, bundle arriving on v, the
+        taker the leaving one goes to)."""
+        placed = np.array([b for b in range(bundles) if where[b] >= 0 and where[b] != v], dtype=int)
+        owner = np.array([where[b] for b in placed], dtype=int)
+        own = held[v]
+        cost_v, cost_all = float(cost(level[v : v + 1])[0]), cost(level)
+        best: tuple[float, int | None, int | None, int] = (1e-9, None, None, v)
+        if placed.size:  # a bundle of another taker comes to v
+            new_v = level[v] + rise[placed, v]
+            new_o = level[owner] - rise[placed, owner]
+            gain = cost_v + cost_all[owner] - cost(new_v) - cost(new_o)
+            gain[~allowed[placed, v]] = -np.inf
+            k = int(np.argmax(gain))
+            if gain[k] > best[0]:
+                best = (float(gain[k]), None, int(placed[k]), v)
+        others = np.arange(takers) != v
+        for b in own:
+            new_v = level[v] - rise[b, v]
+            gain = cost_v + cost_all - cost(np.array([new_v]))[0] - cost(level + rise[b])  # b goes to another
+            gain[~(others & allowed[b])] = -np.inf
+            o = int(np.argmax(gain))
+            if gain[o] > best[0]:
+                best = (float(gain[o]), b, None, o)
+            if placed.size:  # b and a bundle of another taker change places
+                swap_v = new_v + rise[placed, v]
+                swap_o = level[owner] + rise[b, owner] - rise[placed, owner]
+                gain = cost_v + cost_all[owner] - cost(swap_v) - cost(swap_o)
+                gain[~(allowed[placed, v] & allowed[b, owner])] = -np.inf
+                k = int(np.argmax(gain))
+                if gain[k] > best[0]:
+                    best = (float(gain[k]), b, int(placed[k]), int(owner[k]))
+        if best[1] is None and best[2] is None:
+            return None
+        return best[1], best[2], best[3]
 
+    def relocate(b: int, to: int) -> None:
+        held[where[b]].remove(b)
+        level[where[b]] -= rise[b, where[b]]
+        held[to].append(b)
+        level[to] += rise[b, to]
+        where[b] = to
+
+    stuck: set[int] = set()  # takers out of the band no step improved: not tried again (bounded search)
     for _ in range(SEARCH_STEPS):
-        outside = sorted(
-            (t for t in range(takers) if abs(level[t] - mean) > band), key=lambda t: (-abs(level[t] - mean), t)
-        )
-        found = next(((v, step) for v in outside if (step := best_step(v)) is not None), None)
-        if found is None:
+        outside = [t for t in range(takers) if abs(level[t] - mean) > band and t not in stuck]
+        if not outside:
             break
-        v, (_, o, b, c) = found
-        if b is not None:
-            held[v].remove(b)
-            held[o].append(b)
-            where[b] = o
-            level[v] -= rise[b, v]
-            level[o] += rise[b, o]
-        if c is not None:
-            held[o].remove(c)
-            held[v].append(c)
-            where[c] = v
-            level[o] -= rise[c, o]
-            level[v] += rise[c, v]
+        v = max(outside, key=lambda t: (abs(level[t] - mean), -t))
+        step = best_step(v)
+        if step is None:
+            stuck.add(v)
+            continue
+        leaving, arriving, to = step
+        if arriving is not None:
+            relocate(arriving, v)
+        if leaving is not None:
+            relocate(leaving, to)
     return where

@@ -15,6 +15,14 @@ With a fitted cost model per broker (spark_jobs/load_profile.py) both are predic
   it above the source unless it ends within ``TOLERANCE`` of the mean (bundles come in steps: the one
   that closes a gap often overshoots it a little, and refusing it leaves brokers just out of the
   tolerance for extra moves of small bundles to fix);
+* where many bundles must move (more than the rails let through in the cycles one broker's share takes),
+  the end state is planned first (``_plan_end_state``, ``packing``): each broker above the mean +
+  ``BAND`` gives its fewest bundles that land it in the band, and those bundles are packed onto the
+  brokers below the mean so that each ends in the band; the cycle carries out whole receivers first.
+  The plan is made on the model's steady levels (``Forecast.steady``), since a CPU sample's noise is as
+  large as a bundle, and only a plan that leaves every broker within the trigger's band is carried out;
+  otherwise the one-move-at-a-time pairing below decides (one best move at a time fills the first new
+  brokers to the mean and leaves the last short, for extra moves: PIP-364's 100 + 100);
 * a broker whose background usage alone is at or above the mean never receives load;
 * without a CPU model of R² ≥ ``MIN_R2`` for any broker it falls back to AvgShedder and says so;
   a broker whose own fit is poor borrows the capacity-scaled slope of the well-fitted ones;
