@@ -60,9 +60,7 @@ NAME = "PredictivePairingShedder"
 MIN_R2 = 0.8
 MIN_SAMPLES = 10
 TOLERANCE = 4.0  # points around the mean within which a broker counts as balanced
-BAND = (
-    4.5  # the planned end state's band around the mean: inside the trigger's (where hit counters clear), less a margin
-)
+BAND = 4.75  # the planned end state's band around the mean: the trigger's (where hit counters clear), less a margin
 SETTLE_MS = 3 * 60_000  # after a broker joins or leaves, its bundles are still being placed: wait
 PENDING_TTL_MS = 5 * 60_000  # a move no report shows after this long is forgotten
 KBIT_PER_BYTE = 8 / 1000  # LocalBrokerData's bandwidth is in kbit/s
@@ -443,7 +441,8 @@ def shed(
         cap = load.rails.max_unloads_per_broker
         if plan.receivers and plan.count_binds(budget, cap):
             refused = set()
-            for giver, bundle, destination in plan.this_cycle(budget - actions(), per_source, cap):
+            now = plan.this_cycle(budget - actions(), per_source, cap)
+            for giver, bundle, destination in now:
                 move = None
                 if giver not in received and destination not in per_source:
                     move = _planned_move(forecast, load, giver, bundle, destination, plan.mean, config, halves)
@@ -451,8 +450,10 @@ def shed(
                     refused.add(giver)
                 else:
                     carry_out([move])
-            # while the plan is carried out, its givers give only what it plans and brokers in the band nothing
-            done |= (plan.givers - refused) | {b for b in brokers if plan.level[b] <= plan.mean + BAND}
+            # while the plan is carried out, its givers give only what it plans and brokers in the band nothing;
+            # in the cycle that completes it, the room left goes to moves that bring brokers nearer the mean
+            if len(now) < sum(len(moves) for _, moves in plan.receivers):
+                done |= (plan.givers - refused) | {b for b in brokers if plan.level[b] <= plan.mean + BAND}
         while actions() < budget:
             sources = [
                 b
