@@ -15,6 +15,14 @@ With a fitted cost model per broker (spark_jobs/load_profile.py) both are predic
   it above the source unless it ends within ``TOLERANCE`` of the mean (bundles come in steps: the one
   that closes a gap often overshoots it a little, and refusing it leaves brokers just out of the
   tolerance for extra moves of small bundles to fix);
+* where many bundles must move (more than the rails let through in the cycles one broker's share takes),
+  the end state is planned first (``_plan_end_state``, ``packing``): each broker above the mean +
+  ``BAND`` gives its fewest bundles that land it in the band, and those bundles are packed onto the
+  brokers below the mean so that each ends in the band; the cycle carries out whole receivers first.
+  The plan is made on the model's steady levels (``Forecast.steady``), since a CPU sample's noise is as
+  large as a bundle, and only a plan that leaves every broker within the trigger's band is carried out;
+  otherwise the one-move-at-a-time pairing below decides (one best move at a time fills the first new
+  brokers to the mean and leaves the last short, for extra moves: PIP-364's 100 + 100);
 * a broker whose background usage alone is at or above the mean never receives load;
 * without a CPU model of R² ≥ ``MIN_R2`` for any broker it falls back to AvgShedder and says so;
   a broker whose own fit is poor borrows the capacity-scaled slope of the well-fitted ones;
@@ -42,7 +50,7 @@ from pulsar_lb_operator.strategies.loaddata import LoadData
 from pulsar_lb_operator.strategies.plans import Split, Unload
 from pulsar_lb_operator.strategies.policies import candidates_for
 from pulsar_lb_operator.strategies.profile import CostModel
-from pulsar_lb_operator.strategies.shedding import avg
+from pulsar_lb_operator.strategies.shedding import avg, packing
 from pulsar_lb_operator.strategies.shedding.common import SheddingResult
 from pulsar_lb_operator.strategies.snapshots import BrokerLoad
 from pulsar_lb_operator.strategies.splitting import algorithms
@@ -52,6 +60,7 @@ NAME = "PredictivePairingShedder"
 MIN_R2 = 0.8
 MIN_SAMPLES = 10
 TOLERANCE = 4.0  # points around the mean within which a broker counts as balanced
+BAND = 4.75  # the planned end state's band around the mean: the trigger's (where hit counters clear), less a margin
 SETTLE_MS = 3 * 60_000  # after a broker joins or leaves, its bundles are still being placed: wait
 PENDING_TTL_MS = 5 * 60_000  # a move no report shows after this long is forgotten
 KBIT_PER_BYTE = 8 / 1000  # LocalBrokerData's bandwidth is in kbit/s
@@ -124,6 +133,11 @@ class Forecast:
             for b, r in load.snapshot.brokers.items()
         }
         self.direct = {b: r.directMemory.percent_usage() for b, r in load.snapshot.brokers.items()}
+        # the CPU sample's departure from what the broker's model says its reported traffic costs: noise, mostly
+        self.sample_noise = {
+            b: r.cpu.percent_usage() - background(load, b, slope[b]) - slope[b].delta(r.traffic)[0]
+            for b, r in load.snapshot.brokers.items()
+        }
 
     def usage(self, broker: str, points: list[float] | None = None) -> float:
         p = points or self.points[broker]
@@ -133,6 +147,13 @@ class Forecast:
             p[2] * self.weights[2],
             self.direct[broker] * self.weights[3],
         )
+
+    def steady(self, broker: str) -> list[float]:
+        """The broker's points with its CPU as its model predicts it (background + traffic × slope) instead of as
+        sampled: what the end state is planned on, since a sample's noise (a point or more on a busy broker)
+        is as large as the steps bundles come in. The same as the sample where the broker's own fit is poor."""
+        cpu, *rest = self.points[broker]
+        return [max(cpu - self.sample_noise[broker], 0.0), *rest]
 
     def shifted(self, broker: str, traffic: Traffic, sign: float, base: list[float] | None = None) -> list[float]:
         """The broker's points with ``traffic`` added (sign +1) or taken away (−1), from ``base`` or its own."""
@@ -397,6 +418,42 @@ def shed(
     if not settling and triggered & ({b for b in brokers if scores[b] > mean + TOLERANCE} | cold):
         done: set[str] = set()
         received: set[str] = set()  # no chains: a broker that took load this cycle gives none, and vice versa
+
+        def carry_out(moves: list[Move]) -> None:
+            for giver, bundle, destination, before, after in moves:
+                traffic = _bundle_traffic(load, giver, bundle, halves)
+                forecast.move(giver, destination, traffic)
+                received.add(destination)
+                movable[giver].remove(bundle)
+                per_source[giver] = per_source.get(giver, 0) + 1
+                pending[bundle] = PendingMove(giver, destination, load.snapshot.taken_at, traffic)
+                unloads.append(
+                    Unload(
+                        bundle,
+                        giver,
+                        destination,
+                        f"{NAME}: {giver} {scores[giver]:.1f} vs mean {mean:.1f}; predicted {giver} "
+                        f"{before[0]:.1f}→{after[0]:.1f}, {destination} {before[1]:.1f}→{after[1]:.1f}",
+                    )
+                )
+
+        plan = _plan_end_state(load, forecast, movable, takers, set(per_source), config, halves)
+        cap = load.rails.max_unloads_per_broker
+        if plan.receivers and plan.count_binds(budget, cap):
+            refused = set()
+            now = plan.this_cycle(budget - actions(), per_source, cap)
+            for giver, bundle, destination in now:
+                move = None
+                if giver not in received and destination not in per_source:
+                    move = _planned_move(forecast, load, giver, bundle, destination, plan.mean, config, halves)
+                if move is None:
+                    refused.add(giver)
+                else:
+                    carry_out([move])
+            # while the plan is carried out, its givers give only what it plans and brokers in the band nothing;
+            # in the cycle that completes it, the room left goes to moves that bring brokers nearer the mean
+            if len(now) < sum(len(moves) for _, moves in plan.receivers):
+                done |= (plan.givers - refused) | {b for b in brokers if plan.level[b] <= plan.mean + BAND}
         while actions() < budget:
             sources = [
                 b
@@ -428,22 +485,7 @@ def shed(
             if not moves:
                 done.add(source)
                 continue
-            for giver, bundle, destination, before, after in moves:
-                traffic = _bundle_traffic(load, giver, bundle, halves)
-                forecast.move(giver, destination, traffic)
-                received.add(destination)
-                movable[giver].remove(bundle)
-                per_source[giver] = per_source.get(giver, 0) + 1
-                pending[bundle] = PendingMove(giver, destination, load.snapshot.taken_at, traffic)
-                unloads.append(
-                    Unload(
-                        bundle,
-                        giver,
-                        destination,
-                        f"{NAME}: {giver} {scores[giver]:.1f} vs mean {mean:.1f}; predicted {giver} "
-                        f"{before[0]:.1f}→{after[0]:.1f}, {destination} {before[1]:.1f}→{after[1]:.1f}",
-                    )
-                )
+            carry_out(moves)
         for b in {u.source for u in unloads} | {u.destination for u in unloads}:
             high.pop(b, None)
             low.pop(b, None)
@@ -467,6 +509,148 @@ def shed(
 
 
 Move = tuple[str, str, str, tuple[float, float], tuple[float, float]]  # giver, bundle, taker, before, after
+
+
+@dataclass(frozen=True)
+class EndStatePlan:
+    """What ``_plan_end_state`` planned: per receiver (the lowest first) the (giver, bundle) pairs it takes, the
+    largest first; the givers; every broker's level as planned on (``Forecast.steady``) and their mean."""
+
+    receivers: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
+    givers: frozenset[str]
+    level: Mapping[str, float]
+    mean: float
+
+    def count_binds(self, budget: int, cap: int) -> bool:
+        """Whether the rails' cycle cap, not their per-broker cap, sets how many cycles the plan takes: only then
+        does making fewer moves balance sooner. Where one giver's share sets it, the moves of the others come
+        free, and the one-best-move-at-a-time shedding, which ends nearer the mean, is kept."""
+        per_giver: dict[str, int] = {}
+        for _, moves in self.receivers:
+            for giver, _ in moves:
+                per_giver[giver] = per_giver.get(giver, 0) + 1
+        total = sum(per_giver.values())
+        return -(-total // budget) >= -(-max(per_giver.values(), default=0) // cap)
+
+    def this_cycle(self, room: int, per_source: Mapping[str, int], cap: int) -> list[tuple[str, str, str]]:
+        """The moves to make now, (giver, bundle, receiver), at most ``room`` and ``cap`` from one giver: whole
+        receivers first, the lowest first (a receiver left half filled is one the next plan may fill otherwise,
+        with bundles no giver has left), then the next receivers' largest bundles for what room is left."""
+        used = dict(per_source)
+        chosen: list[tuple[str, str, str]] = []
+        for whole in (True, False):
+            for receiver, moves in self.receivers:
+                if any(r == receiver for *_, r in chosen):
+                    continue
+                counts: dict[str, int] = {}
+                for giver, _ in moves:
+                    counts[giver] = counts.get(giver, 0) + 1
+                fits = len(moves) <= room - len(chosen) and all(used.get(g, 0) + n <= cap for g, n in counts.items())
+                if whole and not fits:
+                    continue
+                for giver, bundle in moves:
+                    if len(chosen) < room and used.get(giver, 0) < cap:
+                        chosen.append((giver, bundle, receiver))
+                        used[giver] = used.get(giver, 0) + 1
+        return chosen
+
+
+def _plan_end_state(
+    load: LoadData,
+    forecast: Forecast,
+    movable: Mapping[str, list[str]],
+    takers: set[str],
+    busy: set[str],
+    config: LoadBalancerConfig,
+    halves: Mapping[str, Traffic],
+) -> EndStatePlan:
+    """Per giver (a broker above the mean + ``BAND``) its fewest bundles that land it in the band (nearest the
+    mean), placed together onto the takers below the mean (not ``busy``) so that each ends in the band, and as
+    near the mean as the bundles allow (``packing``). A giver no set of its bundles lands in the band, or one
+    of whose bundles no taker can take, is not in the plan: it moves as before. Planned on each broker's
+    ``Forecast.steady`` level, not its noisy CPU sample."""
+    level = {b: forecast.usage(b, forecast.steady(b)) for b in forecast.points}
+    mean = sum(level[b] for b in takers) / len(takers) if takers else 0.0
+    nothing = EndStatePlan((), frozenset(), level, mean)
+    if not takers:
+        return nothing
+    givers = sorted(b for b in movable if level[b] > mean + BAND and movable[b])
+    items: list[tuple[str, str, Traffic]] = []
+    gives: dict[str, float] = {}  # each giver's planned end
+    for giver in givers:
+        usage, steady = level[giver], forecast.steady(giver)
+        bundles = [
+            (bundle, traffic)
+            for bundle in movable[giver]
+            if (traffic := _bundle_traffic(load, giver, bundle, halves)) != (0.0, 0.0, 0.0)
+        ]
+        sizes = [usage - forecast.usage(giver, forecast.shifted(giver, t, -1, steady)) for _, t in bundles]
+        chosen = packing.fewest_into_band(sizes, usage - mean - BAND, usage - mean + BAND, usage - mean)
+        if chosen is None:
+            return nothing  # no set of its bundles lands it in the band: not a plan for every broker
+        items += [(giver, bundles[i][0], bundles[i][1]) for i in chosen]
+        gives[giver] = usage - sum(sizes[i] for i in chosen)
+    receivers = sorted(d for d in takers - busy if d not in givers and level[d] < mean)
+    if not items or not receivers:
+        return nothing
+    now, after = forecast.arrivals(receivers, np.array([traffic for *_, traffic in items]))
+    rise = after - now
+    start = np.array([level[r] for r in receivers])
+    if not (np.isfinite(start).all() and np.isfinite(rise).all()):
+        return nothing
+    allowed = np.ones(rise.shape, dtype=bool)
+    for row, (_, bundle, _) in enumerate(items):  # namespace policies
+        permitted = _allowed_brokers(load, bundle)
+        if not permitted.issuperset(receivers):
+            allowed[row] = [r in permitted for r in receivers]
+    limit = config.loadBalancerBrokerOverloadedThresholdPercentage
+    where = packing.assign(start, rise, allowed, limit, mean, BAND)
+    end = start.copy()
+    for row, t in enumerate(where):
+        if t >= 0:
+            end[t] += rise[row, t]
+    # Only a plan that brings every broker that can take load into the band is carried out; otherwise (a giver
+    # with no set of bundles that lands it there, a bundle no taker can take or only by ending above the band,
+    # takers the givers' bundles cannot all fill) the shedder moves as before, one best move at a time.
+    ends = {**gives, **dict(zip(receivers, end))}
+    settled = config.loadBalancerAvgShedderLowThreshold / 3  # where _hits clears a broker's counters
+    if any(t < 0 for t in where) or any(abs(ends.get(b, level[b]) - mean) >= settled for b in takers | set(givers)):
+        return nothing
+    taken: dict[int, list[tuple[float, str, str]]] = {}
+    for row, ((giver, bundle, _), t) in enumerate(zip(items, where)):
+        taken.setdefault(t, []).append((-float(rise[row, t]), giver, bundle))
+    planned = tuple(
+        (receivers[t], tuple((giver, bundle) for _, giver, bundle in sorted(taken[t])))
+        for t in sorted(taken, key=lambda t: (start[t], receivers[t]))
+    )
+    return EndStatePlan(planned, frozenset(g for _, moves in planned for g, _ in moves), level, mean)
+
+
+def _planned_move(
+    forecast: Forecast,
+    load: LoadData,
+    giver: str,
+    bundle: str,
+    destination: str,
+    mean: float,
+    config: LoadBalancerConfig,
+    halves: Mapping[str, Traffic],
+) -> Move | None:
+    """A planned move as the forecast sees it now; None if it would overload its destination or leave it above
+    the giver and the band."""
+    traffic = _bundle_traffic(load, giver, bundle, halves)
+    new_source = forecast.usage(giver, forecast.shifted(giver, traffic, -1))
+    new_destination = forecast.usage(destination, forecast.shifted(destination, traffic, +1))
+    limit = config.loadBalancerBrokerOverloadedThresholdPercentage
+    if new_destination > limit or (new_destination > new_source and new_destination > mean + BAND):
+        return None
+    return (
+        giver,
+        bundle,
+        destination,
+        (forecast.usage(giver), forecast.usage(destination)),
+        (new_source, new_destination),
+    )
 
 
 def _split_to_move(

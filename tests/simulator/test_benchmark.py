@@ -262,6 +262,18 @@ def test_ours_fills_new_brokers_at_the_caps_pace_and_balances_on_the_rails_floor
     assert m["wrong_direction_moves"] == 0 and m["overplaced_destinations"] == 0
 
 
+@pytest.mark.parametrize("seed", [1, 7, 12])
+def test_ours_fills_50_new_brokers_with_the_fewest_moves_and_balances_on_the_rails_floor(seed):
+    """50 + 50 brokers, about 130 moves at 10 a cycle: the floor leaves no spare move, so every loaded broker
+    must give the fewest bundles that land it in the band and those same bundles must fill the new ones into
+    it. One best move at a time filled the first new brokers to the mean and left the last short, for extra
+    moves: 140 unloads and a cycle late in these seeds (bounds 126, 128, 129)."""
+    m = run(slow_balancing(50, seed), OURS).metrics
+    assert m["cycles_after_disturbance"] is not None and m["cycles_after_disturbance"] <= m["rails_floor_cycles"], m
+    assert m["unloads"] <= 10 * (m["rails_floor_cycles"] - 1), m
+    assert m["wrong_direction_moves"] == 0 and m["overplaced_destinations"] == 0 and m["flapping_bundles"] == 0
+
+
 def test_the_lower_bound_counts_one_bundle_arriving_per_move():
     """over-placement-10-60-70-80-80, seed 1: broker-0 at 10 % must reach the band's floor (mean 59.9 − 5), about
     45 points. Counting ⌈45 / the largest bundle⌉ moves for it, as if each move carried the largest bundle, and
