@@ -166,6 +166,22 @@ def moves_lower_bound(cluster: SimulatedCluster, target: float = TARGET_SPREAD) 
     return balance_needs(cluster, target)[0]
 
 
+def hits_to_act(usage: dict[str, float], background: dict[str, float], config: LoadBalancerConfig) -> int:
+    """How many consecutive cycles the default hit counters make a strategy debounced like AvgShedder see this
+    imbalance before it acts: loadBalancerAvgShedderHitCountHighThreshold (2) when a broker that can take load
+    is at least half of loadBalancerAvgShedderHighThreshold (40 points between a pair: 20) from their mean,
+    loadBalancerAvgShedderHitCountLowThreshold (8) below that. AvgShedder's own pair rule (the hottest and
+    coolest broker more than 40 points apart) never asks for fewer: such a pair has a broker 20 from the mean."""
+    takers = balanceable(usage, background)
+    if not takers:
+        return config.loadBalancerAvgShedderHitCountHighThreshold
+    mean = sum(usage[n] for n in takers) / len(takers)
+    far = max(abs(usage[n] - mean) for n in takers)
+    if far >= config.loadBalancerAvgShedderHighThreshold / 2:
+        return config.loadBalancerAvgShedderHitCountHighThreshold
+    return config.loadBalancerAvgShedderHitCountLowThreshold
+
+
 def rails_floor(moves: int, most_from_one: int, hits_needed: int, rails: Rails = DEFAULT_RAILS) -> int:
     """The fewest cycles after a disturbance in which any strategy behind the default rails can balance.
 
@@ -348,7 +364,7 @@ def _after_disturbance(
     spreads = [balanceable_spread(u, background) for u in result.usage[start:]]
     converged = next((k for k in range(len(spreads)) if all(s < target for s in spreads[k:])), None)
     floor = rails_floor(
-        disturbance["moves"], disturbance["most_from_one"], config.loadBalancerAvgShedderHitCountHighThreshold, rails
+        disturbance["moves"], disturbance["most_from_one"], hits_to_act(result.usage[start], background, config), rails
     )
     allowed = max(GOAL_CYCLES, floor)
     return {

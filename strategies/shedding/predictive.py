@@ -486,11 +486,16 @@ def shed(
                 done.add(source)
                 continue
             carry_out(moves)
-        for b in {u.source for u in unloads} | {u.destination for u in unloads}:
+        moved = {u.source for u in unloads} | {u.destination for u in unloads}
+        steady = {b: forecast.usage(b, forecast.steady(b)) for b in takers | moved} if moved else {}
+        steady_mean = sum(steady[b] for b in takers) / len(takers) if takers and moved else mean
+        for b in moved:
             high.pop(b, None)
             low.pop(b, None)
-            if abs(forecast.usage(b) - mean) > TOLERANCE:
-                # a known imbalance the caps left, not noise: it stays triggered while it lasts
+            if abs(forecast.usage(b) - mean) > TOLERANCE or abs(steady[b] - steady_mean) > TOLERANCE:
+                # a known imbalance the caps left, or one the CPU sample's noise hid from this cycle's moves
+                # while the broker's model shows it (the moves' own arithmetic, not noise): it stays
+                # triggered while it lasts, instead of counting low hits again from nothing
                 low[b] = config.loadBalancerAvgShedderHitCountLowThreshold
     predictions = dict(waiting)
     for b in {u.source for u in unloads} | {u.destination for u in unloads}:

@@ -335,3 +335,24 @@ def test_overload_shedder_shuffles_bundles_between_overloaded_brokers_and_ours_l
     assert overload.metrics["unloads"] > 50 and overload.metrics["wrong_direction_moves"] > 0
     assert overload.metrics["overunloaded_sources"] > 0
     assert ours.metrics["unloads"] == 0
+
+
+def test_the_floor_waits_for_the_low_hit_count_when_no_broker_is_20_points_from_the_mean():
+    """over-placement-40-40-40-40-69-70 seed 4: the two hot brokers are 17.7 and 16.1 points over the mean and
+    the pair gap is 30, so the default hit counters (high: 20 from the mean, 40 between a pair) count only low
+    hits: 8 cycles before anyone debounced like AvgShedder acts, then one cycle of 8 moves. Seed 0 has a broker
+    20 points out: 2 hits, then two cycles for its 12 moves."""
+    scenario = load_scenario("over-placement-40-40-40-40-69-70")
+    late = run(scenario, OURS, seed=4).metrics
+    assert late["rails_floor_cycles"] == 8 and late["balanced_in_time"], late
+    assert late["cycles_after_disturbance"] == 8 and late["unloads"] <= 1.25 * late["moves_at_disturbance"]
+    assert run(scenario, OURS, seed=0).metrics["rails_floor_cycles"] == 3
+
+
+def test_ours_keeps_acting_on_an_imbalance_the_cpu_noise_hid_from_its_first_moves():
+    """multiple-hit-80-80-20 seed 3 (3 % CPU jitter): the first cycle's 8 moves leave broker-1 7 points over the
+    mean, which the noisy sample hid; the broker's model shows it, so its counters stay triggered and one more
+    move balances the next cycle, instead of 8 cycles of low hits from nothing (balanced after 10)."""
+    m = run(load_scenario("multiple-hit-80-80-20"), OURS, seed=3).metrics
+    assert m["cycles_after_disturbance"] is not None and m["cycles_after_disturbance"] <= 3, m
+    assert m["unloads"] <= 1.25 * m["moves_at_disturbance"] and m["flapping_bundles"] == 0
