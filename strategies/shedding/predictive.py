@@ -23,6 +23,8 @@ With a fitted cost model per broker (spark_jobs/load_profile.py) both are predic
   large as a bundle, and only a plan that leaves every broker within the trigger's band is carried out;
   otherwise the one-move-at-a-time pairing below decides (one best move at a time fills the first new
   brokers to the mean and leaves the last short, for extra moves: PIP-364's 100 + 100);
+* a broker the cycle's moves leave out of the tolerance — by its CPU sample or by its model's level, since a
+  sample's noise can hide what the moves left — stays triggered, instead of counting hits again from nothing;
 * a broker whose background usage alone is at or above the mean never receives load;
 * without a CPU model of R² ≥ ``MIN_R2`` for any broker it falls back to AvgShedder and says so;
   a broker whose own fit is poor borrows the capacity-scaled slope of the well-fitted ones;
