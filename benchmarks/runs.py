@@ -340,6 +340,8 @@ def overunloaded_sources(
             continue
         after = result.usage[cycle]
         takers = balanceable(after, background or {})
+        if not takers:
+            continue
         mean = sum(after[n] for n in takers) / len(takers)
         count += sum(1 for n in names if n in after and after[n] < mean - target / 2)
     return count
