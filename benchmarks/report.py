@@ -50,7 +50,7 @@ CUTOFFS = (  # column, metric, scenarios, good, normal (bad: anything else); eac
         COLUMNS[3],
         "unloads ÷ the scenario's lower bound of moves: the worst scenario, and all summed; sources left "
         "underloaded (PIP-364's definition): more than half the target below the mean after their cycle",
-        "the ratio: all with an imbalance to fix (not jittery); underloaded sources: all",
+        "the ratio: all with an imbalance to fix (not jittery); underloaded sources: all but jittery ones",
         "worst ≤ 1.25×, none left underloaded",
         "summed ≤ 2.5×, ≤ 3 left underloaded",
     ),
@@ -142,7 +142,7 @@ def seed_verdicts(
                     [r for r in runs if is_pure_jitter(scenarios[r.scenario])],
                 ),
                 COLUMNS[2]: _over_placement(runs),
-                COLUMNS[3]: _over_unloading(judged, runs, bounds),
+                COLUMNS[3]: _over_unloading(judged, [r for r in runs if not is_jittery(scenarios[r.scenario])], bounds),
                 COLUMNS[4]: _slow(judged),
             }
     return out
@@ -228,7 +228,10 @@ def _over_placement(runs: list[RunResult]) -> Cell:
 
 def _over_unloading(judged: list[RunResult], runs: list[RunResult], bounds: dict[RunKey, int]) -> Cell:
     """More unloads than the imbalance needs, or, as PIP-364 defines over unloading, so much load taken off a
-    broker that it is left underloaded: either one is the harm."""
+    broker that it is left underloaded: either one is the harm. ``runs``: where underloaded sources are counted,
+    the scenarios that are not jittery — in a jittery one a broker's usage after a cycle is the bursts' as much
+    as the moves' (moves on noise are the load jitter column's), as the ratio leaves them out for the same
+    reason."""
     under = sum(r.metrics["overunloaded_sources"] for r in runs)
     if not judged and not under:
         return Cell("n/a", "")

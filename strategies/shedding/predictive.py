@@ -14,7 +14,8 @@ With a fitted cost model per broker (spark_jobs/load_profile.py) both are predic
   move that would leave the destination above the overload threshold is not, nor one that would leave
   it above the source unless it ends within ``TOLERANCE`` of the mean (bundles come in steps: the one
   that closes a gap often overshoots it a little, and refusing it leaves brokers just out of the
-  tolerance for extra moves of small bundles to fix);
+  tolerance for extra moves of small bundles to fix); the mirror holds for the source (PIP-364's over
+  unloading): not left below the destination unless it ends within ``TOLERANCE`` of the mean;
 * where many bundles must move (more than the rails let through in the cycles one broker's share takes),
   the end state is planned first (``_plan_end_state``, ``packing``): each broker above the mean +
   ``BAND`` gives its fewest bundles that land it in the band, and those bundles are packed onto the
@@ -795,7 +796,8 @@ def _best_move(
     # over-placement: the destination would end hotter than the source, or above the overload threshold
     above = new_destination > new_source[:, np.newaxis]
     if within is not None:
-        above &= new_destination > mean + within
+        # the mirror: a source left below its destination and beyond the tolerance under the mean is over-unloaded
+        above &= (new_destination > mean + within) | (new_source[:, np.newaxis] < mean - within)
     overshoot = above | (new_destination > limit)
     gain[overshoot] = -np.inf
     for row, (bundle, _) in enumerate(movable):  # namespace policies: only the brokers a bundle's namespace allows
@@ -837,7 +839,9 @@ def _best_move_pairwise(
                 continue
             u_destination = forecast.usage(destination)
             new_destination = forecast.usage(destination, forecast.shifted(destination, traffic, +1))
-            above = new_destination > new_source and (within is None or new_destination > mean + within)
+            above = new_destination > new_source and (
+                within is None or new_destination > mean + within or new_source < mean - within
+            )
             if above or new_destination > limit:
                 continue  # over-placement: the destination would end hotter than the source
             gain = (
