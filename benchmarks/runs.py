@@ -100,6 +100,12 @@ def balanceable(usage: dict[str, float], background: dict[str, float]) -> list[s
     return [name for name in usage if background.get(name, 0.0) < mean] or list(usage)
 
 
+def balanceable_mean(usage: dict[str, float], background: dict[str, float]) -> tuple[list[str], float]:
+    """The brokers that can take load (``balanceable``) and their mean usage; ([], 0.0) when there are none."""
+    takers = balanceable(usage, background)
+    return takers, (sum(usage[n] for n in takers) / len(takers) if takers else 0.0)
+
+
 def balanceable_spread(usage: dict[str, float], background: dict[str, float]) -> float:
     values = [usage[name] for name in balanceable(usage, background)]
     return max(values) - min(values) if values else 0.0
@@ -134,8 +140,7 @@ def balance_needs(cluster: SimulatedCluster, target: float = TARGET_SPREAD) -> t
     if len(usage) < 2:
         return 0, 0
     background = {b.name: b.spec.background_cpu * 100 for b in cluster.alive_brokers()}
-    takers = balanceable(usage, background)
-    mean = sum(usage[n] for n in takers) / len(takers)
+    takers, mean = balanceable_mean(usage, background)
     contributions = bundle_contributions(cluster)
     largest = max((c for per in contributions.values() for c in per.values()), default=0.0)
     give = take = most = 0
@@ -172,10 +177,9 @@ def hits_to_act(usage: dict[str, float], background: dict[str, float], config: L
     is at least half of loadBalancerAvgShedderHighThreshold (40 points between a pair: 20) from their mean,
     loadBalancerAvgShedderHitCountLowThreshold (8) below that. AvgShedder's own pair rule (the hottest and
     coolest broker more than 40 points apart) never asks for fewer: such a pair has a broker 20 from the mean."""
-    takers = balanceable(usage, background)
+    takers, mean = balanceable_mean(usage, background)
     if not takers:
         return config.loadBalancerAvgShedderHitCountHighThreshold
-    mean = sum(usage[n] for n in takers) / len(takers)
     far = max(abs(usage[n] - mean) for n in takers)
     if far >= config.loadBalancerAvgShedderHighThreshold / 2:
         return config.loadBalancerAvgShedderHitCountHighThreshold
@@ -339,10 +343,9 @@ def overunloaded_sources(
         if cycle in event_samples:
             continue
         after = result.usage[cycle]
-        takers = balanceable(after, background or {})
+        takers, mean = balanceable_mean(after, background or {})
         if not takers:
             continue
-        mean = sum(after[n] for n in takers) / len(takers)
         count += sum(1 for n in names if n in after and after[n] < mean - target / 2)
     return count
 

@@ -489,9 +489,10 @@ def shed(
                 done.add(source)
                 continue
             carry_out(moves)
-        moved = {u.source for u in unloads} | {u.destination for u in unloads}
-        steady = {b: forecast.usage(b, forecast.steady(b)) for b in takers | moved} if moved else {}
-        steady_mean = sum(steady[b] for b in takers) / len(takers) if takers and moved else mean
+    moved = {u.source for u in unloads} | {u.destination for u in unloads}  # only the branch above unloads
+    if moved:
+        steady = {b: forecast.usage(b, forecast.steady(b)) for b in takers | moved}
+        steady_mean = sum(steady[b] for b in takers) / len(takers) if takers else mean
         for b in moved:
             high.pop(b, None)
             low.pop(b, None)
@@ -501,7 +502,7 @@ def shed(
                 # triggered while it lasts, instead of counting low hits again from nothing
                 low[b] = config.loadBalancerAvgShedderHitCountLowThreshold
     predictions = dict(waiting)
-    for b in {u.source for u in unloads} | {u.destination for u in unloads}:
+    for b in moved:
         predictions[b] = (forecast.usage(b), load.snapshot.taken_at)
     next_state = state.evolve(
         avg_hits_high=high,
