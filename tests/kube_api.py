@@ -249,12 +249,13 @@ def _handler(api: FakeKubeApi) -> type[BaseHTTPRequestHandler]:
                 else:
                     status, answer = api.handle(method, self.path, body)
             payload = json.dumps(answer).encode()
+            # recorded before the answer is written: a client that has its answer may look at once
+            api.requests.append((method, self.path, status))
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
             self.wfile.write(payload)
-            api.requests.append((method, self.path, status))
 
         def do_GET(self) -> None:
             self._serve("GET")
