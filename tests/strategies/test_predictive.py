@@ -247,3 +247,26 @@ def test_a_move_that_would_leave_the_source_below_its_destination_beyond_the_tol
         source_end = float(unload.reason.split(f"predicted {unload.source} ")[1].split("→")[1].split(",")[0])
         destination_end = float(unload.reason.split(f"{unload.destination} ")[-1].split("→")[1])
         assert source_end >= 38 - predictive.TOLERANCE or source_end >= destination_end, unload.reason
+
+
+def test_a_planned_move_that_would_leave_its_giver_below_its_destination_beyond_the_band_is_not_made():
+    """The mirror ``_best_move`` has, for the end state's moves: b at 50 gives its 19-point bundle to a at 20.
+    Against a mean of 38 that leaves a at 39, within the band, but b at 31, below a and more than ``BAND`` under
+    the mean: refused (before, only the destination's side was checked and the move was made). Against a mean of
+    35, b's 31 is within the band: made."""
+    snap = snapshot(
+        {
+            "a:1": broker(5, {bundle("t/ns", 0): 15.0}),
+            "b:1": broker(5, {bundle("t/ns", 1): 19.0, bundle("t/ns", 2): 26.0}),
+        }
+    )
+    profile = LoadProfile(cost_models=MappingProxyType({(b, "cpu"): model(5) for b in ("a:1", "b:1")}))
+    load = build_load_data(snap, {}, {}, ONE_HIT.grace_period_ms)[0].with_profile(profile)
+    forecast = predictive.Forecast(load, ONE_HIT, predictive.slopes(load))
+
+    def planned(mean):
+        return predictive._planned_move(forecast, load, "b:1", bundle("t/ns", 1), "a:1", mean, ONE_HIT, {})
+
+    assert planned(38.0) is None
+    move = planned(35.0)
+    assert move is not None and move[4] == pytest.approx((31.0, 39.0))
