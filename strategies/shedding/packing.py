@@ -88,7 +88,8 @@ def assign(
     """Which taker (column) each bundle (row) goes to, -1 for none: largest first onto the lowest taker it may
     go to (``allowed``, not above ``limit``); then, while a taker would end out of ``mean ± band``, moves and
     exchanges of planned bundles between it and another taker that bring the takers' ends into the band
-    (and, among those, nearer the mean).
+    (and, among those, nearer the mean). A taker below the mean no single step helps gets a depth-2 ejection
+    chain (``chain``): without it 100 + 100 seed 21 planned a taker 6.2 points short, for 10 moves and a cycle more.
 
     ``levels``: each taker's usage now; ``rise[b, t]``: what bundle b adds to taker t."""
     bundles, takers = rise.shape
@@ -154,6 +155,42 @@ def assign(
         level[to] += rise[b, to]
         where[b] = to
 
+    def apply(step: tuple[int | None, int | None, int], v: int) -> list[tuple[int, int]]:
+        """Carry out ``best_step(v)``'s step; what undoes it: (bundle, taker it was on), latest first."""
+        leaving, arriving, to = step
+        undo = []
+        if arriving is not None:
+            undo.append((arriving, where[arriving]))
+            relocate(arriving, v)
+        if leaving is not None:
+            undo.append((leaving, v))
+            relocate(leaving, to)
+        return undo[::-1]
+
+    def chain(v: int) -> bool:
+        """For a taker below the mean no single step helps: a bundle of another taker ``o`` that lands ``v`` in the
+        band comes to it, and ``o``'s best step then makes up for it; kept when the two together lower the
+        takers' cost, undone otherwise."""
+        if level[v] > mean:
+            return False
+        before = float(cost(level).sum())
+        fits = [
+            b
+            for b in range(bundles)
+            if where[b] >= 0 and where[b] != v and allowed[b, v] and abs(level[v] + rise[b, v] - mean) <= band
+        ]
+        for b in sorted(fits, key=lambda b: (abs(level[v] + rise[b, v] - mean), b)):
+            o = where[b]
+            relocate(b, v)
+            step = best_step(o)
+            undo = apply(step, o) if step is not None else []
+            if float(cost(level).sum()) < before - 1e-9:
+                return True
+            for bundle, back in undo:
+                relocate(bundle, back)
+            relocate(b, o)
+        return False
+
     stuck: set[int] = set()  # takers out of the band no step improved: not tried again (bounded search)
     for _ in range(SEARCH_STEPS):
         outside = [t for t in range(takers) if abs(level[t] - mean) > band and t not in stuck]
@@ -162,7 +199,8 @@ def assign(
         v = max(outside, key=lambda t: (abs(level[t] - mean), -t))
         step = best_step(v)
         if step is None:
-            stuck.add(v)
+            if not chain(v):
+                stuck.add(v)
             continue
         leaving, arriving, to = step
         if arriving is not None:

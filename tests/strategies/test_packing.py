@@ -36,3 +36,17 @@ def test_a_bundle_goes_only_where_its_namespace_may_go_and_not_above_the_limit()
     allowed = np.array([[False, True, True], [True, True, True]])
     where = packing.assign(np.array([0.0, 1.0, 84.0]), rise, allowed, limit=85.0, mean=5.0, band=1.0)
     assert where[0] == 1 and where[1] == 0  # not onto taker 0 (policy) nor taker 2 (would pass 85)
+
+
+def test_a_taker_no_single_step_fills_is_filled_by_a_bundle_whose_owner_a_second_step_makes_up_for():
+    """Takers at 0, 2 and 1, bundles 5, 5, 4, 3, 1, a mean of 7 ± 0.5: largest first onto the lowest ends
+    {5, 3} = 8, 2 + {4, 1} = 7, 1 + {5} = 6, and no single move or exchange brings the 8 and the 6 in without
+    putting another out. The 1 going to the third taker and its owner then exchanging its 4 for the first's 5
+    ends every taker on 7 (seed 21 of PIP-364's 100 + 100 planned a taker 6.2 short this way, for 10 extra
+    moves and a cycle over the floor)."""
+    sizes = np.array([5.0, 5.0, 4.0, 3.0, 1.0])
+    rise = np.tile(sizes[:, np.newaxis], (1, 3))
+    levels = np.array([0.0, 2.0, 1.0])
+    where = packing.assign(levels, rise, np.ones(rise.shape, dtype=bool), limit=85.0, mean=7.0, band=0.5)
+    ends = [levels[taker] + sizes[[b for b, t in enumerate(where) if t == taker]].sum() for taker in range(3)]
+    assert ends == [7.0, 7.0, 7.0]

@@ -270,3 +270,20 @@ def test_a_planned_move_that_would_leave_its_giver_below_its_destination_beyond_
     assert planned(38.0) is None
     move = planned(35.0)
     assert move is not None and move[4] == pytest.approx((31.0, 39.0))
+
+
+def test_a_giver_above_the_overloaded_threshold_has_its_planned_bundle_moved_first():
+    """The plan: receiver r1 (the lowest) takes cool's bundle c, r2 takes hot's h (10 points), r3 hot's g (3).
+    One move this cycle: whole receivers, the lowest first, would move c and leave hot at 92 % another cycle;
+    above the overloaded threshold (85) it goes first. Two moves: h takes hot to 82, under 85, so its g waits and
+    the lowest whole receiver comes next. With the threshold at 95 nothing is overloaded and r1 goes first."""
+    plan = predictive.EndStatePlan(
+        receivers=(("r1", (("cool", "c"),)), ("r2", (("hot", "h"),)), ("r3", (("hot", "g"),))),
+        givers=frozenset({"hot", "cool"}),
+        level={"hot": 92.0, "cool": 60.0, "r1": 20.0, "r2": 25.0, "r3": 30.0},
+        mean=45.0,
+        drops={"c": 5.0, "h": 10.0, "g": 3.0},
+    )
+    assert plan.this_cycle(1, {}, 5, 85) == [("hot", "h", "r2")]
+    assert plan.this_cycle(2, {}, 5, 85) == [("hot", "h", "r2"), ("cool", "c", "r1")]
+    assert plan.this_cycle(1, {}, 5, 95) == [("cool", "c", "r1")]
