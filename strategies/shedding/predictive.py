@@ -741,7 +741,9 @@ def _split_to_move(
     move without overshooting. A half planned this cycle (the split trigger's) may be split again: the split
     runs after its parent's. Only a bundle of at least two topics (a half: its parent's share), whose range can
     be split, in a namespace under loadBalancerNamespaceMaximumBundles; the split and the unload count against
-    the caps. The caller takes it only when it shrinks Σ(usage − mean)² more than the best plain move."""
+    the caps. Where either half would overshoot, the larger half is split again in the same cycle and a quarter
+    moves (``_may_split_again``): without it a broker holding only a hot half stays over the mean for good.
+    The caller takes it only when it shrinks Σ(usage − mean)² more than the best plain move."""
     if room < 2 or per_source.get(source, 0) + 2 > load.rails.max_unloads_per_broker:
         return []
     excess = forecast.usage(source) - mean
@@ -766,29 +768,70 @@ def _split_to_move(
     if not sizes:
         return []
     bundle = max(sizes)[1]
-    cuts = algorithms.range_equally_divide(bundle_names.split_bundle_name(bundle)[1])
+    topics = piece_topics.get(bundle, stats[bundle].topics if bundle in stats else 0)
+    namespace, bundle_range = bundle_names.split_bundle_name(bundle)
+    cuts = algorithms.range_equally_divide(bundle_range)
     parts = split_halves(load, source, bundle, cuts, halves.get(bundle))
     best = _best_move(load, forecast, source, sorted(parts), takers, mean, config, {**halves, **parts}, TOLERANCE)
+    pieces = {bundle: cuts}  # each bundle split, in order (a half after its parent), and its cuts
+    if best is None and _may_split_again(load, source, namespace, topics, planned_splits, per_source, room, config):
+        # both halves still overshoot (hot-bundle-split seeds 19 and 22: a 14-topic half is all its owner has,
+        # about 29 points against an excess of 6.5): the larger half is split again, and a quarter moves
+        usage = forecast.usage(source)
+        half = max(parts, key=lambda b: (usage - forecast.usage(source, forecast.shifted(source, parts[b], -1)), b))
+        half_cuts = algorithms.range_equally_divide(bundle_names.split_bundle_name(half)[1])
+        if load.snapshot.topics.get(bundle):  # the quarters' traffic from the topics' stats, by their hashes
+            finer = split_halves(load, source, bundle, sorted([*cuts, *half_cuts]), halves.get(bundle))
+        else:  # a half planned this cycle: its halves share its traffic evenly, as split_halves has it
+            finer = {**parts, **split_halves(load, source, half, half_cuts, parts[half])}
+            del finer[half]
+        best = _best_move(load, forecast, source, sorted(finer), takers, mean, config, {**halves, **finer}, TOLERANCE)
+        parts, pieces = finer, {bundle: cuts, half: half_cuts}
     if best is None:
         return []
     moves: list[Move] = [(source, *best)]
     halves.update(parts)
-    topics = piece_topics.get(bundle, stats[bundle].topics if bundle in stats else 0)
-    piece_topics.update(dict.fromkeys(parts, topics // len(parts)))
+    quarters = set(parts) - set(split_halves(load, source, bundle, cuts))  # none unless a half was split again
+    piece_topics.update({piece: topics // (4 if piece in quarters else 2) for piece in parts})
     movable[source] = sorted([*(b for b in movable[source] if b != bundle), *parts])
-    per_source[source] = per_source.get(source, 0) + 1
-    planned_splits.append(
-        Split(
-            bundle,
-            source,
-            algorithms.RANGE_EQUALLY_DIVIDE,
-            tuple(cuts),
-            f"{bundle} alone is more than {source}'s {excess:.1f} points over the mean and no bundle can move "
-            f"without overshooting: split, the halves stay on {source}, one moves now",
-            unload=False,
+    for split_bundle, split_cuts in pieces.items():
+        per_source[source] = per_source.get(source, 0) + 1
+        planned_splits.append(
+            Split(
+                split_bundle,
+                source,
+                algorithms.RANGE_EQUALLY_DIVIDE,
+                tuple(split_cuts),
+                f"{split_bundle} alone is more than {source}'s {excess:.1f} points over the mean and no bundle can "
+                f"move without overshooting: split, the halves stay on {source}, "
+                f"{'one moves now' if len(pieces) == 1 else 'and one is split again for a quarter to move now'}",
+                unload=False,
+            )
         )
-    )
     return moves
+
+
+def _may_split_again(
+    load: LoadData,
+    source: str,
+    namespace: str,
+    topics: int,
+    planned_splits: list[Split],
+    per_source: Mapping[str, int],
+    room: int,
+    config: LoadBalancerConfig,
+) -> bool:
+    """Whether a half may be split again in the same cycle: room for the two splits and the unload under both
+    caps, at least two topics per quarter, and two bundles more within loadBalancerNamespaceMaximumBundles."""
+    count = load.snapshot.bundle_count(namespace) + sum(
+        1 for sp in planned_splits if bundle_names.namespace_of(sp.bundle) == namespace
+    )
+    return (
+        room >= 3
+        and per_source.get(source, 0) + 3 <= load.rails.max_unloads_per_broker
+        and topics >= 8
+        and count + 2 <= config.loadBalancerNamespaceMaximumBundles
+    )
 
 
 def _gain(move: Move, mean: float) -> float:
