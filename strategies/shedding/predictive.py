@@ -774,6 +774,7 @@ def _split_to_move(
     parts = split_halves(load, source, bundle, cuts, halves.get(bundle))
     best = _best_move(load, forecast, source, sorted(parts), takers, mean, config, {**halves, **parts}, TOLERANCE)
     pieces = {bundle: cuts}  # each bundle split, in order (a half after its parent), and its cuts
+    quarters: set[str] = set()
     if best is None and _may_split_again(load, source, namespace, topics, planned_splits, per_source, room, config):
         # both halves still overshoot (hot-bundle-split seeds 19 and 22: a 14-topic half is all its owner has,
         # about 29 points against an excess of 6.5): the larger half is split again, and a quarter moves
@@ -786,27 +787,23 @@ def _split_to_move(
             finer = {**parts, **split_halves(load, source, half, half_cuts, parts[half])}
             del finer[half]
         best = _best_move(load, forecast, source, sorted(finer), takers, mean, config, {**halves, **finer}, TOLERANCE)
-        parts, pieces = finer, {bundle: cuts, half: half_cuts}
+        parts, pieces, quarters = finer, {bundle: cuts, half: half_cuts}, set(finer) - set(parts)
     if best is None:
         return []
     moves: list[Move] = [(source, *best)]
     halves.update(parts)
-    quarters = set(parts) - set(split_halves(load, source, bundle, cuts))  # none unless a half was split again
     piece_topics.update({piece: topics // (4 if piece in quarters else 2) for piece in parts})
     movable[source] = sorted([*(b for b in movable[source] if b != bundle), *parts])
-    for split_bundle, split_cuts in pieces.items():
+    reasons = [
+        f"{bundle} alone is more than {source}'s {excess:.1f} points over the mean and no bundle can move "
+        f"without overshooting: split, the halves stay on {source}, "
+        + ("one moves now" if len(pieces) == 1 else "and one is split again"),
+        f"either half of {bundle} would overshoot: {next(reversed(pieces))} split again, a quarter moves now",
+    ]
+    for (split_bundle, split_cuts), reason in zip(pieces.items(), reasons):
         per_source[source] = per_source.get(source, 0) + 1
         planned_splits.append(
-            Split(
-                split_bundle,
-                source,
-                algorithms.RANGE_EQUALLY_DIVIDE,
-                tuple(split_cuts),
-                f"{split_bundle} alone is more than {source}'s {excess:.1f} points over the mean and no bundle can "
-                f"move without overshooting: split, the halves stay on {source}, "
-                f"{'one moves now' if len(pieces) == 1 else 'and one is split again for a quarter to move now'}",
-                unload=False,
-            )
+            Split(split_bundle, source, algorithms.RANGE_EQUALLY_DIVIDE, tuple(split_cuts), reason, unload=False)
         )
     return moves
 
