@@ -8,8 +8,8 @@ move for that broker and for the one it fills. Here each giver gives the fewest 
 band, the same bundles fill every taker into it, and the cycle carries out as much of that as the rails let
 through. The plan is made again each cycle from the forecast, so what the rails cut short is planned again.
 
-Pure arithmetic over sizes in usage points: each bundle's effect on its owner (``giver_sizes``) and on each
-taker (``rise``: bundles × takers) are the forecast's, taken as additive.
+Pure arithmetic over sizes in usage points: each bundle's effect on its owner (``fewest_into_band``'s
+``sizes``) and on each taker (``assign``'s ``rise``: bundles × takers) are the forecast's, taken as additive.
 """
 
 from __future__ import annotations
@@ -198,13 +198,8 @@ def assign(
             break
         v = max(outside, key=lambda t: (abs(level[t] - mean), -t))
         step = best_step(v)
-        if step is None:
-            if not chain(v):
-                stuck.add(v)
-            continue
-        leaving, arriving, to = step
-        if arriving is not None:
-            relocate(arriving, v)
-        if leaving is not None:
-            relocate(leaving, to)
+        if step is not None:
+            apply(step, v)
+        elif not chain(v):
+            stuck.add(v)
     return where

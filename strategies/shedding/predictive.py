@@ -299,6 +299,12 @@ def _check_predictions(
     return waiting, errors
 
 
+def _settled_gap(config: LoadBalancerConfig) -> float:
+    """The distance from the mean under which ``_hits`` clears a broker's counters (a third of AvgShedder's low
+    pair gap: 5 points): the band the trigger leaves alone, and so the band an end-state plan must land in."""
+    return config.loadBalancerAvgShedderLowThreshold / 3
+
+
 def _hits(
     scores: Mapping[str, float], mean: float, config: LoadBalancerConfig, state: StrategyState
 ) -> tuple[dict[str, int], dict[str, int], set[str]]:
@@ -312,7 +318,7 @@ def _hits(
     triggered = set()
     for broker, value in scores.items():
         gap = abs(value - mean)
-        if gap < config.loadBalancerAvgShedderLowThreshold / 3:
+        if gap < _settled_gap(config):
             high.pop(broker, None)
             low.pop(broker, None)
             continue
@@ -426,7 +432,7 @@ def shed(
         return len(unloads) + len(planned_splits)
 
     cold = {b for b in takers if scores[b] < mean - TOLERANCE}
-    settled = config.loadBalancerAvgShedderLowThreshold / 3  # where _hits clears a broker's counters
+    settled = _settled_gap(config)
     if not settling and triggered & ({b for b in brokers if scores[b] > mean + TOLERANCE} | cold):
         done: set[str] = set()
         received: set[str] = set()  # no chains: a broker that took load this cycle gives none, and vice versa
@@ -471,7 +477,7 @@ def shed(
         elif not plan.receivers and all(abs(level - plan.mean) < settled for level in plan.level.values()):
             # every broker is where a plan would leave it by its model (its steady level): one whose CPU sample
             # agrees with the model (within half ``TOLERANCE``: the sample's noise) gives nothing, though the
-            # sample may be a point past ``TOLERANCE``. A plan leaves brokers up to ``settled`` from the mean,
+            # sample may be a point past ``TOLERANCE``. A plan leaves brokers up to ``_settled_gap`` from the mean,
             # and polishing them after it was carried out cost 10 moves the benchmark and a user see nothing of
             # (100 + 100 seed 22: 260 unloads for the bound of 250). A broker whose sample the model does not
             # explain (demo seed 15: 9.1 points over by its sample, 4.8 by its model) is moved from as before.
@@ -680,7 +686,7 @@ def _plan_end_state(
     # with no set of bundles that lands it there, a bundle no taker can take or only by ending above the band,
     # takers the givers' bundles cannot all fill) the shedder moves as before, one best move at a time.
     ends = {**gives, **dict(zip(receivers, end))}
-    settled = config.loadBalancerAvgShedderLowThreshold / 3  # where _hits clears a broker's counters
+    settled = _settled_gap(config)
     if any(t < 0 for t in where) or any(abs(ends.get(b, level[b]) - mean) >= settled for b in takers | set(givers)):
         return nothing
     taken: dict[int, list[tuple[float, str, str]]] = {}
@@ -756,10 +762,7 @@ def _split_to_move(
         namespace, bundle_range = bundle_names.split_bundle_name(bundle)
         if not bundle_range.can_split():
             continue
-        count = load.snapshot.bundle_count(namespace) + sum(
-            1 for sp in planned_splits if bundle_names.namespace_of(sp.bundle) == namespace
-        )
-        if count >= config.loadBalancerNamespaceMaximumBundles:
+        if _bundles_after_splits(load, namespace, planned_splits) >= config.loadBalancerNamespaceMaximumBundles:
             continue
         traffic = _bundle_traffic(load, source, bundle, halves)
         drop = forecast.usage(source) - forecast.usage(source, forecast.shifted(source, traffic, -1))
@@ -820,14 +823,18 @@ def _may_split_again(
 ) -> bool:
     """Whether a half may be split again in the same cycle: room for the two splits and the unload under both
     caps, at least two topics per quarter, and two bundles more within loadBalancerNamespaceMaximumBundles."""
-    count = load.snapshot.bundle_count(namespace) + sum(
-        1 for sp in planned_splits if bundle_names.namespace_of(sp.bundle) == namespace
-    )
     return (
         room >= 3
         and per_source.get(source, 0) + 3 <= load.rails.max_unloads_per_broker
         and topics >= 8
-        and count + 2 <= config.loadBalancerNamespaceMaximumBundles
+        and _bundles_after_splits(load, namespace, planned_splits) + 2 <= config.loadBalancerNamespaceMaximumBundles
+    )
+
+
+def _bundles_after_splits(load: LoadData, namespace: str, planned_splits: Sequence[Split]) -> int:
+    """The namespace's bundles once this cycle's planned splits are made: each split adds one."""
+    return load.snapshot.bundle_count(namespace) + sum(
+        1 for sp in planned_splits if bundle_names.namespace_of(sp.bundle) == namespace
     )
 
 
