@@ -60,7 +60,7 @@ class Target:
     def need_daemon(self, request: str) -> DaemonRecord:
         """The daemon that will carry out ``request``; ControlError (one line, exit 2) when none will."""
         if self.daemon is None:
-            raise ControlError(f"{self.absent}: nobody would carry out this {request}; {self.fix}")
+            raise ControlError(f"{self.absent}: nobody would carry out this {workflows.REQUESTS[request]}; {self.fix}")
         why_not = workflows.refusal(self.daemon, request)
         if why_not:
             raise ControlError(why_not)
@@ -68,7 +68,7 @@ class Target:
 
     def pause_file(self) -> str:
         """Where the daemon reads its pause: its own word for it when one runs, else what the settings say."""
-        return self.daemon.pause_file if self.daemon else self.settings.kill_switch_file()
+        return self.daemon.pause_file if self.daemon else os.path.abspath(self.settings.kill_switch_file())
 
 
 def find(args: argparse.Namespace) -> Target:

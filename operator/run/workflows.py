@@ -139,11 +139,14 @@ def announce(daemon: Daemon, leading: bool) -> None:
         log.error("the control file could not be written: operator drain/approve/pause will refuse", reason=str(exc))
 
 
+REQUESTS = {"drain": "drain", "approve": "approval", "reject": "rejection"}  # what a person asks, as a noun
+
+
 def refusal(daemon: DaemonRecord, request: str) -> str | None:
     """Why ``request`` (drain, approve, reject) would not be carried out by this daemon; None when it will."""
     if not daemon.leading:
         leader = f"{daemon.leader} leads" if daemon.leader else "another instance leads"
-        return f"this operator is a standby ({leader}): it carries out no {request}; ask the leader (its pod)"
+        return f"this operator is a standby ({leader}): it carries out no {REQUESTS[request]}; ask the leader (its pod)"
     if request in ("approve", "reject") and daemon.approval != "manual":
         return (
             "approval is auto: the daemon executes each plan itself and keeps no proposals "
