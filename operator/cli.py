@@ -286,8 +286,8 @@ def _config_options(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--config",
         metavar="FILE",
-        default=os.environ.get("PULSAR_LB_CONFIG")
-        or None,  # the chart sets it: a command in the pod reads the daemon's
+        # the chart sets it, so a command run in the pod reads the daemon's own settings
+        default=os.environ.get("PULSAR_LB_CONFIG") or None,
         help="YAML/TOML/JSON file of settings (Pulsar key names); default: $PULSAR_LB_CONFIG",
     )
     command.add_argument(

@@ -74,9 +74,7 @@ class OperatorSettings:
     maxUnloadsPerBroker: int = DEFAULT_RAILS.max_unloads_per_broker
     excludedNamespaces: tuple[str, ...] = ()  # regular expressions over tenant/namespace
     excludedBrokers: tuple[str, ...] = ()
-    killSwitchFile: str | None = (
-        None  # while it exists nothing is sent (operator pause writes it); default: beside stateFile
-    )
+    killSwitchFile: str | None = None  # while it exists nothing is sent (operator pause); default <stateFile>.pause
     controlTokenFile: str | None = None  # the status page's approve/drain/pause need this token; unset: read-only
     pauseSeconds: float = 5.0  # between two actions of a cycle
     brokerTimeoutSeconds: float = 20.0  # a broker whose load report takes longer is left out of the cycle
