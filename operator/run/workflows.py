@@ -116,7 +116,7 @@ def still_pending(proposals: Mapping[str, Mapping[str, Any]]) -> list[Mapping[st
 
 def daemon_record(daemon: Daemon, leading: bool) -> DaemonRecord:
     """The daemon as a command needs to know it: whether it leads, what it does with plans, where its pause is."""
-    holder = getattr(daemon.elector, "holder", None)
+    holder = getattr(daemon.elector, "holder", None)  # the elector's Lease holder, last seen
     safety = daemon.executor.safety
     return DaemonRecord(
         pid=os.getpid(),
@@ -124,7 +124,7 @@ def daemon_record(daemon: Daemon, leading: bool) -> DaemonRecord:
         approval=daemon.settings.approval,
         dry_run=safety.dry_run,
         pause_file=os.path.abspath(daemon.settings.kill_switch_file()),
-        leader=None if leading or holder is None else holder(),
+        leader=None if leading else holder,
         kill_switch_env=switch_on(os.environ.get(safety.kill_switch_env)),
     )
 
