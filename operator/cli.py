@@ -283,7 +283,13 @@ def _strategy_options(command: argparse.ArgumentParser) -> None:
 
 
 def _config_options(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--config", metavar="FILE", help="YAML/TOML/JSON file of settings (Pulsar key names)")
+    command.add_argument(
+        "--config",
+        metavar="FILE",
+        # the chart sets it, so a command run in the pod reads the daemon's own settings
+        default=os.environ.get("PULSAR_LB_CONFIG") or None,
+        help="YAML/TOML/JSON file of settings (Pulsar key names); default: $PULSAR_LB_CONFIG",
+    )
     command.add_argument(
         "--set",
         dest="overrides",

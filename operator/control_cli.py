@@ -1,8 +1,12 @@
-"""``operator proposals | approve | reject | drain | undrain``: requests to the daemon, through its control file.
+"""``operator proposals | approve | reject | drain | undrain | pause | resume``: requests to the running daemon.
 
-They need no lock on the daemon's state and no running daemon: a request waits in the control file
-(beside ``stateFile``) until the daemon — or the next ``operator rebalance`` — acts on it, also after
-a restart. Each prints what it changed; an unknown or already decided proposal is exit 2.
+They write the daemon's control file (``<stateFile>.control.json``) and its pause file, which it reads before
+every cycle and every call; so they must find *that daemon's* files, never a copy in the current directory.
+The settings say where (``--config``, or the ``PULSAR_LB_CONFIG`` the chart sets in the pod, or
+``--set stateFile=…``), and before it answers a command checks that someone will carry the request out: an
+operator state there, a daemon holding its lock, that daemon leading (not a standby), and for approve/reject
+``approval: manual``. Otherwise it is one line and a non-zero exit — never a success message for a request
+nobody reads. A pause is the exception that is always written (a stop never hurts), and says who will see it.
 """
 
 from __future__ import annotations
@@ -10,14 +14,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from pulsar_lb_operator.act.safety import KILL_SWITCH_ENV, read_pause_file, switch_on
 from pulsar_lb_operator.run import workflows
 from pulsar_lb_operator.run.settings import OperatorSettings, resolve
+from pulsar_lb_operator.store import control as control_store
 from pulsar_lb_operator.store import files
-from pulsar_lb_operator.store.control import ControlFile
+from pulsar_lb_operator.store.control import ControlError, ControlFile, DaemonRecord
+from pulsar_lb_operator.store.statefile import InstanceLock
 
 
 def _settings(args: argparse.Namespace) -> OperatorSettings:
@@ -31,9 +41,62 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _who() -> str:
+    """The person as the control file records them: the login and the host (the pod's name in Kubernetes)."""
+    return f"{os.environ.get('USER') or f'uid {os.getuid()}'}@{socket.gethostname()}"
+
+
+@dataclass(frozen=True)
+class Target:
+    """The daemon's files as the settings locate them, and the daemon there if one runs."""
+
+    settings: OperatorSettings
+    state: Path  # absolute
+    control: ControlFile
+    daemon: DaemonRecord | None  # None: no daemon runs on this state (``absent`` says why, ``fix`` what to do)
+    absent: str = ""
+    fix: str = ""
+
+    def need_daemon(self, request: str) -> DaemonRecord:
+        """The daemon that will carry out ``request``; ControlError (one line, exit 2) when none will."""
+        if self.daemon is None:
+            raise ControlError(f"{self.absent}: nobody would carry out this {workflows.REQUESTS[request]}; {self.fix}")
+        why_not = workflows.refusal(self.daemon, request)
+        if why_not:
+            raise ControlError(why_not)
+        return self.daemon
+
+    def pause_file(self) -> str:
+        """Where the daemon reads its pause: its own word for it when one runs, else what the settings say."""
+        return self.daemon.pause_file if self.daemon else os.path.abspath(self.settings.kill_switch_file())
+
+
+def find(args: argparse.Namespace) -> Target:
+    """Locate the daemon's state; ControlError when there is none at all (the wrong directory, the wrong settings)."""
+    settings = _settings(args)
+    state = Path(settings.stateFile).absolute()
+    control = ControlFile(state)
+    holder = InstanceLock.holder(state)
+    if holder is None:
+        if not any(p.exists() for p in (state, control.path, Path(f"{state}.lock"))):
+            relative = "" if Path(settings.stateFile).is_absolute() else f" (stateFile is relative to {os.getcwd()})"
+            raise ControlError(
+                f"no operator state at {state}{relative}: give the daemon's settings (--config FILE or "
+                "PULSAR_LB_CONFIG; in its pod: kubectl exec deploy/<release> -- operator …) or --set stateFile=PATH"
+            )
+        absent = f"no daemon runs on {state} (nothing holds its lock)"
+        return Target(settings, state, control, None, absent, "start operator run with this stateFile")
+    record = control.read().daemon
+    if record is None or record.pid != holder:
+        absent = f"the process holding {state}.lock (pid {holder}) is not a daemon that has started cycling"
+        fix = "a one-shot operator rebalance, or a daemon still starting: try again in a moment"
+        return Target(settings, state, control, None, absent, fix)
+    return Target(settings, state, control, record)
+
+
 def proposals(args: argparse.Namespace) -> int:
-    control = ControlFile(_settings(args).stateFile)
-    doc = control.update(lambda d: (d.expire(_now_ms()), d)[1])
+    target = find(args)
+    doc = target.control.update(lambda d: (d.expire(_now_ms()), d)[1])
     shown = [p for _, p in sorted(doc.proposals.items())]
     if not args.all:
         shown = workflows.still_pending(doc.proposals)
@@ -41,7 +104,8 @@ def proposals(args: argparse.Namespace) -> int:
         print(json.dumps(shown, indent=1))
         return 0
     if not shown:
-        print("no proposals waiting" if not args.all else "no proposals")
+        auto = target.daemon is not None and target.daemon.approval != "manual"
+        print(("no proposals waiting" if not args.all else "no proposals") + (" (approval is auto)" if auto else ""))
         return 0
     for proposal in shown:
         created = time.strftime("%H:%M:%S", time.gmtime(proposal["createdAt"] / 1000))
@@ -57,24 +121,25 @@ def proposals(args: argparse.Namespace) -> int:
 
 
 def decide(args: argparse.Namespace, approve: bool) -> int:
-    control = ControlFile(_settings(args).stateFile)
-    user = os.environ.get("USER") or "cli"
-    proposal = control.update(lambda d: d.decide(args.id, approve, _now_ms(), user))
+    target = find(args)
+    target.need_daemon("approve" if approve else "reject")
+    proposal = target.control.update(lambda d: d.decide(args.id, approve, _now_ms(), _who()))
     verb = "approved: the daemon executes it within seconds" if approve else "rejected"
     print(f"proposal {args.id} {verb} ({len(proposal['actions'])} actions)")
     return 0
 
 
 def drain(args: argparse.Namespace) -> int:
-    settings = _settings(args)
-    control = ControlFile(settings.stateFile)
+    target = find(args)
     if not args.broker:
-        drains = control.read().drains
+        drains = target.control.read().drains
         if not drains:
             print("no drains")
         for broker in sorted(drains):
             print(f"{broker}: draining since {time.strftime('%H:%M:%S', time.gmtime(drains[broker]['since'] / 1000))}")
         return 0
+    daemon = target.need_daemon("drain")
+    settings = target.settings
     if settings.adminUrl:
         from pulsar_lb_operator.run import live
 
@@ -85,19 +150,57 @@ def drain(args: argparse.Namespace) -> int:
             client.close()
         if args.broker not in active:
             raise files.FileError(f"{args.broker} is not an active broker (active: {', '.join(sorted(active))})")
-    entry = {"since": _now_ms(), "by": os.environ.get("USER") or "cli"}
-    control.update(lambda d: d.drains.setdefault(args.broker, entry))
-    mode = "it moves them" if not settings.dryRun else "in dry run it only logs the moves (dryRun: false to act)"
-    print(f"draining {args.broker}: the daemon moves its bundles within the rails, {mode}")
+    entry = {"since": _now_ms(), "by": _who()}
+    target.control.update(lambda d: d.drains.setdefault(args.broker, entry))
+    paused = daemon.kill_switch_env or read_pause_file(daemon.pause_file) is not None
+    print(workflows.drain_outcome(args.broker, daemon, paused))
     if args.wait:
         return _wait_drained(settings, args.broker, args.timeout)
     return 0
 
 
 def undrain(args: argparse.Namespace) -> int:
-    control = ControlFile(_settings(args).stateFile)
-    was = control.update(lambda d: d.drains.pop(args.broker, None))
+    target = find(args)
+    was = target.control.update(lambda d: d.drains.pop(args.broker, None))
     print(f"{args.broker}: {'no longer drained' if was else 'was not being drained'}")
+    return 0
+
+
+def pause(args: argparse.Namespace) -> int:
+    """The emergency stop: written even where no daemon runs now (a daemon started later starts paused)."""
+    target = find(args)
+    path = target.pause_file()
+    control_store.write_pause(path, _who(), args.reason or "", _now_ms())
+    daemon = target.daemon
+    if daemon is None:
+        print(f"paused ({path}); {target.absent}: the next operator run or rebalance on it starts paused")
+    elif not daemon.leading:
+        leader = daemon.leader or "another instance"
+        print(
+            f"paused this standby ({path}), but {leader} leads and still acts: pause it too (kubectl exec into its "
+            "pod), or stop every pod with the chart's killSwitch=true"
+        )
+    else:
+        print(f"paused: the daemon (pid {daemon.pid}) sends nothing from its next call on ({path}); operator resume")
+    return 0
+
+
+def resume(args: argparse.Namespace) -> int:
+    target = find(args)
+    path = target.pause_file()
+    removed = control_store.remove_pause(path)
+    env_on = target.daemon.kill_switch_env if target.daemon else switch_on(os.environ.get(KILL_SWITCH_ENV))
+    if env_on:
+        raise ControlError(
+            f"{'pause removed, but ' if removed else ''}the environment variable {KILL_SWITCH_ENV} still stops every "
+            "action: set it to false or unset it (the chart: --set killSwitch=false) and restart"
+        )
+    if not removed:
+        print(f"was not paused (no {path})")
+    elif target.daemon is None:
+        print(f"resumed ({path} removed); {target.absent}")
+    else:
+        print(f"resumed: the daemon (pid {target.daemon.pid}) acts again from its next cycle")
     return 0
 
 
@@ -126,16 +229,23 @@ def _wait_drained(settings: OperatorSettings, broker: str, timeout_s: float) -> 
 
 def add_commands(commands: Any, config_options: Any) -> None:
     """The subcommands, for cli.build_parser."""
+    where = (
+        " They act on the daemon whose settings they are given (--config, PULSAR_LB_CONFIG or --set stateFile=…) "
+        "and fail when no daemon there would carry them out."
+    )
     listing = commands.add_parser(
         "proposals",
         help="list the plans waiting for approval (approval: manual)",
+        description="List the daemon's proposals." + where,
         epilog="example: operator proposals --all",
     )
     listing.add_argument("--all", action="store_true", help="also the decided and expired ones")
     listing.add_argument("--json", action="store_true")
     config_options(listing)
     for name, meaning in (("approve", "execute a proposal, behind the rails"), ("reject", "drop a proposal")):
-        command = commands.add_parser(name, help=meaning, epilog=f"example: operator {name} 3f2a9c1b7e01")
+        command = commands.add_parser(
+            name, help=meaning, description=meaning.capitalize() + "." + where, epilog=f"example: operator {name} ID"
+        )
         command.add_argument("id", help="the proposal's id (operator proposals)")
         config_options(command)
     drain_command = commands.add_parser(
@@ -143,7 +253,7 @@ def add_commands(commands: Any, config_options: Any) -> None:
         help="move every bundle off a broker before maintenance, and keep it empty until undrain",
         description="Ask the daemon to move every bundle off BROKER (several cycles if the caps require), placed "
         "by the placement strategy, and to place nothing on it until 'operator undrain BROKER'. Follows dryRun "
-        "like every action. Without BROKER: list the drains.",
+        "like every action. Without BROKER: list the drains." + where,
         epilog="example: operator drain 10.0.0.12:8080 --wait --timeout 1800",
     )
     drain_command.add_argument("broker", nargs="?", help="broker id (host:port, as the admin API lists it)")
@@ -152,10 +262,30 @@ def add_commands(commands: Any, config_options: Any) -> None:
     drain_command.add_argument("--admin-url", metavar="URL", help="the admin URL, to check the broker and --wait")
     config_options(drain_command)
     undrain_command = commands.add_parser(
-        "undrain", help="end a drain: the broker may receive bundles again", epilog="example: operator undrain B:8080"
+        "undrain",
+        help="end a drain: the broker may receive bundles again",
+        description="End a drain." + where,
+        epilog="example: operator undrain B:8080",
     )
     undrain_command.add_argument("broker")
     config_options(undrain_command)
+    pause_command = commands.add_parser(
+        "pause",
+        help="the emergency stop: the daemon sends nothing until resume",
+        description="Turn the kill switch on: the daemon checks it immediately before every mutating call, so "
+        "nothing more is sent from the next call on, across restarts, until 'operator resume'." + where,
+        epilog='example: operator pause --reason "incident 4211: broker-3 flapping"',
+    )
+    pause_command.add_argument("--reason", default="", help="why, shown on the status page and in /api/status")
+    config_options(pause_command)
+    resume_command = commands.add_parser(
+        "resume",
+        help="end a pause: the daemon acts again",
+        description="Remove the pause. An environment kill switch (PULSAR_LB_KILL_SWITCH, the chart's "
+        "killSwitch) is not lifted by this: it fails and says so." + where,
+        epilog="example: operator resume",
+    )
+    config_options(resume_command)
 
 
 def dispatch() -> dict[str, Any]:
@@ -165,4 +295,6 @@ def dispatch() -> dict[str, Any]:
         "reject": lambda args: decide(args, False),
         "drain": drain,
         "undrain": undrain,
+        "pause": pause,
+        "resume": resume,
     }

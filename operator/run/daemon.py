@@ -130,6 +130,7 @@ class Daemon:
         )
         if self.audit is not None:
             self.metrics.audit_backlog.set_function(self.audit.spool.backlog)
+        self.metrics.kill_switch.set_function(lambda: 1 if self.executor.safety.killed() else 0)  # read at scrape
         self.metrics.interval.set(self.period_s)
         self.metrics.last_success.set(time.time())
 
@@ -152,6 +153,7 @@ class Daemon:
             else:
                 self.metrics.standby()
             self._was_leader = leading
+            workflows.announce(self, leading)  # what `operator drain/approve/pause` check before they answer
         return leading
 
     def _inherit(self) -> None:
@@ -222,7 +224,6 @@ class Daemon:
 
     def run_once(self) -> CycleResult | None:
         """One cycle; any failure is logged and counted, never raised (the daemon must keep running)."""
-        self.metrics.kill_switch.set(1 if self.executor.safety.killed() else 0)
         if self.stop.is_set() or not self.leads():
             return None
         if not self._lock.acquire(blocking=False):
@@ -361,6 +362,7 @@ class Daemon:
             interval_s=self.period_s,
             strategy=self.shedding or self.config.loadBalancerLoadSheddingStrategy,
             leader_election=self.elector is not None,
+            state_file=str(Path(self.settings.stateFile).absolute()),  # where operator drain/approve/pause write
         )
         server = self._start_probe_server()
         if self.elector is not None:

@@ -1,8 +1,12 @@
 """The daemon's HTTP face on ``metricsHost:metricsPort``: probes, Prometheus, the status page.
 
 ``/healthz`` (a cycle finished recently enough), ``/readyz`` (a leader after its first cycle, a standby
-at once), ``/metrics``; every other path goes to the status page (``status_page.handle``), which has its
-own authentication. One thread serves, apart from the cycles, so a long cycle never fails a probe.
+at once), ``/metrics``, all open; every other path goes to the status page (``status_page.handle``), which
+has its own authentication. One thread serves, apart from the cycles, so a long cycle never fails a probe.
+
+A request body is read only when it says its length and that length is small (the page's forms are a few
+fields): anything else is refused before a byte of it is read, and a client that stops sending is dropped
+after ``REQUEST_TIMEOUT_S``.
 """
 
 from __future__ import annotations
@@ -11,19 +15,29 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from pulsar_lb_operator import hints
 from pulsar_lb_operator.run import status_page
+from pulsar_lb_operator.store.control import ControlError
 from pulsar_lb_operator.strategies.config import ConfigError
 
-MAX_FORM_BYTES = 65536  # the status page's forms are a few fields; anything larger is cut
+log = structlog.get_logger(__name__)
+
+MAX_FORM_BYTES = 8192  # the status page's forms are a few fields; a larger body is refused unread (413)
+REQUEST_TIMEOUT_S = 10.0
 
 
 def serve(daemon: Any, host: str, port: int) -> ThreadingHTTPServer:
-    """Starts serving on a thread of its own; a port that cannot be bound is a one-line ConfigError."""
+    """Starts serving on a thread of its own; a port that cannot be bound, or a control token that cannot be
+    read or is too short, is a one-line ConfigError (exit 2 at start, not a page that silently turned read-only)."""
+    if daemon.settings.control_token() is None:
+        log.info("the status page is read-only: no controlTokenFile", port=port)
 
     class Endpoints(BaseHTTPRequestHandler):
+        timeout = REQUEST_TIMEOUT_S  # a slow or silent client holds a thread no longer than this
+
         def log_message(self, *args: object) -> None:
             pass
 
@@ -37,12 +51,25 @@ def serve(daemon: Any, host: str, port: int) -> ThreadingHTTPServer:
             elif self.path == "/metrics":
                 self._send(200, generate_latest(daemon.metrics.registry), CONTENT_TYPE_LATEST)
             else:
-                self._send(*status_page.handle(daemon, "GET", self.path, self.headers, b""))
+                self._page("GET", b"")
 
         def do_POST(self) -> None:
-            length = min(int(self.headers.get("Content-Length") or 0), MAX_FORM_BYTES)
-            body = self.rfile.read(length) if length else b""
-            self._send(*status_page.handle(daemon, "POST", self.path, self.headers, body))
+            length = self.headers.get("Content-Length", "")
+            if self.headers.get("Transfer-Encoding") or not length.isdigit():
+                self._send(411, b"a Content-Length is required", "text/plain")
+            elif int(length) > MAX_FORM_BYTES:
+                self.close_connection = True  # the body is never read
+                self._send(413, f"request body over {MAX_FORM_BYTES} bytes".encode(), "text/plain")
+            else:
+                self._page("POST", self.rfile.read(int(length)))
+
+        def _page(self, method: str, body: bytes) -> None:
+            try:
+                answer = status_page.handle(daemon, method, self.path, self.headers, body, self.client_address[0])
+            except ControlError as exc:  # the control file is unreadable: one line, the daemon goes on
+                log.error("status page: the control file cannot be read", reason=str(exc))
+                answer = (500, str(exc).encode(), "text/plain; charset=utf-8", {})
+            self._send(*answer)
 
         def _send(self, status: int, body: bytes, ctype: str, headers: dict[str, str] | None = None) -> None:
             self.send_response(status)

@@ -67,7 +67,8 @@ class Metrics:
         self.kill_switch = metric(
             Gauge,
             "kill_switch",
-            "1 while the kill switch is on (killSwitchFile exists or PULSAR_LB_KILL_SWITCH is set): nothing is sent",
+            "1 while the kill switch is on (operator pause, the pause file, or PULSAR_LB_KILL_SWITCH not an explicit "
+            "false): nothing is sent",
         )
         self.prediction_error = metric(
             Gauge,

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pulsar_lb_operator import hints
-from pulsar_lb_operator.act.safety import Safety
+from pulsar_lb_operator.act.safety import KILL_SWITCH_ENV, Safety
 from pulsar_lb_operator.adminapi import auth
 from pulsar_lb_operator.adminapi.client import TEMPLATE_FIELDS, render_template, service_url_of, template_fields
 from pulsar_lb_operator.strategies.config import (
@@ -37,6 +37,19 @@ from pulsar_lb_operator.strategies.rails import DEFAULT_RAILS
 
 ENV_PREFIX = "PULSAR_LB_"
 MAY_BE_EMPTY = ("historyUri", "profileUri")  # "" turns the history or the profile off
+CONTROL_TOKEN_MIN_CHARS = 16  # a guessable credential for approve / drain / pause is no credential
+
+# Every PULSAR_LB_* name that is not a setting, in one place: any other PULSAR_LB_* variable is an error (exit 2,
+# "did you mean …"), as an unknown key in the settings file is, so a typo of the kill switch never passes unseen.
+# (Also accepted: the variable tokenEnv names, and the link variables Kubernetes sets for a Service whose name
+# starts with pulsar-lb-, which the chart turns off with enableServiceLinks: false.)
+OTHER_ENVIRONMENT = {
+    KILL_SWITCH_ENV: "the emergency stop: on for any value but 0, false, no, off or empty",
+    "PULSAR_LB_TOKEN": "the admin token (tokenEnv's default)",
+    "PULSAR_LB_CONFIG": "the settings file a command reads when it is given no --config",
+    "PULSAR_LB_TRACEBACK": "an internal error shows its traceback",
+}
+_SERVICE_LINK = re.compile(r"SERVICE_HOST|SERVICE_PORT(_\w+)?|PORT(_\d+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)?")
 
 
 @dataclass(frozen=True)
@@ -61,7 +74,8 @@ class OperatorSettings:
     maxUnloadsPerBroker: int = DEFAULT_RAILS.max_unloads_per_broker
     excludedNamespaces: tuple[str, ...] = ()  # regular expressions over tenant/namespace
     excludedBrokers: tuple[str, ...] = ()
-    killSwitchFile: str | None = None  # while this file exists, no action is taken
+    killSwitchFile: str | None = None  # while it exists nothing is sent (operator pause); default <stateFile>.pause
+    controlTokenFile: str | None = None  # the status page's approve/drain/pause need this token; unset: read-only
     pauseSeconds: float = 5.0  # between two actions of a cycle
     brokerTimeoutSeconds: float = 20.0  # a broker whose load report takes longer is left out of the cycle
     verifyAfterSeconds: float = 120.0
@@ -199,10 +213,35 @@ class OperatorSettings:
             cooldown_minutes=config.loadBalancerSheddingGracePeriodMinutes,
             excluded_namespaces=self.excludedNamespaces,
             excluded_brokers=self.excludedBrokers,
-            kill_switch_file=self.killSwitchFile,
+            kill_switch_file=self.kill_switch_file(),
             pause_seconds=self.pauseSeconds,
             verify_after_seconds=self.verifyAfterSeconds,
         )
+
+    def kill_switch_file(self) -> str:
+        """The pause file the executor checks before every call and ``operator pause`` writes: killSwitchFile,
+        else ``<stateFile>.pause`` — beside the state, so a pause reaches the daemon that owns that state."""
+        return self.killSwitchFile or f"{self.stateFile}.pause"
+
+    def control_token(self) -> str | None:
+        """The credential of the status page's mutating requests, read again at every call (a rotated Secret
+        takes effect at once); None: no controlTokenFile, the page is read-only."""
+        if not self.controlTokenFile:
+            return None
+        try:
+            with open(self.controlTokenFile, encoding="utf-8") as handle:
+                token = handle.read(4096).strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not a UTF-8 text file"
+            fix = hints.file_fix(exc, self.controlTokenFile) if isinstance(exc, OSError) else ""
+            message = f"controlTokenFile: cannot read {self.controlTokenFile!r}: {reason}"
+            raise ConfigError(hints.with_fix(message, fix)) from None
+        if len(token) < CONTROL_TOKEN_MIN_CHARS:
+            raise ConfigError(
+                f"controlTokenFile: the token in {self.controlTokenFile!r} has {len(token)} characters; use at least "
+                f"{CONTROL_TOKEN_MIN_CHARS} (e.g. openssl rand -hex 32 > {self.controlTokenFile})"
+            )
+        return token
 
     def audit_spool_dir(self) -> str:
         return self.auditSpoolDir or str(Path(self.stateFile).parent / "audit-spool")
@@ -226,6 +265,27 @@ def _env_name(key: str) -> str:
     return ENV_PREFIX + re.sub(r"(?<!^)(?=[A-Z])", "_", key).upper()
 
 
+def check_environment(environ: Mapping[str, str], token_env: str) -> None:
+    """ConfigError naming the first PULSAR_LB_* variable that is neither a setting nor one of OTHER_ENVIRONMENT."""
+    known = {_env_name(f.name) for f in dataclasses.fields(OperatorSettings) if f.name != "tokenEnv"}
+    known |= {*OTHER_ENVIRONMENT, token_env}
+    for name in sorted(environ):
+        if name.startswith(ENV_PREFIX) and name not in known and not _service_link(name, environ):
+            raise ConfigError(
+                f"unknown environment variable {name}{did_you_mean(name, known)}: unset it (a setting's variable is "
+                "PULSAR_LB_<SETTING>, e.g. PULSAR_LB_DRY_RUN)"
+            )
+
+
+def _service_link(name: str, environ: Mapping[str, str]) -> bool:
+    """A variable Kubernetes sets for a Service named pulsar-lb-…: its <SERVICE>_SERVICE_HOST is set beside it."""
+    parts = name.split("_")
+    return any(
+        "_".join(parts[:i]) + "_SERVICE_HOST" in environ and _SERVICE_LINK.fullmatch("_".join(parts[i:]))
+        for i in range(3, len(parts))
+    )
+
+
 def resolve(
     file_settings: Mapping[str, Any], environ: Mapping[str, str], flags: Mapping[str, Any]
 ) -> tuple[OperatorSettings, LoadBalancerConfig, set[str]]:
@@ -242,6 +302,7 @@ def resolve(
             pulsar[key] = value
         else:
             raise ConfigError(f"unknown configuration key {key!r}{did_you_mean(key, [*fields, *config_keys()])}")
+    check_environment(environ, str(ours.get("tokenEnv") or OperatorSettings.tokenEnv))
     if environ.get("PULSAR_ADMIN_URL"):
         ours["adminUrl"] = environ["PULSAR_ADMIN_URL"]
     for key in fields:

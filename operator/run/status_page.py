@@ -1,102 +1,81 @@
 """The daemon's status page (beside /metrics): brokers now and over the last hour, the last cycles with
-their outcomes, proposals waiting for approval (with approve / reject buttons), and drains in progress.
+their outcomes, proposals waiting for approval (with approve / reject buttons), drains in progress, and the
+kill switch (who set it, why, since when) with Pause / Resume.
 
-One template, no JavaScript: forms POST and the page redirects back to itself. When the operator has
-an admin token, the page and its actions require it — HTTP Basic with the token as the password (any
-user name), or ``Authorization: Bearer <token>`` — the same secret the CLI's commands need. Every form
-also carries a value derived from that secret (or, without a token, from a per-process random key):
-a page of another site cannot know it, so it cannot make a logged-in browser approve anything.
+One template, no JavaScript: forms POST and the page redirects back to itself. Reading needs the admin token
+when the operator has one; every change needs the control token (``control_auth`` says how, ``control_api``
+carries the changes out). Without a control token the page is read-only and shows no buttons.
 ``GET /api/status`` gives the same data as JSON.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import html
 import json
-import secrets
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, unquote
+from urllib.parse import quote
 
-from pulsar_lb_operator.run import workflows
-from pulsar_lb_operator.store.control import ControlError
+import structlog
+
+from pulsar_lb_operator.run import control_api, control_auth, workflows
+from pulsar_lb_operator.strategies.config import ConfigError
 from pulsar_lb_operator.strategies.plans import Split
 
 if TYPE_CHECKING:
     from pulsar_lb_operator.run.daemon import Daemon
 
-Answer = tuple[int, bytes, str, dict[str, str]]
-_PROCESS_KEY = secrets.token_bytes(32)
+log = structlog.get_logger(__name__)
+
+Answer = control_api.Answer
 HOUR_MS = 3_600_000
+HTML = "text/html; charset=utf-8"
 
 
-def _token(daemon: Daemon) -> str | None:
+def _admin_token(daemon: Daemon) -> str | None:
     try:
         return daemon.settings.token()
     except Exception:  # an unreadable token file: the page stays locked rather than open
         return "\0unreadable"
 
 
-def authorized(headers: Mapping[str, str], token: str | None) -> bool:
-    if token is None:
-        return True
-    given = headers.get("Authorization", "")
-    if given.startswith("Bearer "):
-        return hmac.compare_digest(given[7:].strip(), token)
-    if given.startswith("Basic "):
-        try:
-            _, _, password = base64.b64decode(given[6:].strip()).decode("utf-8").partition(":")
-        except (ValueError, UnicodeDecodeError):
-            return False
-        return hmac.compare_digest(password, token)
-    return False
+def _control_token(daemon: Daemon) -> str | None:
+    """None (read-only) when none is configured, and when the file cannot be read now: never open by accident."""
+    try:
+        return daemon.settings.control_token()
+    except ConfigError as exc:
+        log.error("the status page is read-only", reason=str(exc))
+        return None
 
 
-def form_key(token: str | None) -> str:
-    secret = token.encode() if token else _PROCESS_KEY
-    return hmac.new(secret, b"pulsar-lb-operator status page", hashlib.sha256).hexdigest()[:32]
-
-
-def handle(daemon: Daemon, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Answer:
-    token = _token(daemon)
-    if not authorized(headers, token):
-        return 401, b"token required", "text/plain", {"WWW-Authenticate": 'Basic realm="pulsar-lb-operator"'}
+def handle(daemon: Daemon, method: str, path: str, headers: Mapping[str, str], body: bytes, remote: str) -> Answer:
     route = path.split("?", 1)[0].rstrip("/") or "/"
+    control_token = _control_token(daemon)
+    caller = control_auth.identify(headers, _admin_token(daemon), control_token, time.time())
+    if route == "/login":  # open: it shows nothing, and takes only the control token
+        if method == "POST":
+            return control_api.login(headers, body, control_token, remote)
+        return 200, LOGIN.format(form=_sign_in(control_token)).encode(), HTML, {}
+    if not caller.read:
+        challenge = {"WWW-Authenticate": 'Basic realm="pulsar-lb-operator"'}
+        return 401, UNAUTHORIZED.encode(), HTML, challenge
     if method == "GET" and route == "/":
-        return 200, render(daemon, form_key(token)).encode(), "text/html; charset=utf-8", {}
+        return 200, render(daemon, caller, control_token).encode(), HTML, {}
     if method == "GET" and route == "/api/status":
         return 200, json.dumps(status(daemon), indent=1).encode(), "application/json", {}
     if method != "POST":
         return 404, b"not found", "text/plain", {}
-    form = {k: v[0] for k, v in parse_qs(body.decode("utf-8", errors="replace")).items()}
-    if not hmac.compare_digest(form.get("key", ""), form_key(token)):
-        return 403, b"stale or foreign form: reload the page", "text/plain", {}
-    parts = [unquote(p) for p in route.strip("/").split("/")]
-    now = daemon.executor.now_ms()
-    try:
-        if len(parts) == 3 and parts[0] == "proposals" and parts[2] in ("approve", "reject"):
-            daemon.control.update(lambda doc: doc.decide(parts[1], parts[2] == "approve", now, "status page"))
-        elif len(parts) == 3 and parts[0] == "drains" and parts[2] == "undrain":
-            daemon.control.update(lambda doc: doc.drains.pop(parts[1], None))
-        elif parts == ["drains"] and form.get("broker"):
-            broker = form["broker"].strip()
-            daemon.control.update(lambda doc: doc.drains.setdefault(broker, {"since": now, "by": "status page"}))
-        else:
-            return 404, b"not found", "text/plain", {}
-    except ControlError as exc:
-        return 409, str(exc).encode(), "text/plain", {}
-    return 303, b"", "text/plain", {"Location": "/"}
+    return control_api.change(daemon, route, headers, body, caller, control_token, remote)
 
 
 # ---------------------------------------------------------------------------------------------- data
 
 
-def status(daemon: Daemon) -> dict[str, Any]:
+def status(daemon: Daemon, controls: bool | None = None) -> dict[str, Any]:
+    """The page's data; ``controls``: whether a control token is configured (None: read it now)."""
     control = daemon.control.read()
+    switch = daemon.executor.safety.kill_switch()
     last = daemon.recent[-1] if daemon.recent else None
     now_ms = daemon.executor.now_ms()
     usage_now = dict(daemon.usage[-1][1]) if daemon.usage else {}
@@ -106,6 +85,8 @@ def status(daemon: Daemon) -> dict[str, Any]:
         "dryRun": daemon.settings.dryRun,
         "approval": daemon.settings.approval,
         "leader": daemon.elector is None or daemon.elector.is_leader(),
+        "killSwitch": switch.to_json() if switch else {"on": False},
+        "controls": "enabled" if (_control_token(daemon) if controls is None else controls) else "read-only",
         "brokers": {
             b: {"usage": round(u, 1), "hour": [round(h.get(b, 0.0), 1) for _, h in history]}
             for b, u in sorted(usage_now.items())
@@ -156,15 +137,19 @@ def _when(ms: Any) -> str:
     return time.strftime("%H:%M:%S", time.gmtime(ms / 1000)) if isinstance(ms, int | float) else ""
 
 
-def _button(action: str, label: str, key: str) -> str:
+def _button(action: str, label: str, csrf: str, extra: str = "") -> str:
+    """A one-button form; nothing without a session's CSRF value (no control credential, or read-only)."""
+    if not csrf:
+        return ""
     return (
         f'<form method="post" action="{html.escape(action)}" style="display:inline">'
-        f'<input type="hidden" name="key" value="{key}"><button type="submit">{label}</button></form>'
+        f'<input type="hidden" name="csrf" value="{csrf}">{extra}<button type="submit">{label}</button></form>'
     )
 
 
-def render(daemon: Daemon, key: str) -> str:
-    data = status(daemon)
+def render(daemon: Daemon, caller: control_auth.Caller, control_token: str | None) -> str:
+    data = status(daemon, controls=control_token is not None)
+    csrf = caller.csrf(control_token)
     e = html.escape
     brokers = (
         "".join(
@@ -173,11 +158,11 @@ def render(daemon: Daemon, key: str) -> str:
         )
         or '<tr><td colspan="3">no cycle yet</td></tr>'
     )
-    proposals = "".join(_proposal_row(p, key) for p in data["proposals"]) or '<tr><td colspan="7">none</td></tr>'
+    proposals = "".join(_proposal_row(p, csrf) for p in data["proposals"]) or '<tr><td colspan="7">none</td></tr>'
     drains = (
         "".join(
             f"<tr><td>{e(b)}</td><td class=n>{'?' if d['bundlesLeft'] is None else d['bundlesLeft']}</td>"
-            f"<td>{_when(d.get('since'))}</td><td>{_button(f'/drains/{b}/undrain', 'Undrain', key)}</td></tr>"
+            f"<td>{_when(d.get('since'))}</td><td>{_button(f'/drains/{quote(b)}/undrain', 'Undrain', csrf)}</td></tr>"
             for b, d in data["drains"].items()
         )
         or '<tr><td colspan="4">none</td></tr>'
@@ -198,28 +183,62 @@ def render(daemon: Daemon, key: str) -> str:
     )
     mode = "dry run" if data["dryRun"] else "acting"
     role = "leader" if data["leader"] else "standby"
+    drain_form = _button("/drains", "Drain", csrf, '<input name="broker" placeholder="host:port" required> ')
     return PAGE.format(
         cluster=e(data["cluster"]),
         mode=mode,
         role=role,
         approval=e(data["approval"]),
         spread=data["spread"],
+        switch=_switch(data["killSwitch"], csrf),
+        access=_access(control_token, caller, csrf),
         brokers=brokers,
         proposals=proposals,
         drains=drains,
+        drain_form=drain_form,
         cycles=cycles,
-        key=key,
     )
 
 
-def _proposal_row(proposal: Mapping[str, Any], key: str) -> str:
+def _switch(switch: Mapping[str, Any], csrf: str) -> str:
+    e = html.escape
+    if not switch["on"]:
+        reason = '<input name="reason" placeholder="why (shown here)" size="30"> '
+        return f'<p id="kill-switch" class="off">off: the operator acts</p>{_button("/pause", "Pause", csrf, reason)}'
+    who = f"paused by {e(switch['by'])}" if switch["by"] else ""
+    why = f": <q>{e(switch['reason'])}</q>" if switch["reason"] else ""
+    since = f", since {_when(switch['since'])} UTC" if switch.get("since") else ""
+    text = f'<p id="kill-switch" class="on"><b>ON: nothing is sent</b> ({who}{why}{"; " if who else ""}'
+    text += f"{e(switch['where'])}{since})</p>"
+    if switch["source"] == "environment":
+        return text + "<p>set in the operator's environment: turn it off there and restart</p>"
+    return text + _button("/resume", "Resume", csrf)
+
+
+def _access(control_token: str | None, caller: control_auth.Caller, csrf: str) -> str:
+    if control_token is None:
+        return '<p id="access">read-only: no controlTokenFile is configured, so this page changes nothing</p>'
+    if csrf:
+        return f'<p id="access">signed in to control {_button("/logout", "Sign out", csrf)}</p>'
+    return f'<div id="access">{_sign_in(control_token)}</div>'
+
+
+def _sign_in(control_token: str | None) -> str:
+    if control_token is None:
+        return "<p>read-only: no controlTokenFile is configured</p>"
+    return (
+        '<form method="post" action="/login"><label>control token <input type="password" name="token" '
+        'autocomplete="current-password" required></label> <button type="submit">Sign in</button></form>'
+    )
+
+
+def _proposal_row(proposal: Mapping[str, Any], csrf: str) -> str:
     e = html.escape
     pid = str(proposal["id"])
     buttons = ""
     if proposal["status"] == "pending":
-        buttons = _button(f"/proposals/{pid}/approve", "Approve", key) + _button(
-            f"/proposals/{pid}/reject", "Reject", key
-        )
+        buttons = _button(f"/proposals/{quote(pid)}/approve", "Approve", csrf)
+        buttons += _button(f"/proposals/{quote(pid)}/reject", "Reject", csrf)
     actions = "".join(_action_line(a) for a in proposal["actions"])
     return (
         f"<tr><td>{e(pid)}</td><td>{e(proposal['status'])}</td><td>{_when(proposal.get('createdAt'))}</td>"
@@ -236,16 +255,24 @@ def _action_line(action: Mapping[str, Any]) -> str:
     return f"<li>{e(action['type'])} {e(action['bundle'])} {e(where)}<br><small>{reason}</small></li>"
 
 
-PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>pulsar-lb-operator: {cluster}</title>
-<style>
+STYLE = """<style>
 body {{ font: 14px system-ui, sans-serif; margin: 1.5em; color: #222 }}
 table {{ border-collapse: collapse; margin-bottom: 1.5em }} td, th {{ border-bottom: 1px solid #ddd; padding: .3em .6em;
 vertical-align: top; text-align: left }} .n {{ text-align: right }} ul {{ margin: 0; padding-left: 1.2em }}
-.unknown, .failed {{ color: #b00 }} .executed, .moved_as_planned, .split_done {{ color: #070 }}
-</style></head><body>
+.unknown, .failed, .on {{ color: #b00 }} .executed, .moved_as_planned, .split_done {{ color: #070 }}
+</style>"""
+
+PAGE = (
+    """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>pulsar-lb-operator: {cluster}</title>
+"""
+    + STYLE
+    + """</head><body>
 <h1>pulsar-lb-operator — {cluster}</h1>
 <p id="mode">{mode}, {role}; approval: {approval}; spread now: <b id="spread">{spread}</b> points</p>
+{access}
+<h2>Kill switch</h2>
+{switch}
 <h2>Brokers</h2>
 <table id="brokers"><tr><th>broker</th><th>usage</th><th>last hour</th></tr>{brokers}</table>
 <h2>Proposals</h2>
@@ -253,9 +280,23 @@ vertical-align: top; text-align: left }} .n {{ text-align: right }} ul {{ margin
 <th>actions</th><th></th></tr>{proposals}</table>
 <h2>Drains</h2>
 <table id="drains"><tr><th>broker</th><th>bundles left</th><th>since</th><th></th></tr>{drains}</table>
-<form method="post" action="/drains"><input type="hidden" name="key" value="{key}">
-<input name="broker" placeholder="host:port" required> <button type="submit">Drain</button></form>
+{drain_form}
 <h2>Last cycles</h2>
 <table id="cycles"><tr><th>cycle</th><th>at</th><th>actions</th></tr>{cycles}</table>
 </body></html>
+"""
+)
+
+LOGIN = (
+    """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>pulsar-lb-operator: sign in</title>
+"""
+    + STYLE
+    + """</head><body><h1>pulsar-lb-operator</h1>{form}<p><a href="/">the status page</a></p></body></html>
+"""
+)
+
+UNAUTHORIZED = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>token required</title></head>
+<body><p>token required: the admin token as the password (any user name), or
+<a href="/login">sign in with the control token</a>.</p></body></html>
 """

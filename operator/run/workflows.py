@@ -1,22 +1,36 @@
-"""The operator workflows above the cycle: proposals a person approves, and drains before maintenance.
+"""The operator workflows above the cycle: proposals a person approves, drains before maintenance, and
+who will carry out a request.
 
 Both live in the control file (``control.py``) so the daemon, the commands and the status page see the
 same thing, and both survive restarts. Nothing here calls the cluster: a proposal is executed by the
 executor behind the same rails as any cycle (``Daemon.execute_approved``), and a drain is planned by
 ``strategies.drain`` inside the cycle.
+
+A request only counts when the daemon will act on it: the daemon writes its own record (``announce``) and
+``refusal`` says why a drain or a decision would go unheard (a standby, approval not manual). The commands
+and the status page ask the same question and give the same answer.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import structlog
 
 from pulsar_lb_operator.act.executor import Record
+from pulsar_lb_operator.act.safety import switch_on
 from pulsar_lb_operator.run.cycle import CycleResult
-from pulsar_lb_operator.store.control import APPROVED, EXECUTED, PENDING, ControlFile
+from pulsar_lb_operator.store.control import APPROVED, EXECUTED, PENDING, ControlError, ControlFile, DaemonRecord
 from pulsar_lb_operator.strategies import bundles as bundle_names
 from pulsar_lb_operator.strategies.plans import Plan, action_from_json
 from pulsar_lb_operator.strategies.snapshots import ClusterSnapshot
+
+if TYPE_CHECKING:
+    from pulsar_lb_operator.run.daemon import Daemon
+
+log = structlog.get_logger(__name__)
 
 
 def spread(values: Iterable[float]) -> float:
@@ -95,3 +109,56 @@ def count_owned(owned: Iterable[str]) -> int:
 
 def still_pending(proposals: Mapping[str, Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [p for _, p in sorted(proposals.items()) if p["status"] in (PENDING, APPROVED)]
+
+
+# ---------------------------------------------------------------------------------------------- who acts
+
+
+def daemon_record(daemon: Daemon, leading: bool) -> DaemonRecord:
+    """The daemon as a command needs to know it: whether it leads, what it does with plans, where its pause is."""
+    holder = getattr(daemon.elector, "holder", None)  # the elector's Lease holder, last seen
+    safety = daemon.executor.safety
+    return DaemonRecord(
+        pid=os.getpid(),
+        leading=leading,
+        approval=daemon.settings.approval,
+        dry_run=safety.dry_run,
+        pause_file=os.path.abspath(daemon.settings.kill_switch_file()),
+        leader=None if leading else holder,
+        kill_switch_env=switch_on(os.environ.get(safety.kill_switch_env)),
+    )
+
+
+def announce(daemon: Daemon, leading: bool) -> None:
+    """Write the daemon's record into its control file (at start and on every change of role). A failure is
+    logged and the daemon goes on: the commands then say they cannot tell who acts, and refuse."""
+    record = daemon_record(daemon, leading)
+    try:
+        daemon.control.update(lambda doc: setattr(doc, "daemon", record))
+    except (OSError, ControlError) as exc:
+        log.error("the control file could not be written: operator drain/approve/pause will refuse", reason=str(exc))
+
+
+REQUESTS = {"drain": "drain", "approve": "approval", "reject": "rejection"}  # what a person asks, as a noun
+
+
+def refusal(daemon: DaemonRecord, request: str) -> str | None:
+    """Why ``request`` (drain, approve, reject) would not be carried out by this daemon; None when it will."""
+    if not daemon.leading:
+        leader = f"{daemon.leader} leads" if daemon.leader else "another instance leads"
+        return f"this operator is a standby ({leader}): it carries out no {REQUESTS[request]}; ask the leader (its pod)"
+    if request in ("approve", "reject") and daemon.approval != "manual":
+        return (
+            "approval is auto: the daemon executes each plan itself and keeps no proposals "
+            "(approval: manual makes it wait for a person)"
+        )
+    return None
+
+
+def drain_outcome(broker: str, daemon: DaemonRecord, paused: bool) -> str:
+    """What a drain request will do, in one line."""
+    if paused:
+        return f"draining {broker}: requested, but the kill switch is on: nothing moves until operator resume"
+    if daemon.dry_run:
+        return f"draining {broker}: in dry run the daemon only logs the moves (dryRun: false to act)"
+    return f"draining {broker}: the daemon moves its bundles within the rails, from its next cycle"

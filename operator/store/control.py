@@ -10,6 +10,14 @@ outlives the process that made it.
 A proposal is a cycle's plan the daemon did not execute (``approval: manual``): it waits for a
 person, and expires after one shedding interval — by then the cluster has moved on and the plan was
 made for a cluster that no longer exists.
+
+The daemon also keeps its own record there (``daemon``: its pid, whether it leads, its approval mode and
+dryRun), so a command can tell whether anyone will carry out what it asks — a drain in a standby's file,
+or an approval while approval is auto, would otherwise be a success message for nothing.
+
+The pause file (``operator pause``, the status page's Pause) is not in this document but beside it: the
+executor checks it before every call by its mere existence, which no half-written or unreadable document
+can turn off.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from typing import Any
 from pulsar_lb_operator.store import files
 
 FORMAT = "pulsar-lb-control/1"
+PAUSE_FORMAT = "pulsar-lb-pause/1"
 PENDING, APPROVED, REJECTED, EXPIRED, EXECUTED = "pending", "approved", "rejected", "expired", "executed"
 
 
@@ -32,15 +41,56 @@ class ControlError(files.FileError):
     """A request that cannot be carried out (unknown proposal, already decided, …): one line, exit 2."""
 
 
+@dataclass(frozen=True)
+class DaemonRecord:
+    """What the daemon on this state says about itself; written when it starts leading or standing by."""
+
+    pid: int
+    leading: bool
+    approval: str  # auto | manual
+    dry_run: bool
+    pause_file: str  # the kill switch file it checks before every call (absolute)
+    leader: str | None = None  # on a standby: the Lease holder it last saw
+    kill_switch_env: bool = False  # the daemon's own environment stops it (a command's environment may differ)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pid": self.pid,
+            "leading": self.leading,
+            "approval": self.approval,
+            "dryRun": self.dry_run,
+            "pauseFile": self.pause_file,
+            "leader": self.leader,
+            "killSwitchEnv": self.kill_switch_env,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any) -> DaemonRecord | None:
+        """None for anything but a complete record: a command then says it cannot tell, never guesses."""
+        if not isinstance(doc, dict):
+            return None
+        pid, leader, pause_file = doc.get("pid"), doc.get("leader"), doc.get("pauseFile")
+        if not (isinstance(pid, int) and isinstance(doc.get("leading"), bool) and isinstance(doc.get("dryRun"), bool)):
+            return None
+        if doc.get("approval") not in ("auto", "manual") or not isinstance(leader, str | None):
+            return None
+        if not isinstance(pause_file, str):
+            return None
+        leading, approval, dry_run = doc["leading"], doc["approval"], doc["dryRun"]
+        return cls(pid, leading, approval, dry_run, pause_file, leader, doc.get("killSwitchEnv") is True)
+
+
 @dataclass
 class Control:
-    """The document: proposals by id, drains by broker id."""
+    """The document: proposals by id, drains by broker id, and the daemon's record of itself."""
 
     proposals: dict[str, dict[str, Any]] = field(default_factory=dict)
     drains: dict[str, dict[str, Any]] = field(default_factory=dict)
+    daemon: DaemonRecord | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": FORMAT, "proposals": self.proposals, "drains": self.drains}
+        doc = {"format": FORMAT, "proposals": self.proposals, "drains": self.drains}
+        return {**doc, "daemon": self.daemon.to_json()} if self.daemon else doc
 
     @classmethod
     def from_json(cls, doc: Any, where: str) -> Control:
@@ -54,7 +104,9 @@ class Control:
         )
         if not ok:
             raise ControlError(f"{where} is not a {FORMAT} document; repair or remove it")
-        return cls(dict(doc.get("proposals", {})), dict(doc.get("drains", {})))
+        return cls(
+            dict(doc.get("proposals", {})), dict(doc.get("drains", {})), DaemonRecord.from_json(doc.get("daemon"))
+        )
 
     # ------------------------------------------------------------------ proposals
 
@@ -128,3 +180,17 @@ class ControlFile:
     def update(self, change: Callable[[Control], Any]) -> Any:
         with self.change() as doc:
             return change(doc)
+
+
+def write_pause(path: str | Path, by: str, reason: str, now_ms: int) -> None:
+    """Turn the kill switch on: the pause file, with who, why and since when for the status page."""
+    files.write_json_atomically(path, {"format": PAUSE_FORMAT, "by": by, "reason": reason, "since": now_ms})
+
+
+def remove_pause(path: str | Path) -> bool:
+    """Turn the pause file's switch off; False when there was none."""
+    try:
+        Path(path).unlink()
+    except FileNotFoundError:
+        return False
+    return True

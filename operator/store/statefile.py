@@ -127,6 +127,24 @@ class InstanceLock:
         self._fd = fd
         return self
 
+    @staticmethod
+    def holder(state_file: str | Path) -> int | None:
+        """The pid of the process holding the lock on ``state_file`` (0 when it wrote none), None when no
+        process does. The probe takes a shared lock for an instant, never creating the lock file."""
+        try:
+            fd = os.open(f"{state_file}.lock", os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                text = os.read(fd, 64).decode("ascii", errors="replace").strip()
+                return int(text) if text.isdigit() else 0
+            return None
+        finally:
+            os.close(fd)  # releases the probe's shared lock
+
     def release(self) -> None:
         if self._fd is not None:
             os.close(self._fd)  # closing releases the flock

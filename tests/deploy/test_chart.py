@@ -1,6 +1,7 @@
 """The Helm chart, rendered and linted by Helm's own library (helm-python-sdk, offline), every manifest
 validated against the Kubernetes 1.30 schemas, and the rendered settings file read by the operator."""
 
+import base64
 import dataclasses
 import json
 import re
@@ -50,6 +51,8 @@ COMBINATIONS = {
         "history": {"uri": "s3a://pulsar-lb/history", "profileUri": "s3a://pulsar-lb/profile"},
     },
     "ha": {"replicaCount": 2, "podDisruptionBudget": {"enabled": True}},
+    "controls-existing-secret": {"controls": {"existingSecret": "ops-lb-control", "existingSecretKey": "t"}},
+    "read-only": {"controls": {"enabled": False}, "killSwitch": True},
     "oauth2": {
         "tls": {"enabled": True},
         "auth": {
@@ -122,7 +125,8 @@ def test_every_rendered_manifest_is_valid_kubernetes_1_30_and_lint_is_clean(comb
 
 def test_default_is_one_replica_leader_elected_dry_run_hardened_and_probed():
     manifests, docs, notes = render()
-    assert {d["kind"] for d in docs} == {"ConfigMap", "Deployment", "Service", "ServiceAccount", "Role", "RoleBinding"}
+    kinds = {"ConfigMap", "Deployment", "Service", "ServiceAccount", "Role", "RoleBinding", "Secret"}
+    assert {d["kind"] for d in docs} == kinds
     deployment = manifests["Deployment"]["spec"]
     rolling = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     assert deployment["replicas"] == 1 and deployment["strategy"] == rolling
@@ -159,7 +163,37 @@ def test_the_rendered_settings_file_is_read_by_the_operator_with_every_setting_i
     assert config.loadBalancerLoadSheddingStrategy == "PredictivePairingShedder" and explicit
     assert volume(manifests, "data")["persistentVolumeClaim"]["claimName"] == "lb-data"
     assert all(ours.stateFile.startswith(p) for p in [mount(manifests, "data")["mountPath"]])
-    assert "LIVE" in notes and "touch /var/lib/pulsar-lb-operator/PAUSE" in notes
+    assert "LIVE" in notes and "-- operator pause --reason" in notes and "--set killSwitch=true" in notes
+
+
+def test_the_control_token_is_a_secret_the_chart_makes_mounted_where_the_settings_read_it(tmp_path):
+    manifests, _, notes = render()
+    secret = manifests["Secret"]
+    token = base64.b64decode(secret["data"]["token"]).decode()
+    assert len(token) == 40 and token.isalnum() and token not in json.dumps(manifests["ConfigMap"])
+    assert token != base64.b64decode(render()[0]["Secret"]["data"]["token"]).decode()  # random, never a default
+    control = volume(manifests, "control")["secret"]
+    assert control["secretName"] == secret["metadata"]["name"] == "lb-pulsar-lb-operator-control"
+    assert control["items"] == [{"key": "token", "path": "token"}] and control["defaultMode"] == 0o440
+    settings = settings_file(manifests)
+    assert settings["controlTokenFile"] == mount(manifests, "control")["mountPath"] + "/token"
+    assert "subPath" not in mount(manifests, "control")  # a rotated Secret reaches the running pod
+    # the operator reads what the Secret holds, from the rendered settings
+    (tmp_path / "token").write_text(token)
+    ours = resolve({**settings, "controlTokenFile": str(tmp_path / "token")}, {}, {})[0]
+    assert ours.control_token() == token
+    assert "get secret lb-pulsar-lb-operator-control" in notes and "port-forward" in notes
+    # every command run in the pod reads the daemon's settings, and no Service's link variable reaches it
+    assert env_of(manifests)["PULSAR_LB_CONFIG"]["value"] == container(manifests)["args"][1]
+    assert manifests["Deployment"]["spec"]["template"]["spec"]["enableServiceLinks"] is False
+    existing = render(COMBINATIONS["controls-existing-secret"])[0]
+    assert "Secret" not in existing
+    assert volume(existing, "control")["secret"]["items"] == [{"key": "t", "path": "token"}]
+    assert volume(existing, "control")["secret"]["secretName"] == "ops-lb-control"
+    read_only, _, notes = render(COMBINATIONS["read-only"])
+    assert "Secret" not in read_only and settings_file(read_only)["controlTokenFile"] == ""
+    assert resolve(settings_file(read_only), {}, {})[0].control_token() is None and "read-only" in notes
+    assert not [v for v in read_only["Deployment"]["spec"]["template"]["spec"]["volumes"] if v["name"] == "control"]
 
 
 def test_the_token_comes_from_the_pulsar_charts_secret_as_a_file_never_an_environment_variable():

@@ -71,6 +71,9 @@ def test_only_the_leader_acts_and_its_record_is_on_the_lease(sim, api, tmp_path)
     record = ExecutorState.from_json(json.loads(api.lease(NS, NAME)["metadata"]["annotations"][STATE_ANNOTATION]))
     assert set(sent) <= set(record.last_moved) and set(sent) <= record.awaiting()
     assert b.run_once() is None and a.metrics.leader._value.get() == 1 and b.metrics.leader._value.get() == 0
+    # what `operator drain` in each pod reads before it answers: the standby knows who leads
+    assert a.control.read().daemon.leading and not b.control.read().daemon.leading
+    assert b.control.read().daemon.leader == "pod-a"
 
 
 def test_a_standby_taking_over_inherits_cooldowns_and_verifies_what_the_leader_sent(sim, api, tmp_path):

@@ -80,6 +80,10 @@ the release name when it contains the chart name "pulsar", else <release>-pulsar
 {{- default (printf "%s-token-%s" .Values.pulsar.release .Values.auth.token.role) .Values.auth.token.secretName }}
 {{- end }}
 
+{{- define "plbo.controlSecret" -}}
+{{- default (printf "%s-control" (include "plbo.fullname" .)) .Values.controls.existingSecret }}
+{{- end }}
+
 {{- define "plbo.caSecret" -}}
 {{- default (printf "%s-ca-tls" .Values.pulsar.release) .Values.tls.ca.secretName }}
 {{- end }}
@@ -148,6 +152,7 @@ claim is shared (the state file's lock admits one pod). */}}
 {{- $_ := set $s "oauth2Audience" .Values.auth.oauth2.audience -}}
 {{- $_ := set $s "oauth2Scope" .Values.auth.oauth2.scope -}}
 {{- $_ := set $s "oauth2CredentialsFile" (ternary (printf "%s/oauth2/credentials.json" (include "plbo.configDir" .)) "" .Values.auth.oauth2.enabled) -}}
+{{- $_ := set $s "controlTokenFile" (ternary (printf "%s/control/token" (include "plbo.configDir" .)) "" .Values.controls.enabled) -}}
 {{- $_ := set $s "tlsVerify" .Values.tls.verify -}}
 {{- $_ := set $s "dryRun" .Values.dryRun -}}
 {{- $_ := set $s "stateFile" (printf "%s/state/operator-state.json" $data) -}}
