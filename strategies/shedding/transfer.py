@@ -451,15 +451,7 @@ def shed(load: LoadData, config: LoadBalancerConfig, state: StrategyState) -> Sh
             notes.append(f"{NAME}: NoBundles on {hi} fit the target {fmt_bytes(target)}")
             few_bundles += 1
     if not unloads:
-        reason = "NoLoadData" if empty_load_data else ("NoBundles" if few_bundles else "HitCount")
-        new_state = state.evolve(
-            transfer_ema=own_emas,
-            transfer_recent_brokers=recent,
-            transfer_hit_count=hit_count,
-            transfer_planned={},
-            transfer_recent_before={},
-        )
-        return SheddingResult((), new_state, (f"{NAME}: skip ({reason})", *notes))
+        return skip("NoLoadData" if empty_load_data else ("NoBundles" if few_bundles else "HitCount"), hit_count)
     sent = []
     for unload in unloads:
         if not _is_owner(snapshot, unload.bundle, unload.source):
