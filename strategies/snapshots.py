@@ -120,13 +120,14 @@ class PublishedLoad:
     from these figures, as ELM's leader does, never from averages of its own.
 
     ``topBundles`` is the broker's TopBundlesLoadData as published (TopKBundles' order, smallest first; empty when
-    none was heard or it was a tombstone), ``ownedBundlesKnown`` whether the report's ``bundles`` are the ownership
-    the cycle read (ownedNamespaces, served from ELM's state channel): without it no bundle counts as owned."""
+    none was heard or it was a tombstone; None in a snapshot an earlier version wrote, with their count only),
+    ``ownedBundlesKnown`` whether the report's ``bundles`` are the ownership the cycle read (ownedNamespaces, served
+    from ELM's state channel): without it no bundle counts as owned."""
 
     weightedMaxEMA: float
     msgThroughputEMA: float | None  # None: the broker's version does not publish it (the first 3.0 releases)
     topics: int  # 0 when not published, as BrokerMaxTopicCountFilter reads a missing count
-    topBundles: tuple[str, ...] = ()
+    topBundles: tuple[str, ...] | None = ()
     ownedBundlesKnown: bool = False
     brokerVersion: str | None = None  # BrokerLookupData.brokerVersion, for BrokerVersionFilter (None: unknown)
 
@@ -538,14 +539,20 @@ def _published(report: Reader) -> PublishedLoad:
     reader.obj()
     throughput_ema = reader.child("msgThroughputEMA", required=False, default=None)
     version = report.child("brokerVersionString", required=False, default=None)
+    top = reader.child("topBundles", required=False, default=[])
     return PublishedLoad(
         weightedMaxEMA=reader.child("weightedMaxEMA").number(maximum=MAX_BROKER_TOTAL),
         msgThroughputEMA=None if throughput_ema.value is None else throughput_ema.number(maximum=MAX_BROKER_TOTAL),
         topics=reader.child("topics", required=False, default=0).integer(),
-        topBundles=tuple(reader.child("topBundles", required=False, default=[]).string_list()),
+        topBundles=None if _count(top) else tuple(top.string_list()),
         ownedBundlesKnown=_flag(reader.child("ownedBundlesKnown", required=False, default=False)),
         brokerVersion=None if version.value is None else version.string(),
     )
+
+
+def _count(reader: Reader) -> bool:
+    """An earlier version's ``topBundles``: how many there were, not their order."""
+    return isinstance(reader.value, int) and not isinstance(reader.value, bool)
 
 
 def _flag(reader: Reader) -> bool:

@@ -275,6 +275,8 @@ def _top(
     data = load.snapshot.brokers[broker]
     if data.published is None:
         return top_bundles(data, config.loadBalancerMaxNumberOfBundlesInBundleLoadReport, sheddable)
+    if data.published.topBundles is None:  # a snapshot an earlier version wrote: the order TopKBundles gives them
+        return top_bundles(data, len(data.lastStats)) or None
     if not data.published.topBundles:
         return None
     return [(name, data.lastStats[name]) for name in data.published.topBundles if name in data.lastStats]

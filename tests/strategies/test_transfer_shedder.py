@@ -73,3 +73,17 @@ def test_forgetting_a_sources_unloads_restores_the_entry_it_had_before_the_plan(
     )
     forgotten = state.forget_unloads({"t/ns/0x00000000_0x80000000", "t/ns/0x80000000_0xffffffff"})
     assert dict(forgotten.transfer_recent_brokers) == {"a:8080": 1_000}
+
+
+def test_an_elm_snapshot_an_earlier_version_wrote_still_plans():
+    """Before the published order was kept, an ELM snapshot's ``topBundles`` was their count: its top bundles are
+    then taken in TopKBundles' order, and the plan is the same."""
+    from tests.builders import elm_report
+    from tests.conformance.test_transfer_shedder import base_reports
+
+    brokers = {}
+    for broker_id, report in base_reports().items():
+        doc = elm_report(report)
+        doc["extensibleLoadManager"]["topBundles"] = len(doc["extensibleLoadManager"]["topBundles"])
+        brokers[broker_id] = doc
+    assert decisions(run_shedder("TransferShedder", snapshot(brokers), cfg(**NO_HIT_COUNT))) == BASE
