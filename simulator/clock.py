@@ -27,6 +27,7 @@ class Clock:
                 due += list(self.pending_lookups.values())
                 due += [e.at_s for e in self.events[:1]]
                 due.append(self.next_shed_s)
+                due += [ticker.next_s for ticker in self.tickers]
                 next_t = min([t for t in due if t <= end], default=None)
                 if next_t is None:
                     break
@@ -47,6 +48,9 @@ class Clock:
                         sampled = True
                 if sampled:
                     self._leader_sample()
+                for ticker in list(self.tickers):  # after the samples of the same instant
+                    if ticker.next_s <= self.now_s:
+                        ticker.tick(self.now_s)
                 if self.next_shed_s <= self.now_s:
                     self._builtin_cycle()
                     self.next_shed_s += self.config.loadBalancerSheddingIntervalMinutes * 60

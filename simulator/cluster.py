@@ -17,6 +17,7 @@ from __future__ import annotations
 import random
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from pulsar_lb_operator.simulator import report_writes
 from pulsar_lb_operator.simulator.clock import Clock
@@ -117,6 +118,8 @@ class SimulatedCluster(Membership, OwnershipJobs, Physics, Reports, Splits, Cloc
         self.topics_disconnected = 0
         self.listeners: list[Callable[[str, Broker], None]] = []  # ("added" | "removed", broker)
         self.after_advance: list[Callable[[], None]] = []  # called after each advance(), outside the lock (elm.py)
+        # tasks of their own period inside advance(), under the lock: ``next_s`` and ``tick(now_s)`` (ELM's 5 s checks)
+        self.tickers: list[Any] = []
         # Pulsar's own shedder on the leader, active while loadBalancerSheddingEnabled is true
         self.builtin_state = StrategyState()
         self.builtin_actions = 0

@@ -6,41 +6,31 @@ as ELM brokers are:
 * ``GET /admin/v2/broker-stats/load-report`` gives no report: BrokerStatsBase.getLoadReport returns
   ``generateLoadReport()``, which ExtensibleLoadManagerWrapper answers with ``new UnsupportedOperationException()``
   — RestException makes it a text/plain 500 (``no_load_report``);
-* the runtime configuration says ``loadManagerClassName=…ExtensibleLoadManagerImpl`` and the report interval
+* the runtime configuration says ``loadManagerClassName=…ExtensibleLoadManagerImpl`` and the reporters' cadence
   (``runtime_config``);
+* ``GET /admin/v2/clusters/{cluster}`` answers the cluster's metadata (``cluster_data``), whose
+  ``brokerServiceUrl`` is where the system topics are read, as on any cluster;
 * with ``ElmBrokers`` started, every simulated broker publishes, on a real binary-protocol broker (pulsar-lite,
   started here on loopback), its ``BrokerLoadData`` to ``non-persistent://pulsar/system/loadbalancer-broker-load-data``
   and its ``TopBundlesLoadData`` to ``non-persistent://pulsar/system/loadbalancer-top-bundles-load-data`` — one
-  producer per broker and topic, the broker id as the key, JSON as ``Schema.JSON`` writes it — published after
-  ``advance()`` returns (SimulatedCluster.after_advance), outside the cluster's lock: its top bundles after every
-  sample (every ``report_interval_seconds`` of simulated time), its BrokerLoadData on the real reporter's cadence
-  (``Cadence``: a change above 10 %, else every 15 minutes; the topics are non-persistent, so a reader that
-  starts in between sees nothing of a steady broker until then).
-
-The fields are those of Pulsar's BrokerLoadData (cpu, memory, directMemory, bandwidthIn, bandwidthOut as
-``{usage, limit}``; msgThroughputIn/Out, msgRateIn/Out, bundleCount, topics, maxResourceUsage, weightedMaxEMA,
-msgThroughputEMA, updatedAt, reportedAt — without topics and msgThroughputEMA for a scenario's ``brokerVersion``
-before 3.1, as the first 3.0 releases wrote it) computed as BrokerLoadData.update does (the EMAs with
-``loadBalancerHistoryResourcePercentage``), and TopBundlesLoadData's ``topBundlesLoadData`` list of
-``{bundleName, stats}`` as TopKBundles makes it: the broker's ``loadBalancerMaxNumberOfBundlesInBundleLoadReport``
-largest bundles by NamespaceBundleStats.compareTo, system namespaces left out, and namespaces with policies
-unless ``loadBalancerSheddingBundlesWithPoliciesEnabled``; smallest first, as TopKBundles stores them.
+  producer per broker and topic, the broker id as the key, JSON as ``Schema.JSON`` writes it, a tombstone as an
+  empty value — as its BrokerLoadDataReporter and TopBundleLoadDataReporter decide (simulator/elm_reporters.py:
+  a check every 5 s of simulated time, inside ``advance()``; the messages are sent after it returns, outside the
+  cluster's lock). The topics are non-persistent: a reader that starts in between sees nothing of a steady broker
+  until it writes again.
 
 An unload is ELM's (``unload``): with a destination a transfer by the owner — no hop to the leader, no
 destination map, the 204 once the destination owns the bundle — and master's 409 and 500 for an inactive
-destination or the owner itself. Not modelled: ELM's split path, its service-unit state channel's in-flight
-states as seen by a second, concurrent request, and the simulator's own built-in shedder, which still unloads
-the modular way.
+destination or the owner itself. A split is ELM's too (simulator/splits.py): the halves stay on the owner, whatever
+``unload`` says. Not modelled: its service-unit state channel's in-flight states as seen by a second, concurrent
+request, and the simulator's own built-in shedder and split trigger, which still act the modular way.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
-import json
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -50,20 +40,23 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pulsar_lb_operator.simulator.cluster import Broker, SimError, unexpected
-from pulsar_lb_operator.strategies import bundles as bundle_names
-from pulsar_lb_operator.strategies.policies import shedding_allowed
-from pulsar_lb_operator.strategies.shedding.transfer import compare_bundle_stats
-from pulsar_lb_operator.strategies.snapshots import BundleStats, ResourceUsage
+from pulsar_lb_operator.simulator.cluster import SimError, unexpected
+from pulsar_lb_operator.simulator.elm_reporters import (
+    BROKER_LOAD_DATA_TOPIC,
+    TOP_BUNDLES_TOPIC,
+    TOPICS,
+    Cadence,
+    Outgoing,
+    Reporter,
+)
 
 if TYPE_CHECKING:
-    from pulsar_lb_operator.simulator.cluster import SimulatedCluster
+    from pulsar_lb_operator.simulator.cluster import Broker, SimulatedCluster
     from pulsar_lb_operator.simulator.scenario import Scenario
 
+__all__ = ["BROKER_LOAD_DATA_TOPIC", "TOPICS", "TOP_BUNDLES_TOPIC", "Cadence"]
+
 EXTENSIBLE = "org.apache.pulsar.broker.loadbalance.extensions.ExtensibleLoadManagerImpl"
-BROKER_LOAD_DATA_TOPIC = "non-persistent://pulsar/system/loadbalancer-broker-load-data"
-TOP_BUNDLES_TOPIC = "non-persistent://pulsar/system/loadbalancer-top-bundles-load-data"
-TOPICS = (BROKER_LOAD_DATA_TOPIC, TOP_BUNDLES_TOPIC)
 
 
 class ElmError(OSError):
@@ -85,49 +78,43 @@ def with_load_manager(scenario: Scenario, load_manager: str | None) -> Scenario:
     return dataclasses.replace(scenario, load_manager=load_manager, config=config)
 
 
-@dataclasses.dataclass(frozen=True)
-class Cadence:
-    """When BrokerLoadDataReporter writes (master): at every check (``loadBalancerReportUpdateMinIntervalMillis``,
-    5 s; here every sample) it publishes only when ``needBrokerDataUpdate``: more than
-    ``loadBalancerReportUpdateMaxIntervalMinutes`` since it last wrote, or a change above
-    ``loadBalancerReportUpdateThresholdPercentage`` in max resource usage (points), msg rate in+out, throughput
-    in+out or bundle count (percent) against what it last wrote. TopBundleLoadDataReporter publishes after every
-    stats update (every sample here), whatever changed."""
-
-    threshold_percentage: float = 10.0  # ServiceConfiguration.loadBalancerReportUpdateThresholdPercentage
-    max_interval_minutes: float = 15.0  # ServiceConfiguration.loadBalancerReportUpdateMaxIntervalMinutes
-
-    def due(self, last: dict[str, Any] | None, local: dict[str, Any], now_ms: int, reported_at: int) -> bool:
-        """BrokerLoadDataReporter.needBrokerDataUpdate: ``last`` as last written, ``local`` as now."""
-        if last is None or now_ms - reported_at > self.max_interval_minutes * 60_000:
-            return True
-
-        def percent_change(key_a: str, key_b: str | None = None) -> float:
-            old = last[key_a] + (last[key_b] if key_b else 0)
-            new = local[key_a] + (local[key_b] if key_b else 0)
-            if old == 0:
-                return 0.0 if new == 0 else float("inf")
-            return 100 * abs((old - new) / old)
-
-        change = max(
-            100 * abs(last["maxResourceUsage"] - local["maxResourceUsage"]),
-            percent_change("msgRateIn", "msgRateOut"),
-            percent_change("msgThroughputIn", "msgThroughputOut"),
-            percent_change("bundleCount"),
-        )
-        return change > self.threshold_percentage
-
-
 def runtime_config(cluster: SimulatedCluster) -> dict[str, str]:
     """What ELM brokers add to ``GET /admin/v2/brokers/configuration/runtime``; {} on the modular manager."""
     if not is_extensible(cluster):
         return {}
-    cadence = getattr(cluster, "elm_cadence", None) or Cadence()  # set by ElmBrokers
+    reporters = getattr(cluster, "elm_brokers", None)  # set by ElmBrokers
+    cadence = reporters.cadence if reporters is not None else Cadence()
     return {
         "loadManagerClassName": EXTENSIBLE,
         "loadBalancerReportUpdateMaxIntervalMinutes": f"{cadence.max_interval_minutes:g}",
         "loadBalancerReportUpdateThresholdPercentage": f"{cadence.threshold_percentage:g}",
+        "loadBalancerReportUpdateMinIntervalMillis": str(cadence.min_interval_ms),
     }
+
+
+def cluster_data(cluster: SimulatedCluster, admin_url: str) -> dict[str, Any]:
+    """``GET /admin/v2/clusters/{cluster}``: the cluster's ClusterData as ClustersBase.getCluster answers it (Jackson,
+    null fields left out; the builder's defaults for the broker client's TLS settings). ``brokerServiceUrl`` is
+    where its binary protocol is served: the system topics' broker when ELM's reporters run, else what the first
+    broker's load report names."""
+    reporters = getattr(cluster, "elm_brokers", None)
+    if reporters is not None:
+        service_url = reporters.service_url
+    else:
+        first = min(cluster.brokers.values(), key=lambda b: b.name)
+        service_url = f"pulsar://{first.host}:{first.port + 1}"
+    doc: dict[str, Any] = {"serviceUrl": admin_url} if admin_url.startswith("http://") else {"serviceUrlTls": admin_url}
+    doc.update(
+        {
+            "brokerServiceUrl": service_url,
+            "brokerClientTlsEnabled": False,
+            "tlsAllowInsecureConnection": False,
+            "brokerClientTlsEnabledWithKeyStore": False,
+            "brokerClientTlsTrustStoreType": "JKS",
+            "brokerClientTlsKeyStoreType": "JKS",
+        }
+    )
+    return doc
 
 
 def no_load_report() -> SimError:
@@ -187,90 +174,6 @@ def transfer(cluster: SimulatedCluster, bundle: str, source: str, destination: s
         cluster.pending_lookups.pop(bundle, None)
         cluster.preallocated.setdefault(destination, []).append(bundle)
         cluster.moves.append((cluster.now_s, bundle, source, destination))
-
-
-# --------------------------------------------------------------------------------------------- the documents
-
-
-def broker_load_data(
-    cluster: SimulatedCluster, broker: Broker, previous: dict[str, Any] | None, reported_at: int
-) -> dict[str, Any]:
-    """The broker's BrokerLoadData JSON from its last sample; ``previous`` carries the EMAs (BrokerLoadData.update)."""
-    host = broker.host_sample
-    stats = broker.stats_sample
-    usage = {k: ResourceUsage(u, limit) for k, (u, limit) in host.items()}
-    weights = cluster.config.weights
-    percent = {k: r.percent_usage() for k, r in usage.items()}
-    max_usage = max(percent["cpu"], percent["directMemory"], percent["bandwidthIn"], percent["bandwidthOut"]) / 100
-    weighted = (
-        max(
-            percent["cpu"] * weights.cpu,
-            percent["memory"] * weights.memory,
-            percent["directMemory"] * weights.direct_memory,
-            percent["bandwidthIn"] * weights.bandwidth_in,
-            percent["bandwidthOut"] * weights.bandwidth_out,
-        )
-        / 100
-    )
-    throughput = sum(s.msg_throughput for s in stats.values())
-    history = cluster.config.loadBalancerHistoryResourcePercentage
-    if previous is None:
-        weighted_ema, throughput_ema = weighted, throughput
-    else:
-        weighted_ema = previous["weightedMaxEMA"] * history + (1 - history) * weighted
-        throughput_ema = previous.get("msgThroughputEMA", throughput) * history + (1 - history) * throughput
-    doc = {
-        **{k: {"usage": r.usage, "limit": r.limit} for k, r in usage.items()},
-        "msgThroughputIn": sum(s.msgThroughputIn for s in stats.values()),
-        "msgThroughputOut": sum(s.msgThroughputOut for s in stats.values()),
-        "msgRateIn": sum(s.msgRateIn for s in stats.values()),
-        "msgRateOut": sum(s.msgRateOut for s in stats.values()),
-        "bundleCount": len(stats),
-        "topics": sum(s.topics for s in stats.values()),
-        "maxResourceUsage": max_usage,
-        "weightedMaxEMA": weighted_ema,
-        "msgThroughputEMA": throughput_ema,
-        "updatedAt": broker.last_update_ms,
-        "reportedAt": reported_at,
-    }
-    if _release(getattr(cluster.scenario, "broker_version", "")) < (3, 1):
-        del doc["topics"], doc["msgThroughputEMA"]  # not yet in BrokerLoadData as the first 3.0 releases wrote it
-    return doc
-
-
-def _release(version: str) -> tuple[int, int]:
-    """(major, minor) of a version string such as ``3.0.2`` or ``4.1.0-SNAPSHOT``; (99, 0) when unreadable."""
-    parts = re.match(r"(\d+)\.(\d+)", version or "")
-    return (int(parts.group(1)), int(parts.group(2))) if parts else (99, 0)
-
-
-def top_bundles_load_data(cluster: SimulatedCluster, broker: Broker) -> dict[str, Any]:
-    """TopBundlesLoadData JSON: TopKBundles.update over the broker's last sample (smallest of the top k first)."""
-    config = cluster.config
-    policies = cluster.namespace_policies()
-    with_policies = config.loadBalancerSheddingBundlesWithPoliciesEnabled
-    eligible = [
-        (name, stats)
-        for name, stats in sorted(broker.stats_sample.items())
-        if not bundle_names.is_system_namespace(bundle_names.namespace_of(name))
-        and shedding_allowed(bundle_names.namespace_of(name), policies, with_policies)
-    ]
-    by_stats = functools.cmp_to_key(lambda x, y: compare_bundle_stats(x[1], y[1]))
-    top = sorted(eligible, key=by_stats, reverse=True)[: config.loadBalancerMaxNumberOfBundlesInBundleLoadReport]
-    return {"topBundlesLoadData": [{"bundleName": n, "stats": _stats(s)} for n, s in reversed(top)]}
-
-
-def _stats(stats: BundleStats) -> dict[str, Any]:
-    return {
-        "msgRateIn": stats.msgRateIn,
-        "msgThroughputIn": stats.msgThroughputIn,
-        "msgRateOut": stats.msgRateOut,
-        "msgThroughputOut": stats.msgThroughputOut,
-        "consumerCount": stats.consumerCount,
-        "producerCount": stats.producerCount,
-        "topics": stats.topics,
-        "cacheSize": stats.cacheSize,
-    }
 
 
 # --------------------------------------------------------------------------------------------- the publisher
@@ -337,10 +240,12 @@ class LiteBroker:
 
 
 class ElmBrokers:
-    """Every simulated broker's ELM reporters: on start, a pulsar-lite broker and a client; after every
-    ``advance()``, each broker that took a sample since publishes its TopBundlesLoadData, and its BrokerLoadData
-    when ``cadence`` says BrokerLoadDataReporter would (``publish``). ``sent`` counts what was published per
-    topic; ``unchanged`` the BrokerLoadData that were not, being within the threshold and the interval."""
+    """Every simulated broker's ELM reporters (simulator/elm_reporters.py), publishing on a pulsar-lite broker.
+
+    ``start`` starts the broker and a client and hooks into the cluster: a check of every live broker each
+    ``cadence.min_interval_ms`` of simulated time (a ticker inside ``advance()``), whose messages are sent after
+    ``advance()`` returns (``publish``). ``sent`` counts what was published per topic, tombstones included;
+    ``unchanged`` the checks whose BrokerLoadData was not due; ``failed`` the sends the broker did not take."""
 
     def __init__(self, cluster: SimulatedCluster, broker: LiteBroker | None = None, cadence: Cadence | None = None):
         if not is_extensible(cluster):
@@ -348,16 +253,15 @@ class ElmBrokers:
         self.cluster = cluster
         self.broker = broker or LiteBroker()
         self.cadence = cadence or Cadence()
-        cluster.elm_cadence = self.cadence  # type: ignore[attr-defined]  # what the runtime configuration says
+        cluster.elm_brokers = self  # type: ignore[attr-defined]  # the runtime configuration and cluster metadata
         self.sent: dict[str, int] = dict.fromkeys(TOPICS, 0)
         self.unchanged = 0
         self.failed = 0  # sends the broker did not take (stopped, unreachable)
+        self.next_s = cluster.now_s  # the ticker: the brokers' next check
         self._client: Any = None
         self._producers: dict[tuple[str, str], Any] = {}
-        self._sampled: dict[str, int] = {}  # broker id → sample_version its documents were last made from
-        self._local: dict[str, dict[str, Any]] = {}  # broker id → its BrokerLoadData as of its last sample
-        self._written: dict[str, dict[str, Any]] = {}  # broker id → its BrokerLoadData as last published
-        self._reported_at: dict[str, int] = {}  # broker id → when it last published its BrokerLoadData
+        self._reporters: dict[str, Reporter] = {}
+        self._outbox: list[Outgoing] = []  # made under the cluster's lock, sent outside it
         self._lock = threading.Lock()
         self._started = False
 
@@ -376,9 +280,35 @@ class ElmBrokers:
             connection_timeout_ms=5000,
             logger=pulsar.FileLogger(pulsar.LoggerLevel.Error, os.devnull),  # not Python's: see operator/collect/elm.py
         )
+        with self.cluster.lock:
+            for broker in self.cluster.alive_brokers():  # what they own now is no change
+                self._reporter(broker)
+            self.next_s = self.cluster.now_s + self.cadence.min_interval_ms / 1000
+            self.cluster.tickers.append(self)
         self.cluster.after_advance.append(self.publish)
         self._started = True
         return self
+
+    def _reporter(self, broker: Broker) -> Reporter:
+        reporter = self._reporters.get(broker.id)
+        if reporter is None or reporter.started_at_s != broker.started_at_s:  # new, or restarted: new reporters
+            reporter = Reporter(broker.started_at_s, self.cluster.ownership.version_of(broker.id))
+            self._reporters[broker.id] = reporter
+        return reporter
+
+    def tick(self, now_s: float) -> None:
+        """The brokers' periodic check (called by the cluster's clock, under its lock)."""
+        self._check(force=False)
+        period_s = self.cadence.min_interval_ms / 1000
+        while self.next_s <= now_s:
+            self.next_s += period_s
+
+    def _check(self, force: bool) -> None:
+        now_ms = self.cluster.now_ms
+        for broker in self.cluster.alive_brokers():
+            out, due = self._reporter(broker).check(self.cluster, broker, self.cadence, now_ms, force)
+            self._outbox.extend(out)
+            self.unchanged += not due
 
     def _producer(self, broker_id: str, topic: str) -> Any:
         producer = self._producers.get((broker_id, topic))
@@ -392,46 +322,30 @@ class ElmBrokers:
             self._producers[(broker_id, topic)] = producer
         return producer
 
-    def documents(self, force: bool = False) -> list[tuple[str, str, bytes, dict[str, Any] | None]]:
-        """(broker id, topic, JSON, BrokerLoadData or None) to publish now: of every live broker that sampled since,
-        its TopBundlesLoadData and, when due, its BrokerLoadData; every broker's both with ``force``."""
-        out: list[tuple[str, str, bytes, dict[str, Any] | None]] = []
-        cluster = self.cluster
-        with cluster.lock:
-            for broker in cluster.alive_brokers():
-                sampled = self._sampled.get(broker.id) != broker.sample_version
-                if not (force or sampled):
-                    continue
-                reported_at = self._reported_at.get(broker.id, 0)
-                if sampled or broker.id not in self._local:  # BrokerLoadData.update: the EMAs move every sample
-                    self._local[broker.id] = broker_load_data(cluster, broker, self._local.get(broker.id), reported_at)
-                    self._sampled[broker.id] = broker.sample_version
-                local = self._local[broker.id]
-                if force or self.cadence.due(self._written.get(broker.id), local, cluster.now_ms, reported_at):
-                    out.append((broker.id, BROKER_LOAD_DATA_TOPIC, json.dumps(local).encode(), local))
-                else:
-                    self.unchanged += 1
-                top = top_bundles_load_data(cluster, broker)
-                out.append((broker.id, TOP_BUNDLES_TOPIC, json.dumps(top).encode(), None))
-        return out
-
     def publish(self, force: bool = False) -> int:
-        """Publish what ``documents`` gives; returns how many messages the broker took. Never raises: a stopped
-        system-topic broker only counts ``failed`` (the BrokerLoadData is tried again at the next sample)."""
+        """Send what the checks since the last call decided (``force``: every live broker's both documents now, as
+        ELM's reportAsync(true) when a broker's role changes); returns how many messages the broker took. Never
+        raises: a stopped system-topic broker only counts ``failed``, and a BrokerLoadData it did not take is due
+        again at the next check (its reporter's lastData and reportedAt are put back)."""
         if not self._started:
             return 0
         with self._lock:
+            with self.cluster.lock:
+                if force:
+                    self._check(force=True)
+                outbox, self._outbox = self._outbox, []
             sent = 0
-            for broker_id, topic, payload, load in self.documents(force):
+            for message in outbox:
                 try:
-                    self._producer(broker_id, topic).send(payload, partition_key=broker_id)
+                    self._producer(message.broker, message.topic).send(message.payload, partition_key=message.broker)
                 except Exception:  # the system topics' broker is down: ELM brokers would log and go on
                     self.failed += 1
+                    if message.written is not None:
+                        with self.cluster.lock:
+                            reporter, last, reported_at = message.written
+                            reporter.last, reporter.reported_at = last, reported_at
                     continue
-                if load is not None:  # written: what the next change is measured against, and when
-                    self._written[broker_id] = load
-                    self._reported_at[broker_id] = self.cluster.now_ms
-                self.sent[topic] += 1
+                self.sent[message.topic] += 1
                 sent += 1
             return sent
 
@@ -442,6 +356,9 @@ class ElmBrokers:
     def close(self) -> None:
         if self.publish in self.cluster.after_advance:
             self.cluster.after_advance.remove(self.publish)
+        with self.cluster.lock:
+            if self in self.cluster.tickers:
+                self.cluster.tickers.remove(self)
         self._started = False
         with self._lock:
             client, self._client = self._client, None

@@ -933,6 +933,12 @@ class _Handler:
     def clusters(self, query: Any, body: bytes) -> Response:
         return Response(200, [self.cluster.scenario.cluster])
 
+    def cluster_data(self, cluster_name: str, *, query: Any, body: bytes) -> Response:
+        """ClustersBase.getCluster: the cluster's metadata (simulator/elm.py); 404 for another cluster."""
+        if cluster_name != self.cluster.scenario.cluster:
+            raise SimError(404, "Cluster does not exist")
+        return Response(200, sim_elm.cluster_data(self.cluster, self.pulsar.admin_url))
+
     def isolation_policies(self, cluster_name: str, *, query: Any, body: bytes) -> Response:
         """ClustersBase.getNamespaceIsolationPolicies: 404 for another cluster, and when none was ever set."""
         if cluster_name != self.cluster.scenario.cluster:
@@ -1210,6 +1216,7 @@ def _route(path: str) -> re.Pattern[str]:
 _H = _Handler
 _ROUTES: list[tuple[re.Pattern[str], tuple[str, ...], Callable[..., Response]]] = [
     (_route("/admin/v2/clusters"), ("GET",), _H.clusters),
+    (_route("/admin/v2/clusters/{}"), ("GET",), _H.cluster_data),
     (_route("/admin/v2/clusters/{}/namespaceIsolationPolicies"), ("GET",), _H.isolation_policies),
     (_route("/admin/v2/clusters/{}/failureDomains"), ("GET",), _H.failure_domains),
     (_route("/admin/v2/brokers/leaderBroker"), ("GET",), _H.leader_broker),

@@ -15,7 +15,12 @@ class Splits:
     """Mixed into SimulatedCluster (cluster.py), whose constructor creates the state listed above."""
 
     def split(self, bundle: str, algorithm: str | None, positions: list[int] | None, unload: bool) -> None:
-        """PUT …/{bundle}/split: the owner splits the bundle and owns both halves (or unloads them)."""
+        """PUT …/{bundle}/split: the owner splits the bundle and owns both halves (or unloads them).
+
+        On the extensible load manager the halves always stay on the owner: NamespaceService.splitAndOwnBundle
+        hands the split to ExtensibleLoadManagerImpl.splitNamespaceBundleAsync, which has no ``unload`` (its state
+        channel makes each half Owned by the source broker), so ``unload=true`` changes nothing there."""
+        unload = unload and getattr(self.scenario, "load_manager", "modular") != "extensible"
         with self.lock:
             self.check_bundle(bundle)
             supported = self.config.supportedNamespaceBundleSplitAlgorithms

@@ -101,6 +101,10 @@ class LoadBalancerConfig:
     # the extensible manager's TransferShedder (and TopKBundles) shed a bundle whose namespace has an isolation
     # policy or an anti-affinity group only when true: its destinations are limited (ServiceConfiguration)
     loadBalancerSheddingBundlesWithPoliciesEnabled: bool = False
+    # namespaces TransferShedder (and the extensible load manager's TopKBundles) never shed (PIP-380)
+    loadBalancerSheddingExcludedNamespaces: tuple[str, ...] = ()
+    # the extensible load manager's BrokerVersionFilter: only brokers on the newest version take bundles
+    preferLaterVersions: bool = False
 
     def __post_init__(self) -> None:
         _validate(self)

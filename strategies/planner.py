@@ -342,6 +342,7 @@ def _plan_cycle(
             refused = destination_refused(load, unload.bundle, destination, ctx)
             if refused is not None and shedding_name == TRANSFER_SHEDDER:
                 notes.append(f"skip {unload.bundle}: {refused}")  # TransferShedder.isTransferable: not transferable
+                shed_state = shed_state.forget_unloads({unload.bundle})  # no cooldown for an unload never planned
                 continue
         if not self_placing or unload.destination is None or refused is not None:
             # ours (PredictivePairingShedder), like AvgShedder whose planned broker is not a candidate: placed

@@ -421,9 +421,13 @@ def parse_policies(root: Reader) -> NamespacePolicies:
     return NamespacePolicies(isolation, MappingProxyType(groups), MappingProxyType(unknown), MappingProxyType(domains))
 
 
-def transfer_filter(snapshot: Any, config: Any) -> Callable[[str, str, str], bool]:
+def transfer_filter(
+    snapshot: Any, config: Any, brokers: Iterable[str] | None = None
+) -> Callable[[str, str, str], bool]:
     """``is_transferable(bundle, source, destination)`` over one snapshot (a ClusterSnapshot) and
-    configuration (a LoadBalancerConfig), as TransferShedder.isTransferable calls it in its loop."""
+    configuration (a LoadBalancerConfig), as TransferShedder.isTransferable calls it in its loop. ``brokers``:
+    the candidates the filters before these left (TransferShedder's topic-count and version filters), else all."""
+    candidates = list(snapshot.brokers if brokers is None else brokers)
     brokers = snapshot.brokers
     policies: NamespacePolicies = snapshot.policies
     owned: dict[str, list[str]] = {}
@@ -438,7 +442,7 @@ def transfer_filter(snapshot: Any, config: Any) -> Callable[[str, str, str], boo
             bundle_names.namespace_of(bundle),
             source,
             destination,
-            brokers,
+            candidates,
             policies,
             policies_enabled=config.loadBalancerSheddingBundlesWithPoliciesEnabled,
             transfer_enabled=config.loadBalancerTransferEnabled,

@@ -114,8 +114,27 @@ class ResourceWeights:
 
 
 @dataclass(frozen=True)
+class PublishedLoad:
+    """What a broker on the extensible load manager (ELM) published itself, beside the LocalBrokerData-shaped
+    report the collector makes of it (the report's ``extensibleLoadManager`` object): TransferShedder decides
+    from these figures, as ELM's leader does, never from averages of its own.
+
+    ``topBundles`` is the broker's TopBundlesLoadData as published (TopKBundles' order, smallest first; empty when
+    none was heard or it was a tombstone; None in a snapshot an earlier version wrote, with their count only),
+    ``ownedBundlesKnown`` whether the report's ``bundles`` are the ownership the cycle read (ownedNamespaces, served
+    from ELM's state channel): without it no bundle counts as owned."""
+
+    weightedMaxEMA: float
+    msgThroughputEMA: float | None  # None: the broker's version does not publish it (the first 3.0 releases)
+    topics: int  # 0 when not published, as BrokerMaxTopicCountFilter reads a missing count
+    topBundles: tuple[str, ...] | None = ()
+    ownedBundlesKnown: bool = False
+    brokerVersion: str | None = None  # BrokerLookupData.brokerVersion, for BrokerVersionFilter (None: unknown)
+
+
+@dataclass(frozen=True)
 class BrokerLoad(MessageTotals):
-    """One broker's LocalBrokerData."""
+    """One broker's LocalBrokerData (``published``: what an ELM broker published, see PublishedLoad)."""
 
     broker: str
     cpu: ResourceUsage
@@ -136,6 +155,7 @@ class BrokerLoad(MessageTotals):
     # (LocalBrokerData defaults both to true); placement filters on them (LoadManagerShared.applyNamespacePolicies).
     persistentTopicsEnabled: bool = True
     nonPersistentTopicsEnabled: bool = True
+    published: PublishedLoad | None = None
 
     def max_resource_usage(self) -> float:
         """Unweighted max over all five resources, as a fraction (LocalBrokerData.getMaxResourceUsage)."""
@@ -178,6 +198,9 @@ class ClusterSnapshot:
     topics: Mapping[str, Mapping[str, TopicStats]] = field(default_factory=lambda: MappingProxyType({}))
     # isolation policies, anti-affinity groups, namespaces whose policies could not be read (strategies/policies.py)
     policies: NamespacePolicies = NO_POLICIES
+    # available brokers whose load data could not be used (none heard, a tombstone, unparsable, stale) → why; the
+    # extensible load manager's collector fills it: TransferShedder skips a cycle with any (NoLoadData)
+    missing: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     @cached_property
     def index(self) -> SnapshotIndex:
@@ -196,8 +219,9 @@ class ClusterSnapshot:
     def without_brokers(self, excluded: Iterable[str]) -> ClusterSnapshot:
         gone = set(excluded)
         kept = {k: v for k, v in self.brokers.items() if k not in gone}
+        missing = MappingProxyType({k: v for k, v in self.missing.items() if k not in gone})
         return ClusterSnapshot(
-            self.cluster, self.taken_at, MappingProxyType(kept), self.namespaces, self.topics, self.policies
+            self.cluster, self.taken_at, MappingProxyType(kept), self.namespaces, self.topics, self.policies, missing
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -215,6 +239,8 @@ class ClusterSnapshot:
             }
         if not self.policies.empty:
             self.policies.write_json(doc)  # isolation policies, failure domains, groups, policiesUnknown
+        if self.missing:
+            doc["brokersWithoutLoadData"] = dict(sorted(self.missing.items()))
         if self.topics:
             doc["topics"] = {
                 b: {t: vars(s).copy() for t, s in sorted(ts.items())} for b, ts in sorted(self.topics.items())
@@ -502,8 +528,37 @@ def parse_broker_load(broker_id: str, report: Any, path: str = "load-report") ->
         bundles=frozenset(bundle_list),
         webServiceUrl=url if isinstance(url, str) else None,
         raw=MappingProxyType(dict(data)),
+        published=_published(reader) if "extensibleLoadManager" in data else None,
         **topic_modes,
     )
+
+
+def _published(report: Reader) -> PublishedLoad:
+    """The ``extensibleLoadManager`` object of an ELM broker's report (operator/collect/elm.py writes it)."""
+    reader = report.child("extensibleLoadManager")
+    reader.obj()
+    throughput_ema = reader.child("msgThroughputEMA", required=False, default=None)
+    version = report.child("brokerVersionString", required=False, default=None)
+    top = reader.child("topBundles", required=False, default=[])
+    return PublishedLoad(
+        weightedMaxEMA=reader.child("weightedMaxEMA").number(maximum=MAX_BROKER_TOTAL),
+        msgThroughputEMA=None if throughput_ema.value is None else throughput_ema.number(maximum=MAX_BROKER_TOTAL),
+        topics=reader.child("topics", required=False, default=0).integer(),
+        topBundles=None if _count(top) else tuple(top.string_list()),
+        ownedBundlesKnown=_flag(reader.child("ownedBundlesKnown", required=False, default=False)),
+        brokerVersion=None if version.value is None else version.string(),
+    )
+
+
+def _count(reader: Reader) -> bool:
+    """An earlier version's ``topBundles``: how many there were, not their order."""
+    return isinstance(reader.value, int) and not isinstance(reader.value, bool)
+
+
+def _flag(reader: Reader) -> bool:
+    if not isinstance(reader.value, bool):
+        raise reader.fail(f"expected true or false, got {describe(reader.value)}")
+    return reader.value
 
 
 def _boundaries(reader: Reader) -> tuple[int, ...]:
@@ -559,6 +614,7 @@ def _parse_snapshot(document: Any) -> ClusterSnapshot:
         except bundle_names.BundleNameError as exc:
             raise bundle_reader.fail(str(exc)) from None
         topics[bundle] = MappingProxyType({t: _topic_stats(s) for t, s in bundle_reader.entries()})
+    missing = {b: why.string() for b, why in root.child("brokersWithoutLoadData", required=False, default={}).entries()}
     return ClusterSnapshot(
         cluster=cluster,
         taken_at=taken_at,
@@ -566,4 +622,5 @@ def _parse_snapshot(document: Any) -> ClusterSnapshot:
         namespaces=MappingProxyType(namespaces),
         topics=MappingProxyType(topics),
         policies=parse_policies(root),
+        missing=MappingProxyType(missing),
     )

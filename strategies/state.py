@@ -64,10 +64,16 @@ class StrategyState:
     # AvgShedder's per-broker hit counters
     avg_hits_high: Mapping[str, int] = field(default_factory=_frozen)
     avg_hits_low: Mapping[str, int] = field(default_factory=_frozen)
-    # TransferShedder
+    # TransferShedder: its hit count, recentlyUnloadedBrokers (broker → ms) and its own EMAs (only for brokers that
+    # publish none: the modular load manager's reports, or a version without msgThroughputEMA). A plan's unloads
+    # put their source in recentlyUnloadedBrokers at once; ``transfer_planned`` (bundle → source) and
+    # ``transfer_recent_before`` (source → its entry before the plan) let ``forget_unloads`` take a source out
+    # again when none of its unloads was sent, as UnloadScheduler records a broker only after an unload succeeded.
     transfer_hit_count: int = 0
     transfer_recent_brokers: Mapping[str, int] = field(default_factory=_frozen)
     transfer_ema: Mapping[str, TransferBrokerEma] = field(default_factory=_frozen)
+    transfer_planned: Mapping[str, str] = field(default_factory=_frozen)
+    transfer_recent_before: Mapping[str, int] = field(default_factory=_frozen)
     # PredictivePairingShedder: moves not yet visible, predicted usage per broker, and the last errors
     predictive_pending: Mapping[str, PendingMove] = field(default_factory=_frozen)
     predictions: Mapping[str, tuple[float, int]] = field(default_factory=_frozen)
@@ -77,13 +83,25 @@ class StrategyState:
     predictive_halves: frozenset[str] = frozenset()  # bundles its own splits made last cycle: expected, not a change
 
     def forget_unloads(self, bundles: set[str]) -> StrategyState:
-        """Planned unloads that were not carried out: out of the grace period and the in-flight moves."""
+        """Planned unloads that were not carried out (refused, skipped, a dry run, a proposal): out of the grace
+        period, the in-flight moves, and — for a source none of whose unloads is left — TransferShedder's
+        recentlyUnloadedBrokers (back to what it was before the plan)."""
         if not bundles:
             return self
-        return self.evolve(
-            recently_unloaded={b: t for b, t in self.recently_unloaded.items() if b not in bundles},
-            predictive_pending={b: m for b, m in self.predictive_pending.items() if b not in bundles},
-        )
+        changes: dict[str, Any] = {
+            "recently_unloaded": {b: t for b, t in self.recently_unloaded.items() if b not in bundles},
+            "predictive_pending": {b: m for b, m in self.predictive_pending.items() if b not in bundles},
+        }
+        if any(b in bundles for b in self.transfer_planned):
+            kept = {b: source for b, source in self.transfer_planned.items() if b not in bundles}
+            recent = dict(self.transfer_recent_brokers)
+            for source in set(self.transfer_planned.values()) - set(kept.values()):
+                if source in self.transfer_recent_before:
+                    recent[source] = self.transfer_recent_before[source]
+                else:
+                    recent.pop(source, None)
+            changes.update(transfer_planned=kept, transfer_recent_brokers=recent)
+        return self.evolve(**changes)
 
     def evolve(self, **changes: Any) -> StrategyState:
         frozen = {k: _frozen(v) if isinstance(v, dict) else v for k, v in changes.items()}
@@ -104,6 +122,8 @@ class StrategyState:
                 b: [e.weighted_max_ema, e.msg_throughput_ema, e.updated_at]
                 for b, e in sorted(self.transfer_ema.items())
             },
+            "transferPlanned": dict(sorted(self.transfer_planned.items())),
+            "transferRecentBefore": dict(sorted(self.transfer_recent_before.items())),
             "predictivePending": {b: m.to_json() for b, m in sorted(self.predictive_pending.items())},
             "predictions": {b: list(v) for b, v in sorted(self.predictions.items())},
             "predictionErrors": dict(sorted(self.prediction_errors.items())),
@@ -145,6 +165,8 @@ class StrategyState:
             transfer_hit_count=root.child("transferHitCount", required=False, default=0).integer(),
             transfer_recent_brokers=table("transferRecentBrokers", Reader.integer),
             transfer_ema=table("transferEma", transfer_ema),
+            transfer_planned=table("transferPlanned", Reader.string),
+            transfer_recent_before=table("transferRecentBefore", Reader.integer),
             predictive_pending=table("predictivePending", lambda r: PendingMove.from_json(r.value, r.path)),
             predictions=table("predictions", prediction),
             prediction_errors=table("predictionErrors", lambda r: r.number(maximum=MAX_FINITE, non_negative=False)),

@@ -83,6 +83,50 @@ def broker_report(
     }
 
 
+def elm_report(
+    report: dict[str, Any],
+    *,
+    topics: int = 6,
+    top: list[str] | None = None,
+    owned: list[str] | None = None,
+    weighted_max_ema: float | None = None,
+    msg_throughput_ema: float | None = None,
+    publishes_throughput_ema: bool = True,
+    version: str | None = None,
+) -> dict[str, Any]:
+    """``report`` as the operator makes it of an extensible-load-manager broker's BrokerLoadData (operator/collect/
+    elm.py): its EMAs those of a BrokerLoadData updated once (the current figures, as in TransferShedderTest's
+    getCpuLoad), ``top`` its TopBundlesLoadData in the order published (default: its lastStats, smallest first),
+    ``owned`` what ownedNamespaces says it owns (default: its bundles); ``publishes_throughput_ema`` False: a first
+    3.0 release's BrokerLoadData, without msgThroughputEMA."""
+    from functools import cmp_to_key
+
+    from pulsar_lb_operator.strategies import LoadBalancerConfig
+    from pulsar_lb_operator.strategies.shedding.transfer import compare_bundle_stats
+    from pulsar_lb_operator.strategies.snapshots import parse_broker_load
+
+    load = parse_broker_load("elm:8080", report)
+    by_stats = cmp_to_key(lambda a, b: compare_bundle_stats(load.lastStats[a], load.lastStats[b]))
+    published: dict[str, Any] = {
+        "weightedMaxEMA": (
+            load.max_resource_usage_with_weight(LoadBalancerConfig().weights)
+            if weighted_max_ema is None
+            else weighted_max_ema
+        ),
+        "topics": topics,
+        "topBundles": top if top is not None else sorted(sorted(load.lastStats), key=by_stats),
+        "ownedBundlesKnown": True,
+    }
+    if publishes_throughput_ema:
+        published["msgThroughputEMA"] = load.msg_throughput if msg_throughput_ema is None else msg_throughput_ema
+    doc = {**report, "extensibleLoadManager": published}
+    if owned is not None:
+        doc["bundles"] = sorted(owned)
+    if version is not None:
+        doc["brokerVersionString"] = version
+    return doc
+
+
 def snapshot_doc(
     brokers: dict[str, dict[str, Any]],
     *,

@@ -344,6 +344,7 @@ def with_namespaces_and_topics(client: AdminClient, snapshot: ClusterSnapshot, t
         MappingProxyType(namespaces),
         MappingProxyType({b: MappingProxyType(t) for b, t in per_bundle.items()}),
         snapshot.policies,
+        snapshot.missing,
     )
 
 

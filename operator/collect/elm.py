@@ -11,29 +11,26 @@ answers with an UnsupportedOperationException (a text/plain 500; a wrapper retur
 ``loadBalancerMaxNumberOfBundlesInBundleLoadReport`` bundles, 10 by default, with their NamespaceBundleStats) on
 ``non-persistent://pulsar/system/loadbalancer-top-bundles-load-data`` (ExtensibleLoadManagerImpl's
 BROKER_LOAD_DATA_STORE_TOPIC and TOP_BUNDLES_LOAD_DATA_STORE_TOPIC; TableViewLoadDataStoreImpl writes them with
-``Schema.JSON(...)``, i.e. JSON text). BrokerLoadDataReporter writes the broker's data when it changed by more
-than ``loadBalancerReportUpdateThresholdPercentage`` and at least every ``loadBalancerReportUpdateMaxIntervalMinutes``
-(15); TopBundleLoadDataReporter writes after every stats update (60 s) and a tombstone (empty value) when the
-broker's ownership changes. The topics are non-persistent: a reader sees only what is published while it reads.
-So we keep readers open (from the latest message), keep the latest value per key, and in a cycle wait at most one
-report interval (``elmReadTimeoutSeconds``, else the brokers' ``loadBalancerReportUpdateMaxIntervalMinutes``),
-counted from when the readers connected, for every active broker; the cycle goes on with those heard from, and
-the rest are logged. The readers use the admin client's credentials and TLS settings (as the audit publisher
-does) and read the JSON as bytes (``pulsar-client consume`` does the same; a consumer without a schema may read
-a topic that has one).
+``Schema.JSON(...)``, i.e. JSON text). BrokerLoadDataReporter checks every 5 s and writes when the data changed by
+more than ``loadBalancerReportUpdateThresholdPercentage`` or at least every
+``loadBalancerReportUpdateMaxIntervalMinutes`` (15); TopBundleLoadDataReporter writes after every stats update;
+both write a tombstone (empty value) when the broker's ownership changes. The readers (elm_readers.py) reach the
+topics at the cluster's binary-protocol URL, from its metadata (``GET /admin/v2/clusters/{cluster}``:
+``brokerServiceUrlTls`` when the admin URL is https and the cluster has one, else ``brokerServiceUrl``) unless
+``elmServiceUrl`` names another; they stay open across cycles, so only the first cycle waits — at most one report
+interval (``elmReadTimeoutSeconds``, else the brokers' ``loadBalancerReportUpdateMaxIntervalMinutes``), shown on
+a terminal — for every active broker. A broker not heard from, heard only as a tombstone, unusable or stale is
+named in the snapshot's ``missing`` (TransferShedder skips such a cycle, as Pulsar's does); the others plan.
 
-Each broker's BrokerLoadData (cpu, memory, directMemory, bandwidthIn, bandwidthOut as ResourceUsage
-``{usage, limit}``; msgThroughputIn/Out, msgRateIn/Out, bundleCount, topics, maxResourceUsage, weightedMaxEMA,
-msgThroughputEMA, updatedAt, reportedAt — ``topics`` and ``msgThroughputEMA`` are missing in the first 3.0
-releases) becomes a LocalBrokerData-shaped report (``lastUpdate`` = updatedAt) whose ``lastStats`` are only
-its **top bundles**, and whose ``bundles`` are what ``ownedNamespaces`` lists (ELM serves it from its state
-channel). Only strategies whose inputs are there may plan from that (SUPPORTED_SHEDDING): TransferShedder (ELM's
-own), and the shedders that score brokers from broker-level usage and rates and unload a broker's largest bundles
-first — AvgShedder (our default, on ELM too), ThresholdShedder, OverloadShedder, UniformLoadShedder — which then
-choose among the top K; placement by AvgShedder's own plan or LeastResourceUsageWithWeight. PredictivePairingShedder
-and LeastLongTermMessageRate need every bundle's stats and are refused with a ConfigError naming the strategy and
-the load manager — never a silent, empty plan. Bundle averages of bundles no longer in any top K are forgotten
-(``top_bundles_only``), so no shedder acts on stats ELM stopped publishing.
+The report each broker's data becomes (elm_documents.py) has only its **top bundles** in ``lastStats``. Only
+strategies whose inputs are there may plan from that (SUPPORTED_SHEDDING): TransferShedder (ELM's own, from the
+brokers' published averages), and the shedders that score brokers from broker-level usage and rates and unload a
+broker's largest bundles first — AvgShedder (our default, on ELM too), ThresholdShedder, OverloadShedder,
+UniformLoadShedder — which then choose among the top K; placement by AvgShedder's own plan or
+LeastResourceUsageWithWeight. PredictivePairingShedder and LeastLongTermMessageRate need every bundle's stats and
+are refused with a ConfigError naming the strategy and the load manager — never a silent, empty plan. Bundle
+averages of bundles no longer in any top K are forgotten (``top_bundles_only``), so no shedder acts on stats ELM
+stopped publishing.
 
 **The conflict guard** (guard.py) runs once, and under ELM only after ELM's data was read: ELM's
 UnloadScheduler sheds only while ``loadBalancerEnabled && loadBalancerSheddingEnabled`` — the same key as the
@@ -44,37 +41,52 @@ cannot be read, ``ElmDataUnreadable`` (a ConnectionError) names exactly what, an
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TextIO
 
 import structlog
 
 from pulsar_lb_operator.adminapi import AdminClient, AdminError
-from pulsar_lb_operator.adminapi.client import service_url_of
 from pulsar_lb_operator.collect import collector
 from pulsar_lb_operator.collect.collector import Collection
+from pulsar_lb_operator.collect.elm_documents import local_broker_data, parse_broker_load_data, parse_top_bundles
+from pulsar_lb_operator.collect.elm_readers import (
+    BROKER_LOAD_DATA_TOPIC,
+    CONNECT_TIMEOUT_S,
+    TOP_BUNDLES_TOPIC,
+    TOPICS,
+    ElmDataUnreadable,
+    SystemTopicReader,
+    WaitLine,
+    cluster_service_url,
+)
 from pulsar_lb_operator.strategies import registry
 from pulsar_lb_operator.strategies.config import ConfigError, LoadBalancerConfig
-from pulsar_lb_operator.strategies.documents import MAX_BROKER_TOTAL, Reader, describe
 from pulsar_lb_operator.strategies.snapshots import BrokerLoad, ClusterSnapshot, SnapshotError, parse_broker_load
 from pulsar_lb_operator.strategies.state import StrategyState
+
+__all__ = [  # the readers' and documents' names, used through this module
+    "BROKER_LOAD_DATA_TOPIC",
+    "TOPICS",
+    "TOP_BUNDLES_TOPIC",
+    "ElmDataUnreadable",
+    "SystemTopicReader",
+    "WaitLine",
+    "cluster_service_url",
+    "local_broker_data",
+    "parse_broker_load_data",
+    "parse_top_bundles",
+]
 
 log = structlog.get_logger(__name__)
 
 MODULAR = "org.apache.pulsar.broker.loadbalance.impl.ModularLoadManagerImpl"
 EXTENSIBLE = "org.apache.pulsar.broker.loadbalance.extensions.ExtensibleLoadManagerImpl"
 SIMPLE = "org.apache.pulsar.broker.loadbalance.impl.SimpleLoadManagerImpl"
-BROKER_LOAD_DATA_TOPIC = "non-persistent://pulsar/system/loadbalancer-broker-load-data"
-TOP_BUNDLES_TOPIC = "non-persistent://pulsar/system/loadbalancer-top-bundles-load-data"
-TOPICS = (BROKER_LOAD_DATA_TOPIC, TOP_BUNDLES_TOPIC)
 DEFAULT_REPORT_MAX_INTERVAL_MINUTES = 15.0  # ServiceConfiguration.loadBalancerReportUpdateMaxIntervalMinutes
-CONNECT_TIMEOUT_S = 10.0  # at most this long to connect the readers (a dead address fails after it)
 # What may plan from ELM's data (each broker's BrokerLoadData and its top-K bundles with their stats):
 # - TransferShedder, the extensible load manager's own, works on exactly that;
 # - AvgShedder, ThresholdShedder, OverloadShedder and UniformLoadShedder score brokers from broker-level usage
@@ -89,19 +101,6 @@ SUPPORTED_SHEDDING = frozenset(
 SUPPORTED_PLACEMENT = frozenset({"LeastResourceUsageWithWeight", "AvgShedder"})
 ELM_SHEDDING = "TransferShedder"
 ELM_PLACEMENT = "LeastResourceUsageWithWeight"
-
-
-def _quiet_logger() -> Any:
-    """pulsar-client's C++ core logs every refused reconnection; we log each problem once instead. Its own file
-    logger on /dev/null, not a Python logger: a Python logger called from the core's threads while the interpreter
-    exits prints the core's debug lines, or aborts the process."""
-    import pulsar
-
-    return pulsar.FileLogger(pulsar.LoggerLevel.Error, os.devnull)
-
-
-class ElmDataUnreadable(ConnectionError):
-    """ELM's system topics could not be read: the message names what, where, and why. Nothing was done."""
 
 
 class ElmStrategyError(ConfigError):
@@ -155,10 +154,11 @@ def _minutes(value: Any) -> float | None:
     return minutes if minutes > 0 else None
 
 
-def read_version(client: AdminClient) -> str | None:
-    """The raw version string of ``GET /admin/v2/brokers/version`` (e.g. ``3.3.2``), quotes stripped; None if unread."""
+def read_version(client: AdminClient, base: str | None = None) -> str | None:
+    """The raw version string of ``GET /admin/v2/brokers/version`` (e.g. ``3.3.2``), quotes stripped, of the admin
+    URL's broker or of the broker at ``base``; None if unread."""
     try:
-        answer = client.request("GET", "/admin/v2/brokers/version")
+        answer = client.request("GET", "/admin/v2/brokers/version", base=base)
     except AdminError as exc:
         log.debug("broker version not read", reason=str(exc))
         return None
@@ -266,235 +266,6 @@ def top_bundles_only(state: StrategyState, snapshot: ClusterSnapshot) -> Strateg
     return state.evolve(bundle_data=MappingProxyType(kept))
 
 
-# ------------------------------------------------------------------------------------------------ ELM's data
-
-
-def _reader(value: Any, path: str) -> Reader:
-    return Reader(value, path, SnapshotError)
-
-
-def _json(payload: bytes, path: str) -> Any:
-    try:
-        return json.loads(payload.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise SnapshotError(f"{path}: not JSON ({describe(payload[:60].decode('utf-8', 'replace'))})") from None
-
-
-def parse_broker_load_data(payload: bytes, path: str) -> dict[str, Any]:
-    """BrokerLoadData JSON, checked field by field (SnapshotError naming the field); returns the document."""
-    reader = _reader(_json(payload, path), path)
-    doc = reader.obj()
-    for key in ("cpu", "memory", "directMemory", "bandwidthIn", "bandwidthOut"):
-        usage = reader.child(key)
-        usage.child("usage").number()
-        usage.child("limit").number()
-    for key in ("msgThroughputIn", "msgThroughputOut", "msgRateIn", "msgRateOut"):
-        reader.child(key).number(maximum=MAX_BROKER_TOTAL)
-    reader.child("updatedAt").integer()
-    for key in ("bundleCount", "topics", "reportedAt"):
-        reader.child(key, required=False, default=0).integer()
-    for key in ("maxResourceUsage", "weightedMaxEMA", "msgThroughputEMA"):
-        reader.child(key, required=False, default=0.0).number(maximum=MAX_BROKER_TOTAL)
-    return doc
-
-
-def parse_top_bundles(payload: bytes | None, path: str) -> list[tuple[str, dict[str, Any]]]:
-    """TopBundlesLoadData JSON (``{"topBundlesLoadData": [{"bundleName", "stats"}, …]}``) as (bundle, stats);
-    a tombstone (empty value) is no bundles."""
-    if not payload:
-        return []
-    reader = _reader(_json(payload, path), path)
-    out = []
-    for item in reader.child("topBundlesLoadData").items():
-        name = item.child("bundleName").string()
-        stats = item.child("stats", required=False, default={})
-        stats.obj()
-        out.append((name, dict(stats.value)))
-    return out
-
-
-def local_broker_data(
-    load_data: Mapping[str, Any],
-    top_bundles: list[tuple[str, dict[str, Any]]],
-    owned: list[str] | None,
-    load_manager: LoadManager,
-) -> dict[str, Any]:
-    """A LocalBrokerData-shaped report (what the snapshot model parses) from one broker's ELM data.
-
-    ``lastStats`` holds only the top bundles; ``bundles`` is the ownership list when known (ownedNamespaces),
-    else the top bundles' names. ELM's own fields stay under ``extensibleLoadManager`` (kept, not planned from).
-    """
-    stats = {name: dict(values) for name, values in top_bundles}
-    names = sorted(set(owned) if owned is not None else set(stats))
-
-    def total(key: str) -> int:
-        return int(sum(float(s.get(key, 0) or 0) for s in stats.values()))
-
-    return {
-        **{k: dict(load_data[k]) for k in ("cpu", "memory", "directMemory", "bandwidthIn", "bandwidthOut")},
-        **{k: load_data[k] for k in ("msgThroughputIn", "msgThroughputOut", "msgRateIn", "msgRateOut")},
-        "lastUpdate": int(load_data["updatedAt"]),
-        "lastStats": stats,
-        "bundleStats": stats,
-        "bundles": names,
-        "numBundles": int(load_data.get("bundleCount", len(names)) or 0),
-        "numTopics": int(load_data.get("topics", 0) or total("topics")),
-        "numConsumers": total("consumerCount"),
-        "numProducers": total("producerCount"),
-        "brokerVersionString": load_manager.version,
-        "loadManagerClassName": load_manager.class_name,
-        "maxResourceUsage": load_data.get("maxResourceUsage", 0.0),
-        "loadReportType": "LocalBrokerData",
-        "extensibleLoadManager": {
-            "topBundles": len(stats),
-            "ownedBundlesKnown": owned is not None,
-            **{
-                k: load_data[k]
-                for k in ("weightedMaxEMA", "msgThroughputEMA", "updatedAt", "reportedAt", "bundleCount", "topics")
-                if k in load_data
-            },
-        },
-    }
-
-
-@dataclass
-class Heard:
-    payload: bytes | None  # None: a tombstone
-    at: float  # time.monotonic() when received
-
-
-@dataclass
-class SystemTopicReader:
-    """Readers from the latest message on ELM's two topics, each on a thread of its own, keeping the latest value
-    per key (broker id). ``start`` raises ElmDataUnreadable naming the topic, the address and the reason."""
-
-    service_url: str
-    client_options: dict[str, Any] = field(default_factory=dict)
-    connect_timeout_s: float = CONNECT_TIMEOUT_S
-    latest: dict[str, dict[str, Heard]] = field(default_factory=lambda: {t: {} for t in TOPICS})
-    received: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOPICS, 0))
-    connected_at: float | None = None
-
-    def __post_init__(self) -> None:
-        self._client: Any = None
-        self._readers: dict[str, Any] = {}
-        self._stop = threading.Event()
-        self._changed = threading.Condition()
-        self._threads: list[threading.Thread] = []
-
-    def start(self) -> SystemTopicReader:
-        import pulsar  # the native client: only clusters on the extensible load manager need it
-
-        timeout = max(1.0, self.connect_timeout_s)
-        try:
-            self._client = pulsar.Client(
-                self.service_url,
-                **self.client_options,
-                operation_timeout_seconds=max(1, int(timeout)),
-                connection_timeout_ms=int(timeout * 1000),
-                logger=_quiet_logger(),
-            )
-        except Exception as exc:  # a malformed URL, an unusable certificate file
-            raise ElmDataUnreadable(
-                f"cannot read {BROKER_LOAD_DATA_TOPIC} at {self.service_url}: {_why(exc)}"
-            ) from None
-        for topic in TOPICS:
-            try:
-                self._readers[topic] = self._client.create_reader(
-                    topic, pulsar.MessageId.latest, reader_name=f"pulsar-lb-operator-{topic.rsplit('/', 1)[-1]}"
-                )
-            except Exception as exc:
-                self.close()
-                reason = f"no connection within {timeout:g} s ({_why(exc)})" if _timed_out(exc) else _why(exc)
-                raise ElmDataUnreadable(f"cannot read {topic} at {self.service_url}: {reason}") from None
-        self.connected_at = time.monotonic()
-        for topic, reader in self._readers.items():
-            thread = threading.Thread(target=self._run, args=(topic, reader), name="elm-reader", daemon=True)
-            thread.start()
-            self._threads.append(thread)
-        log.info("reading the extensible load manager's topics", service_url=self.service_url, topics=list(TOPICS))
-        return self
-
-    def _run(self, topic: str, reader: Any) -> None:
-        import pulsar
-
-        warned = False
-        while not self._stop.is_set():
-            try:
-                message = reader.read_next(200)
-            except pulsar.Timeout:
-                continue
-            except Exception as exc:  # closed, or the broker went away: the client reconnects by itself
-                if self._stop.is_set():
-                    return
-                if not warned:
-                    log.warning("reading an ELM topic failed; retrying", topic=topic, reason=_why(exc))
-                    warned = True
-                self._stop.wait(1.0)
-                continue
-            warned = False
-            key = message.partition_key()
-            if not key:
-                continue
-            data = message.data()
-            with self._changed:
-                self.latest[topic][key] = Heard(bytes(data) if data else None, time.monotonic())
-                self.received[topic] += 1
-                self._changed.notify_all()
-
-    def wait_for(self, brokers: list[str], timeout_s: float) -> None:
-        """Until every broker was heard on both topics, or ``timeout_s`` after the readers connected."""
-        deadline = (self.connected_at or time.monotonic()) + timeout_s
-        with self._changed:
-            while not all(b in self.latest[t] for b in brokers for t in TOPICS):
-                left = deadline - time.monotonic()
-                if left <= 0 or self._stop.is_set():
-                    return
-                self._changed.wait(min(left, 1.0))
-
-    def caught_up(self, sent: Mapping[str, int], timeout_s: float) -> bool:
-        """Wait until as many messages were received on each topic as ``sent`` says were published (the
-        simulator's publisher counts them); True when they were."""
-        deadline = time.monotonic() + timeout_s
-        with self._changed:
-            while any(self.received.get(t, 0) < n for t, n in sent.items()):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._changed.wait(min(left, 0.5))
-        return True
-
-    def heard(self) -> dict[str, dict[str, Heard]]:
-        with self._changed:
-            return {t: dict(v) for t, v in self.latest.items()}
-
-    def close(self) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(2.0)
-        client, self._client = self._client, None
-        for reader in self._readers.values():
-            try:
-                reader.close()
-            except Exception as exc:  # a reader whose broker is gone may fail to close; nothing to keep
-                log.debug("ELM reader close failed", reason=_why(exc))
-        self._readers.clear()
-        if client is not None:
-            try:
-                client.close()
-            except Exception as exc:
-                log.debug("ELM client close failed", reason=_why(exc))
-
-
-def _why(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text or type(exc).__name__
-
-
-def _timed_out(exc: BaseException) -> bool:
-    return type(exc).__name__ == "Timeout" or "timeout" in str(exc).lower()
-
-
 # ------------------------------------------------------------------------------------------------ the session
 
 
@@ -505,21 +276,32 @@ class Session:
     ``begin`` detects the load manager (every cycle) and, on a modular cluster, runs the conflict guard once
     before anything else, as before; ``collect`` reads the load — load reports, or ELM's topics — and runs the
     guard once when it was deferred (ELM, or a load manager that could not be detected) and the load was read.
+    ``tell``: where a command says, before it waits for ELM's brokers, how long it may wait and why (the daemon
+    logs it); a terminal also shows the wait as it goes (WaitLine).
     """
 
-    service_url: str | None = None  # pulsar:// or pulsar+ssl:// of any broker or proxy (ELM's topics)
+    service_url: str | None = None  # elmServiceUrl; None: the cluster's own, from its metadata
     read_timeout_s: float = 0.0  # 0: one report interval of the brokers (loadBalancerReportUpdateMaxIntervalMinutes)
     guard: Callable[[], object] | None = None
     current: LoadManager | None = None
     reader: SystemTopicReader | None = None
     guarded: bool = False
+    tell: TextIO | None = None
+    progress: WaitLine | None = None
 
     @classmethod
-    def from_settings(cls, settings: Any, guard: Callable[[], object] | None = None) -> Session:
-        service_url = getattr(settings, "elmServiceUrl", None)
-        if not service_url and settings.adminUrl:
-            service_url = service_url_of(settings.adminUrl)
-        return cls(service_url, float(getattr(settings, "elmReadTimeoutSeconds", 0.0) or 0.0), guard)
+    def from_settings(
+        cls, settings: Any, guard: Callable[[], object] | None = None, tell: TextIO | None = None
+    ) -> Session:
+        import sys
+
+        return cls(
+            getattr(settings, "elmServiceUrl", None) or None,
+            float(getattr(settings, "elmReadTimeoutSeconds", 0.0) or 0.0),
+            guard,
+            tell=tell,
+            progress=WaitLine.on_terminal(sys.stderr),
+        )
 
     # -------------------------------------------------------------- detection
 
@@ -566,22 +348,19 @@ class Session:
 
     # -------------------------------------------------------------- reading
 
-    def connect(self, client: AdminClient) -> SystemTopicReader:
-        """The readers on ELM's topics, started on first use (ElmDataUnreadable when they cannot be)."""
+    def connect(self, client: AdminClient, cluster: str | None = None) -> SystemTopicReader:
+        """The readers on ELM's topics, started on first use (ElmDataUnreadable when they cannot be), at
+        ``service_url`` or else the cluster's binary-protocol URL from its metadata."""
         if self.reader is not None:
             return self.reader
-        if not self.service_url:
-            raise ElmDataUnreadable(
-                f"cannot read {BROKER_LOAD_DATA_TOPIC}: no service URL (set elmServiceUrl, or an adminUrl to derive "
-                "it from)"
-            )
+        service_url = self.service_url or cluster_service_url(client, cluster)
         options = client.credentials.pulsar_client_options()
         verify = client.verify
-        if self.service_url.startswith("pulsar+ssl://"):
+        if service_url.startswith("pulsar+ssl://"):
             options["tls_trust_certs_file_path"] = verify if isinstance(verify, str) else None
             options["tls_allow_insecure_connection"] = verify is False
         timeout = min(CONNECT_TIMEOUT_S, self.read_timeout_s) if self.read_timeout_s else CONNECT_TIMEOUT_S
-        self.reader = SystemTopicReader(self.service_url, options, timeout).start()
+        self.reader = SystemTopicReader(service_url, options, timeout).start()
         return self.reader
 
     def collect(
@@ -611,6 +390,28 @@ class Session:
             self._guard()
         return collection
 
+    def wait(self, reader: SystemTopicReader, broker_ids: list[str], timeout_s: float) -> None:
+        """Wait for every broker's first words, said up front with how long and why; only the readers' first
+        cycle waits (the wait counts from when they connected)."""
+        unheard = len(broker_ids) - len(reader.heard_from(broker_ids))
+        left = reader.left_s(timeout_s)
+        if not unheard or left <= 0:
+            return
+        message = (
+            f"reading the load of {len(broker_ids)} brokers from the extensible load manager's system topics: "
+            f"waiting up to {left:.0f} s for the {unheard} not heard yet (a broker publishes its BrokerLoadData "
+            "when it changes or once per loadBalancerReportUpdateMaxIntervalMinutes, and the topics keep no "
+            "earlier ones; elmReadTimeoutSeconds bounds the wait)"
+        )
+        log.info("waiting for the extensible load manager's load data", brokers=len(broker_ids), unheard=unheard)
+        if self.tell is not None:
+            print(message, file=self.tell, flush=True)
+        try:
+            reader.wait_for(broker_ids, timeout_s, self.progress)
+        finally:
+            if self.progress is not None:
+                self.progress.clear()
+
     def collect_extensible(
         self,
         client: AdminClient,
@@ -622,14 +423,19 @@ class Session:
     ) -> Collection:
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         broker_ids = client.active_brokers(cluster)
-        reader = self.connect(client)
+        reader = self.connect(client, cluster)
         timeout_s = self.read_timeout_s or load_manager.report_interval_s
-        reader.wait_for(broker_ids, timeout_s)
+        self.wait(reader, broker_ids, timeout_s)
         heard = reader.heard()
         workers = collector.concurrency(len(broker_ids))
         owned = collector._fetch_all(  # the collector's bounded fan-out on daemon threads
             broker_ids, lambda b: client.owned_bundles(cluster, b), workers, broker_timeout_s + 1.0
         )
+        versions: dict[str, Any] = {}
+        if config.preferLaterVersions:  # BrokerVersionFilter compares the brokers' own versions
+            versions = collector._fetch_all(
+                broker_ids, lambda b: read_version(client, client.broker_url(b)), workers, broker_timeout_s + 1.0
+            )
         loads: dict[str, BrokerLoad] = {}
         skipped: dict[str, str] = {}
         for broker_id in broker_ids:
@@ -666,7 +472,11 @@ class Session:
                 bundle_list = None
             else:
                 bundle_list = sorted(bundles)  # type: ignore[arg-type]
-            report = local_broker_data(load_data, top, bundle_list, load_manager)
+            version = load_manager.version  # the admin URL's broker's, for all: BrokerVersionFilter needs none
+            if config.preferLaterVersions:  # the broker's own; unknown (an error, no answer) makes the filter fail
+                own = versions.get(broker_id)
+                version = own if isinstance(own, str) else None
+            report = local_broker_data(load_data, top, bundle_list, version, load_manager.class_name)
             try:
                 load = parse_broker_load(broker_id, report, f"BrokerLoadData of {broker_id}")
             except SnapshotError as exc:
@@ -691,7 +501,9 @@ class Session:
             log.warning("broker skipped", broker=broker_id, reason=why)
         namespaces = collector.seen_namespaces(loads.values())
         policies = collector.read_policies(client, cluster, namespaces, now_ms, workers, broker_timeout_s)
-        snapshot = ClusterSnapshot(cluster, now_ms, MappingProxyType(loads), policies=policies)
+        snapshot = ClusterSnapshot(
+            cluster, now_ms, MappingProxyType(loads), policies=policies, missing=MappingProxyType(dict(skipped))
+        )
         return Collection(snapshot, skipped)
 
     def close(self) -> None:

@@ -90,7 +90,9 @@ def _rebalance(
 ) -> int:
     # the conflict guard runs in the cycle: at once on a modular cluster, after the load was read otherwise (elm.py)
     session = elm.Session.from_settings(
-        settings, guard=lambda: guard.check_builtin_shedding(client, settings.disableBuiltinShedding, settings.dryRun)
+        settings,
+        guard=lambda: guard.check_builtin_shedding(client, settings.disableBuiltinShedding, settings.dryRun),
+        tell=sys.stderr,  # on ELM: how long the first read may wait, and why
     )
     placement = args.placement
     if placement is None and "loadBalancerLoadPlacementStrategy" in explicit:
@@ -144,7 +146,7 @@ def _rebalance(
 def snapshot(args: argparse.Namespace) -> int:
     settings, config, _ = settings_from(args)
     client, cluster = connect(settings)
-    session = elm.Session.from_settings(settings)
+    session = elm.Session.from_settings(settings, tell=sys.stderr)
     try:
         collection = session.collect(client, cluster, config, guard=False)  # load reports, or ELM's topics
         snap = with_namespaces_and_topics(client, collection.snapshot, topics=args.with_topics)

@@ -247,7 +247,7 @@ def run_simulator(
         if reporters is not None:
             print(
                 f"Load manager: extensible — no load reports; each broker publishes its load on its system topics "
-                f"at {reporters.service_url} (the operator: --set elmServiceUrl={reporters.service_url})",
+                f"at {reporters.service_url}, the cluster's brokerServiceUrl (the operator finds it there)",
                 file=out,
             )
         if rules:

@@ -19,6 +19,7 @@ from pulsar_lb_operator import cli
 from pulsar_lb_operator.sandbox import demo
 from pulsar_lb_operator.simulator import elm as sim_elm
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
+from pulsar_lb_operator.simulator.elm_reporters import Cadence, Reporter
 from pulsar_lb_operator.simulator.http import serve
 from pulsar_lb_operator.simulator.scenario import ScenarioError, parse_scenario
 from pulsar_lb_operator.strategies.shedding.transfer import compare_bundle_stats
@@ -72,7 +73,7 @@ def test_elm_brokers_give_no_load_report_and_name_their_load_manager():
         assert owned.status_code == 200 and owned.json()
 
 
-def test_each_broker_publishes_brokerloaddata_and_its_top_bundles_on_advance_keyed_by_its_id():
+def test_each_broker_publishes_brokerloaddata_and_its_top_bundles_keyed_by_its_id():
     k = 3
     doc = {**ELM, "config": {**ELM["config"], "loadBalancerMaxNumberOfBundlesInBundleLoadReport": k}}
     with serve(lambda allocate: SimulatedCluster(parse_scenario(doc), allocate)) as sim:
@@ -80,12 +81,8 @@ def test_each_broker_publishes_brokerloaddata_and_its_top_bundles_on_advance_key
         client = pulsar.Client(reporters.service_url, logger=_quiet)
         try:
             readers = {t: client.create_reader(t, pulsar.MessageId.latest) for t in sim_elm.TOPICS}
-            sim.cluster.advance(sim.cluster.scenario.report_interval_s)  # every broker samples once: it reports
-            got: dict[str, dict[str, dict]] = {t: {} for t in sim_elm.TOPICS}
-            for topic, reader in readers.items():
-                for _ in range(3):
-                    message = reader.read_next(5000)
-                    got[topic][message.partition_key()] = json.loads(message.data())
+            reporters.publish(force=True)  # reportAsync(true): every broker writes both now
+            got = {t: {key: value for key, value in _read_all(r)} for t, r in readers.items()}
         finally:
             client.close()
             reporters.close()
@@ -97,7 +94,8 @@ def test_each_broker_publishes_brokerloaddata_and_its_top_bundles_on_advance_key
             broker = cluster.brokers[broker_id]
             assert set(load) == BROKER_LOAD_DATA_FIELDS
             assert load["cpu"] == {"usage": broker.host_sample["cpu"][0], "limit": broker.host_sample["cpu"][1]}
-            assert load["updatedAt"] == broker.last_update_ms and load["bundleCount"] == len(broker.stats_sample)
+            assert load["updatedAt"] == cluster.now_ms and load["bundleCount"] == len(broker.stats_sample)
+            assert load["reportedAt"] == 0  # localData's, set once the first write is done
             assert load["weightedMaxEMA"] == pytest.approx(load["cpu"]["usage"] / load["cpu"]["limit"], rel=1e-6)
             top = got[sim_elm.TOP_BUNDLES_TOPIC][broker_id]["topBundlesLoadData"]
             assert len(top) == min(k, len(broker.stats_sample))
@@ -108,9 +106,38 @@ def test_each_broker_publishes_brokerloaddata_and_its_top_bundles_on_advance_key
             assert all(compare_bundle_stats(s, stats[0]) <= 0 for s in rest)
 
 
-def test_operator_simulate_load_manager_extensible_then_operator_rebalance_against_it(tmp_path, monkeypatch, capsys):
+def test_the_cluster_metadata_names_the_binary_protocol_url_as_a_broker_answers_it():
+    """ClustersBase.getCluster: ClusterData with Jackson's null fields left out and the builder's TLS defaults;
+    brokerServiceUrl is where the system topics are (pulsar-lite), or the brokers' own pulsar:// otherwise."""
+    with serve(lambda allocate: SimulatedCluster(parse_scenario(ELM), allocate)) as sim:
+        reporters = sim_elm.ElmBrokers(sim.cluster).start()
+        try:
+            answer = requests.get(f"{sim.admin_url}/admin/v2/clusters/sim", timeout=5)
+            other = requests.get(f"{sim.admin_url}/admin/v2/clusters/elsewhere", timeout=5)
+        finally:
+            reporters.close()
+        assert answer.status_code == 200 and answer.json() == {
+            "serviceUrl": sim.admin_url,
+            "brokerServiceUrl": reporters.service_url,
+            "brokerClientTlsEnabled": False,
+            "tlsAllowInsecureConnection": False,
+            "brokerClientTlsEnabledWithKeyStore": False,
+            "brokerClientTlsTrustStoreType": "JKS",
+            "brokerClientTlsKeyStoreType": "JKS",
+        }
+        assert other.status_code == 404 and other.json() == {"reason": "Cluster does not exist"}
+    with serve(lambda allocate: SimulatedCluster(parse_scenario(SMALL), allocate)) as sim:
+        modular = requests.get(f"{sim.admin_url}/admin/v2/clusters/sim", timeout=5).json()
+        first = sim.cluster.by_name("broker-0")
+        assert modular["brokerServiceUrl"] == f"pulsar://{first.host}:{first.port + 1}"
+
+
+def test_operator_simulate_load_manager_extensible_then_operator_rebalance_moves_bundles_where_it_planned(
+    tmp_path, monkeypatch, capsys
+):
     """As a user runs them: ``operator simulate demo --load-manager extensible`` in one terminal, ``operator
-    rebalance --set elmServiceUrl=…`` (the URL simulate prints) in the other."""
+    rebalance --no-dry-run`` in the other with no ELM setting: the binary-protocol URL comes from the cluster's
+    metadata, and every bundle sent ends on the destination the plan gave it."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("PULSAR_ADMIN_URL", raising=False)
     stop, served, out = threading.Event(), {}, io.StringIO()
@@ -125,18 +152,21 @@ def test_operator_simulate_load_manager_extensible_then_operator_rebalance_again
         while "sim" not in served and time.monotonic() < deadline:
             time.sleep(0.05)
         sim = served["sim"]
-        url = sim.elm_brokers.service_url
-        assert f"--set elmServiceUrl={url}" in out.getvalue()
-        settings = [f"elmServiceUrl={url}", "elmReadTimeoutSeconds=30", "pauseSeconds=0"]
-        settings += ["loadBalancerAvgShedderHitCountLowThreshold=1"]  # AvgShedder, the default: act at once
+        settings = ["pauseSeconds=0", "loadBalancerAvgShedderHitCountLowThreshold=1"]  # AvgShedder: act at once
         args = ["rebalance", "--admin-url", sim.admin_url, "--output", "json", "--no-dry-run"]
         code = cli.main([*args, *(arg for s in settings for arg in ("--set", s))])
         printed = capsys.readouterr()
         assert code == 0, printed.err
         doc = json.loads(printed.out)
         assert doc["loadManager"]["kind"] == "extensible" and doc["shedding"] == "AvgShedder"
-        assert doc["skippedBrokers"] == {} and [o for o in doc["outcomes"] if o["outcome"] == "executed"]
+        assert doc["skippedBrokers"] == {}
+        sent = [o for o in doc["outcomes"] if o["outcome"] == "executed"]
+        assert sent and all(o["destination"] for o in sent)
+        assert all(sim.cluster.owner_of(o["bundle"]) == o["destination"] for o in sent)  # a transfer: at once
+        assert "reading the load of 4 brokers from the extensible load manager's system topics" in printed.err
         assert not [r for r in sim.requests if "load-report" in r.path]
+        metadata = f"/admin/v2/clusters/{sim.cluster.scenario.cluster}"
+        assert [r for r in sim.requests if r.path == metadata]  # where the URL came from
     finally:
         stop.set()
         thread.join(30)
@@ -257,37 +287,123 @@ def _read_all(reader, timeout_ms: int = 300) -> list[tuple[str, dict | None]]:
         got.append((message.partition_key(), json.loads(data) if data else None))
 
 
-def test_brokerloaddata_is_published_on_a_10_percent_change_or_every_15_minutes_top_bundles_every_sample():
-    """BrokerLoadDataReporter's cadence (master): a steady broker writes its BrokerLoadData once at start and
-    then every loadBalancerReportUpdateMaxIntervalMinutes (15); a change above
-    loadBalancerReportUpdateThresholdPercentage (10) — here a broker's bundle count — is written at its next
-    sample. TopBundleLoadDataReporter writes after every stats update."""
+@pytest.fixture
+def publishing():
+    """An ELM cluster whose brokers publish on pulsar-lite, with readers on both topics from now."""
     with serve(lambda allocate: SimulatedCluster(parse_scenario(ELM), allocate)) as sim:
-        cluster = sim.cluster
-        reporters = sim_elm.ElmBrokers(cluster).start()
+        reporters = sim_elm.ElmBrokers(sim.cluster).start()
         client = pulsar.Client(reporters.service_url, logger=_quiet)
         try:
             readers = {t: client.create_reader(t, pulsar.MessageId.latest) for t in sim_elm.TOPICS}
-            reporters.publish(force=True)  # the brokers start: reportedAt is 0, so each writes at once
-            start = {t: _read_all(r) for t, r in readers.items()}
-            assert sorted(k for k, _ in start[sim_elm.BROKER_LOAD_DATA_TOPIC]) == cluster.active_ids()
-            for _ in range(10):  # ten samples of a steady cluster: top bundles each time, no BrokerLoadData
-                cluster.advance(cluster.scenario.report_interval_s)
-            steady = {t: _read_all(r) for t, r in readers.items()}
-            assert steady[sim_elm.BROKER_LOAD_DATA_TOPIC] == [] and reporters.unchanged == 30
-            assert len(steady[sim_elm.TOP_BUNDLES_TOPIC]) == 30
-            busy, idle = cluster.by_name("broker-0").id, cluster.by_name("broker-2").id
-            sim_elm.transfer(cluster, sorted(cluster.owned_by(busy))[0], busy, idle)  # bundle counts change
-            cluster.advance(cluster.scenario.report_interval_s)
-            changed = _read_all(readers[sim_elm.BROKER_LOAD_DATA_TOPIC])
-            assert sorted(k for k, _ in changed) == sorted([busy, idle])
-            for _ in range(5):  # past 15 minutes since the start: the steady one writes too
-                cluster.advance(cluster.scenario.report_interval_s)
-            late = _read_all(readers[sim_elm.BROKER_LOAD_DATA_TOPIC])
-            steady_broker = cluster.by_name("broker-1").id
-            assert [k for k, _ in late] == [steady_broker]
-            first = next(doc for key, doc in start[sim_elm.BROKER_LOAD_DATA_TOPIC] if key == steady_broker)
-            assert late[0][1]["updatedAt"] - first["updatedAt"] > 15 * 60_000
+            yield sim.cluster, reporters, readers
         finally:
             client.close()
             reporters.close()
+
+
+def test_brokerloaddata_is_checked_every_5_s_and_published_on_a_10_percent_change_or_every_15_minutes(publishing):
+    """BrokerLoadDataReporter (master): a check every loadBalancerReportUpdateMinIntervalMillis (5 s); a steady broker
+    writes its BrokerLoadData once at start and then every loadBalancerReportUpdateMaxIntervalMinutes (15); a change
+    above loadBalancerReportUpdateThresholdPercentage (10) is written at the next check. TopBundleLoadDataReporter
+    writes after every stats update (a sample, every report_interval_seconds)."""
+    cluster, reporters, readers = publishing
+    reporters.publish(force=True)  # the brokers start: reportedAt is 0, so each writes at once
+    start = {t: _read_all(r) for t, r in readers.items()}
+    assert sorted(k for k, _ in start[sim_elm.BROKER_LOAD_DATA_TOPIC]) == cluster.active_ids()
+    samples = {b.id: b.sample_version for b in cluster.alive_brokers()}
+    for _ in range(10):  # ten minutes of a steady cluster: 120 checks a broker, top bundles at each sample
+        cluster.advance(cluster.scenario.report_interval_s)
+    steady = {t: _read_all(r) for t, r in readers.items()}
+    assert steady[sim_elm.BROKER_LOAD_DATA_TOPIC] == [] and reporters.unchanged == 3 * 120
+    taken = sum(b.sample_version - samples[b.id] for b in cluster.alive_brokers())
+    assert len(steady[sim_elm.TOP_BUNDLES_TOPIC]) == taken >= 3 * 10
+    steady_broker = cluster.by_name("broker-1").id
+    for _ in range(6):  # past 15 minutes since the start: each writes again, once
+        cluster.advance(cluster.scenario.report_interval_s)
+    late = _read_all(readers[sim_elm.BROKER_LOAD_DATA_TOPIC])
+    assert sorted(k for k, _ in late) == cluster.active_ids()
+    first = next(doc for key, doc in start[sim_elm.BROKER_LOAD_DATA_TOPIC] if key == steady_broker)
+    again = next(doc for key, doc in late if key == steady_broker)
+    assert 15 * 60_000 < again["updatedAt"] - first["updatedAt"] <= 15 * 60_000 + 5_000  # at the first check after
+    assert again["reportedAt"] == first["updatedAt"]  # when it last wrote
+
+
+def test_an_ownership_change_writes_tombstones_then_a_brokerloaddata_whose_averages_start_over(publishing):
+    """BrokerLoadDataReporter and TopBundleLoadDataReporter.handleEvent: Releasing from a broker, or Owned by it, makes
+    both write a tombstone (an empty value for its key, at most one per 10 s) and clears its BrokerLoadData
+    (localData.clear()): the next check publishes it with EMAs from the current sample alone. Its top bundles come
+    back with the next stats update."""
+    cluster, reporters, readers = publishing
+    reporters.publish(force=True)
+    for _ in range(3):
+        cluster.advance(cluster.scenario.report_interval_s)
+    for reader in readers.values():
+        _read_all(reader)
+    busy, idle, steady = (cluster.by_name(n).id for n in ("broker-0", "broker-2", "broker-1"))
+    first, second = sorted(cluster.owned_by(busy))[:2]
+    sim_elm.transfer(cluster, first, busy, idle)
+    cluster.advance(5)  # the next check
+    loads = _read_all(readers[sim_elm.BROKER_LOAD_DATA_TOPIC])
+    tops = _read_all(readers[sim_elm.TOP_BUNDLES_TOPIC])
+    assert sorted(k for k, v in tops if v is None) == sorted([busy, idle]) and all(v is None for _, v in tops)
+    for broker_id in (busy, idle):
+        mine = [doc for key, doc in loads if key == broker_id]
+        assert mine[0] is None and mine[1] is not None, mine  # the tombstone, then the data
+        broker = cluster.brokers[broker_id]
+        usage, limit = broker.host_sample["cpu"]
+        assert mine[1]["weightedMaxEMA"] == pytest.approx(usage / limit, rel=1e-6)  # from this sample only
+        assert mine[1]["reportedAt"] == 0
+    assert steady not in {k for k, _ in loads}
+    sim_elm.transfer(cluster, second, busy, idle)  # 5 s later: cleared again, but no second tombstone yet
+    cluster.advance(5)
+    again = _read_all(readers[sim_elm.BROKER_LOAD_DATA_TOPIC])
+    assert all(doc is not None for _, doc in again) and sorted(k for k, _ in again) == sorted([busy, idle])
+    cluster.advance(cluster.scenario.report_interval_s)
+    assert {k for k, v in _read_all(readers[sim_elm.TOP_BUNDLES_TOPIC]) if v} >= {busy, idle}
+
+
+def test_the_averages_move_at_every_5_s_check_and_bundles_without_traffic_are_not_top_bundles():
+    """BrokerLoadData.update at each check: weightedMaxEMA and msgThroughputEMA move by
+    loadBalancerHistoryResourcePercentage (0.9) every 5 s, whatever is published; TopKBundles leaves out bundles
+    without traffic."""
+    doc = {**ELM, "namespaces": [*ELM["namespaces"], {"name": "t/idle", "bundles": 4, "topics": 8, "rate": 0}]}
+    cluster = SimulatedCluster(parse_scenario(doc))
+    broker = cluster.by_name("broker-0")
+    reporter = Reporter(broker.started_at_s, cluster.ownership.version_of(broker.id))
+    out, due = reporter.check(cluster, broker, Cadence(), cluster.now_ms)
+    first = json.loads(out[0].payload)
+    usage, limit = broker.host_sample["cpu"]
+    assert due and first["weightedMaxEMA"] == pytest.approx(usage / limit)
+    top = json.loads(out[-1].payload)["topBundlesLoadData"]
+    assert top and not [i for i in top if i["bundleName"].startswith("t/idle/")]
+    assert [b for b in broker.stats_sample if b.startswith("t/idle/")]  # it owns idle bundles
+    broker.host_sample["cpu"] = (usage + 0.2 * limit, limit)  # 20 points more CPU from the next sample on
+    dues = [reporter.check(cluster, broker, Cadence(), cluster.now_ms + 5_000 * i)[1] for i in range(1, 5)]
+    assert dues == [True, False, False, False]  # 20 points > 10: written at once, then within the threshold
+    out, _ = reporter.check(cluster, broker, Cadence(), cluster.now_ms + 25_000, force=True)
+    published = json.loads(next(m.payload for m in out if m.topic == sim_elm.BROKER_LOAD_DATA_TOPIC))
+    now = usage / limit + 0.2
+    assert published["weightedMaxEMA"] == pytest.approx(now + (first["weightedMaxEMA"] - now) * 0.9**5)
+    assert published["updatedAt"] == cluster.now_ms + 25_000
+
+
+def test_an_elm_split_keeps_both_halves_on_the_owner_even_when_asked_to_unload_them():
+    """NamespaceService.splitAndOwnBundle hands the split to ExtensibleLoadManagerImpl.splitNamespaceBundleAsync,
+    which has no unload flag: both halves stay Owned by the source. The modular manager unloads them."""
+    for doc, stays in ((ELM, True), (SMALL, False)):
+        with serve(lambda allocate, d=doc: SimulatedCluster(parse_scenario(d), allocate)) as sim:
+            cluster = sim.cluster
+            owner = cluster.by_name("broker-0").id
+            bundle = sorted(cluster.owned_by(owner))[0]
+            namespace, bundle_range = bundle.rsplit("/", 1)
+            url = f"{sim.admin_url}/admin/v2/namespaces/{namespace}/{bundle_range}/split?unload=true"
+            assert requests.put(url, timeout=5, allow_redirects=True).status_code == 204
+            low, high = (f"{namespace}/{r}" for r in _halves(bundle_range))
+            owners = {cluster.owner_of(low), cluster.owner_of(high)}
+            assert owners == ({owner} if stays else {None}), (doc is ELM, owners)
+
+
+def _halves(bundle_range: str) -> tuple[str, str]:
+    lower, upper = (int(x, 16) for x in bundle_range.split("_"))
+    middle = lower + (upper - lower) // 2
+    return f"0x{lower:08x}_0x{middle:08x}", f"0x{middle:08x}_0x{upper:08x}"

@@ -254,6 +254,8 @@ STATE_DOC = {
     "transferHitCount": 1,
     "transferRecentBrokers": {"a:8080": NOW},
     "transferEma": {"a:8080": [0.5, 1000.0, NOW]},
+    "transferPlanned": {"t/ns/0x00000000_0xffffffff": "a:8080"},
+    "transferRecentBefore": {"a:8080": NOW - 1},
     "predictivePending": {"t/ns/0x00000000_0xffffffff": ["a:8080", "b:8080", NOW, [10.0, 100.0, 200.0]]},
     "predictions": {"a:8080": [50.0, NOW]},
     "predictionErrors": {"a:8080": -1.5},
