@@ -1,0 +1,89 @@
+"""Every path a simulated broker answers, in one table: adding an endpoint is one line here and its handler.
+
+A template's ``{name}`` matches one path segment, handed to the handler as the keyword ``name``
+(percent-decoded). The first template in the table that matches the path decides, as Jersey takes the
+matching template with the most literal characters: a literal path comes before a template that would also
+match it (``/admin/v2/brokers/health`` before ``/admin/v2/brokers/{cluster}``). The method then picks among
+that template's routes; none is 405, no template 404 (Jersey's statuses, with Pulsar's ``{"reason"}``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from urllib.parse import unquote
+
+from pulsar_lb_operator.simulator.api import broker_stats, brokers, clusters, lookup, namespaces
+from pulsar_lb_operator.simulator.api.call import Response
+
+NOT_FOUND = 404
+METHOD_NOT_ALLOWED = 405
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    template: str
+    handler: Callable[..., Response]
+    authenticated: bool = True  # False: answered without credentials (VipStatus)
+    pattern: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        regex = re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>[^/]+)", re.escape(self.template))
+        object.__setattr__(self, "pattern", re.compile(regex))
+
+
+ROUTES = (
+    Route("GET", "/status.html", brokers.status_html, authenticated=False),
+    Route("GET", "/admin/v2/clusters", clusters.get_clusters),
+    Route("GET", "/admin/v2/clusters/{cluster}/namespaceIsolationPolicies", clusters.get_namespace_isolation_policies),
+    Route("GET", "/admin/v2/clusters/{cluster}/failureDomains", clusters.get_failure_domains),
+    Route("GET", "/admin/v2/brokers/leaderBroker", brokers.get_leader_broker),
+    Route("GET", "/admin/v2/brokers/health", brokers.health_check),
+    Route("GET", "/admin/v2/brokers/ready", brokers.health_check),
+    Route("GET", "/admin/v2/brokers/version", brokers.version),
+    Route("GET", "/admin/v2/brokers/configuration", brokers.get_dynamic_configuration_names),
+    Route("GET", "/admin/v2/brokers/configuration/values", brokers.get_all_dynamic_configurations),
+    Route("GET", "/admin/v2/brokers/configuration/runtime", brokers.get_runtime_configuration),
+    Route("POST", "/admin/v2/brokers/configuration/{name}/{value}", brokers.update_dynamic_configuration),
+    Route("DELETE", "/admin/v2/brokers/configuration/{name}", brokers.delete_dynamic_configuration),
+    Route("GET", "/admin/v2/brokers", brokers.get_active_brokers),
+    Route("GET", "/admin/v2/brokers/{cluster}", brokers.get_active_brokers),
+    Route("GET", "/admin/v2/brokers/{cluster}/{broker}/ownedNamespaces", brokers.get_owned_namespaces),
+    Route("GET", "/admin/v2/broker-stats/load-report", broker_stats.get_load_report),
+    Route("GET", "/admin/v2/broker-stats/topics", broker_stats.get_topics2),
+    Route(
+        "GET",
+        "/admin/v2/broker-stats/broker-resource-availability/{tenant}/{namespace}",
+        broker_stats.get_broker_resource_availability,
+    ),
+    Route("GET", "/admin/v2/tenants", namespaces.get_tenants),
+    Route("GET", "/admin/v2/namespaces/{tenant}", namespaces.get_tenant_namespaces),
+    Route("GET", "/admin/v2/namespaces/{tenant}/{namespace}/bundles", namespaces.get_bundles_data),
+    Route(
+        "GET", "/admin/v2/namespaces/{tenant}/{namespace}/antiAffinity", namespaces.get_namespace_anti_affinity_group
+    ),
+    Route("PUT", "/admin/v2/namespaces/{tenant}/{namespace}/unload", namespaces.unload_namespace),
+    Route("PUT", "/admin/v2/namespaces/{tenant}/{namespace}/{bundle}/unload", namespaces.unload_namespace_bundle),
+    Route("PUT", "/admin/v2/namespaces/{tenant}/{namespace}/{bundle}/split", namespaces.split_namespace_bundle),
+    Route(
+        "GET",
+        "/admin/v2/namespaces/{tenant}/{namespace}/{bundle}/topicHashPositions",
+        namespaces.get_topic_hash_positions,
+    ),
+    Route("GET", "/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}/bundle", lookup.get_namespace_bundle),
+    Route("GET", "/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", lookup.lookup_topic),
+)
+
+
+def find(method: str, path: str, routes: tuple[Route, ...] = ROUTES) -> tuple[Route, dict[str, str]] | int:
+    """The route for ``method`` on ``path`` and its path parameters, else 405 or 404."""
+    for route in routes:
+        match = route.pattern.fullmatch(path)
+        if match is not None:
+            chosen = next((r for r in routes if r.template == route.template and r.method == method), None)
+            if chosen is None:
+                return METHOD_NOT_ALLOWED
+            return chosen, {name: unquote(value) for name, value in match.groupdict().items()}
+    return NOT_FOUND
