@@ -93,6 +93,7 @@ class HttpConnection(asyncio.Protocol):
         self._head_bytes = 0
         self._refusal = 0
         self._url = bytearray()
+        self._raw_headers: list[tuple[bytes, bytes]] = []
         self._headers: dict[str, str] = {}
         self._body = bytearray()
 
@@ -140,18 +141,20 @@ class HttpConnection(asyncio.Protocol):
 
     def on_message_begin(self) -> None:
         self._in_head, self._head_bytes = True, 0
-        self._url, self._headers, self._body = bytearray(), {}, bytearray()
+        self._url, self._raw_headers, self._body = bytearray(), [], bytearray()
 
     def on_url(self, url: bytes) -> None:
         self._url += url
         self._count(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))  # the first one counts
+        self._raw_headers.append((name, value))
         self._count(len(name) + len(value) + 4)
 
     def on_headers_complete(self) -> None:
         self._in_head = False
+        raw = reversed(self._raw_headers)  # of repeated headers, the first one counts
+        self._headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in raw}
         version = self.parser.get_http_version()
         if version not in ("1.0", "1.1"):
             self._refusal = 400 if version == "0.9" else 505

@@ -149,7 +149,7 @@ class Exchange:
         if broker is None or not broker.alive:
             self.closes = True
             raise SimError(503, "Broker is not available")
-        found = routes.find(self.incoming.method, self.parts.path)
+        found = routes.ROUTES.find(self.incoming.method, self.parts.path)
         if not isinstance(found, tuple) or found[0].authenticated:
             refused = self._authenticate()
             if refused is not None:

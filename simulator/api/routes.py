@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from urllib.parse import unquote
 
 from pulsar_lb_operator.simulator.api import broker_stats, brokers, clusters, lookup, namespaces
@@ -27,14 +27,48 @@ class Route:
     template: str
     handler: Callable[..., Response]
     authenticated: bool = True  # False: answered without credentials (VipStatus)
-    pattern: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        regex = re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>[^/]+)", re.escape(self.template))
-        object.__setattr__(self, "pattern", re.compile(regex))
+    @property
+    def params(self) -> list[str]:
+        return re.findall(r"\{(\w+)\}", self.template)
+
+    @property
+    def regex(self) -> str:
+        """The template as a regular expression, each parameter one unnamed group."""
+        return re.sub(r"\\\{\w+\\\}", "([^/]+)", re.escape(self.template))
 
 
-ROUTES = (
+class Routes:
+    """A table of routes, matched in one pass: every template is one branch of a single regular expression,
+    tried in the table's order."""
+
+    def __init__(self, *routes: Route) -> None:
+        self.routes = routes
+        self._methods: dict[str, dict[str, Route]] = {}
+        self._branches: dict[int, tuple[str, list[str]]] = {}  # group number → template, its parameters
+        branches, group = [], 1
+        for route in routes:
+            self._methods.setdefault(route.template, {})[route.method] = route
+            if len(self._methods[route.template]) == 1:  # its template's first route: a branch of its own
+                branches.append(f"({route.regex})")
+                self._branches[group] = (route.template, route.params)
+                group += 1 + len(route.params)
+        self._pattern = re.compile("|".join(branches))
+
+    def find(self, method: str, path: str) -> tuple[Route, dict[str, str]] | int:
+        """The route for ``method`` on ``path`` and its path parameters, else 405 or 404."""
+        match = self._pattern.fullmatch(path)
+        if match is None or match.lastindex is None:
+            return NOT_FOUND
+        template, names = self._branches[match.lastindex]
+        route = self._methods[template].get(method)
+        if route is None:
+            return METHOD_NOT_ALLOWED
+        values = match.groups()[match.lastindex : match.lastindex + len(names)]
+        return route, {name: unquote(value) for name, value in zip(names, values)}
+
+
+ROUTES = Routes(
     Route("GET", "/status.html", brokers.status_html, authenticated=False),
     Route("GET", "/admin/v2/clusters", clusters.get_clusters),
     Route("GET", "/admin/v2/clusters/{cluster}/namespaceIsolationPolicies", clusters.get_namespace_isolation_policies),
@@ -75,15 +109,3 @@ ROUTES = (
     Route("GET", "/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}/bundle", lookup.get_namespace_bundle),
     Route("GET", "/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", lookup.lookup_topic),
 )
-
-
-def find(method: str, path: str, routes: tuple[Route, ...] = ROUTES) -> tuple[Route, dict[str, str]] | int:
-    """The route for ``method`` on ``path`` and its path parameters, else 405 or 404."""
-    for route in routes:
-        match = route.pattern.fullmatch(path)
-        if match is not None:
-            chosen = next((r for r in routes if r.template == route.template and r.method == method), None)
-            if chosen is None:
-                return METHOD_NOT_ALLOWED
-            return chosen, {name: unquote(value) for name, value in match.groupdict().items()}
-    return NOT_FOUND

@@ -7,7 +7,7 @@ import pytest
 
 from pulsar_lb_operator.simulator.api import routes
 from pulsar_lb_operator.simulator.api.call import Response
-from pulsar_lb_operator.simulator.api.routes import ROUTES, Route
+from pulsar_lb_operator.simulator.api.routes import ROUTES, Route, Routes
 
 
 def address(sim, name="broker-0"):
@@ -114,22 +114,23 @@ def test_a_request_the_broker_cannot_read_gets_jettys_bad_message_page_and_the_c
 
 def test_every_route_in_the_table_is_reached(sim):
     """Each template, filled in, finds its own route: no route is shadowed by one before it."""
-    for route in ROUTES:
+    assert len(ROUTES.routes) >= 29
+    for route in ROUTES.routes:
         path = route.template
-        for name in route.pattern.groupindex:
+        for name in route.params:
             path = path.replace("{" + name + "}", f"x-{name}")
-        found = routes.find(route.method, path)
+        found = ROUTES.find(route.method, path)
         assert isinstance(found, tuple) and found[0] is route, route.template
-        assert found[1] == {name: f"x-{name}" for name in route.pattern.groupindex}
+        assert found[1] == {name: f"x-{name}" for name in route.params}
 
 
 def test_the_first_matching_template_decides_and_the_method_picks_within_it():
     """As Jersey: the literal path wins over a template, and a method it lacks is 405 even when a later
     template would take it; parameters are percent-decoded."""
-    assert routes.find("DELETE", "/admin/v2/brokers/configuration/values") == routes.METHOD_NOT_ALLOWED
-    assert routes.find("PUT", "/admin/v2/brokers/health") == routes.METHOD_NOT_ALLOWED
-    assert routes.find("GET", "/admin/v2/nothing/here") == routes.NOT_FOUND
-    route, params = routes.find("DELETE", "/admin/v2/brokers/configuration/a%2Fb")
+    assert ROUTES.find("DELETE", "/admin/v2/brokers/configuration/values") == routes.METHOD_NOT_ALLOWED
+    assert ROUTES.find("PUT", "/admin/v2/brokers/health") == routes.METHOD_NOT_ALLOWED
+    assert ROUTES.find("GET", "/admin/v2/nothing/here") == routes.NOT_FOUND
+    route, params = ROUTES.find("DELETE", "/admin/v2/brokers/configuration/a%2Fb")
     assert route.handler.__name__ == "delete_dynamic_configuration" and params == {"name": "a/b"}
 
 
@@ -140,8 +141,11 @@ def test_a_route_is_one_entry_of_the_table():
     def delete_thing(call, thing):
         return Response(204)
 
-    table = (Route("GET", "/things/{thing}", get_thing), Route("DELETE", "/things/{thing}", delete_thing))
-    assert routes.find("GET", "/things/a", table) == (table[0], {"thing": "a"})
-    assert routes.find("DELETE", "/things/a", table) == (table[1], {"thing": "a"})
-    assert routes.find("PUT", "/things/a", table) == routes.METHOD_NOT_ALLOWED
-    assert routes.find("GET", "/things/a/b", table) == routes.NOT_FOUND
+    get, delete = Route("GET", "/things/{thing}", get_thing), Route("DELETE", "/things/{thing}", delete_thing)
+    table = Routes(Route("GET", "/things/all", get_thing), get, delete, Route("GET", "/{a}/{b}/{c}", get_thing))
+    assert table.find("GET", "/things/a") == (get, {"thing": "a"})
+    assert table.find("DELETE", "/things/a") == (delete, {"thing": "a"})
+    assert table.find("PUT", "/things/a") == routes.METHOD_NOT_ALLOWED
+    assert table.find("DELETE", "/things/all") == routes.METHOD_NOT_ALLOWED  # the literal template decides
+    assert table.find("GET", "/x/y/z") == (table.routes[3], {"a": "x", "b": "y", "c": "z"})  # after two groups
+    assert table.find("GET", "/things/a/b/c") == routes.NOT_FOUND
