@@ -18,4 +18,6 @@ from a real broker (modular load manager), kept as short as we could:
   load manager); the extensible load manager's own unload, split and report cadence are not modelled
   (simulator/elm.py).
 * Java exceptions' stack traces in text/plain 500 bodies are one simulated frame long.
+* A request a broker cannot read gets Jetty's bad-message page with its status's own phrase as the reason,
+  where Jetty names the parser's complaint (simulator/connection.py); answers carry no ``Server`` header.
 """

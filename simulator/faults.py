@@ -31,7 +31,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from pulsar_lb_operator.simulator.scenario import ScenarioError
+from pulsar_lb_operator.simulator.errors import ScenarioError
 
 KINDS = ("status", "status-after", "delay", "reset", "reset-after", "garbage", "html401")
 AFTER_KINDS = frozenset({"status-after", "reset-after"})

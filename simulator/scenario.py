@@ -13,23 +13,18 @@ import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
+from pulsar_lb_operator.simulator.errors import ScenarioError
+from pulsar_lb_operator.simulator.faults import FaultRule, parse_faults
 from pulsar_lb_operator.simulator.traffic import Pattern
-
-if TYPE_CHECKING:
-    from pulsar_lb_operator.simulator.faults import FaultRule
 
 ADDRESSES = ("ports", "distinct")
 EVENT_TYPES = ("add_broker", "crash_broker", "remove_broker", "restart_broker", "rolling_restart", "traffic")
 PLACEMENTS = ("LeastLongTermMessageRate", "random")
 LOAD_MANAGERS = ("modular", "extensible")  # loadManager: extensible — simulator/elm.py
-
-
-class ScenarioError(ValueError):
-    """A scenario that cannot be loaded; the message names the key."""
 
 
 @dataclass(frozen=True)
@@ -435,8 +430,6 @@ def parse_scenario(data: Any, default_name: str = "scenario") -> Scenario:
     config = data.get("config", {}) or {}
     if not isinstance(config, dict):
         raise ScenarioError("config: expected a mapping of Pulsar settings")
-    from pulsar_lb_operator.simulator.faults import parse_faults  # faults.py builds on this module's ScenarioError
-
     faults = parse_faults(data.get("faults"), names)  # names now include the brokers events add
     isolation = _isolation_policies(data.get("isolation_policies"), names, addresses)
     load_manager = data.get("loadManager", "modular")

@@ -10,13 +10,15 @@ Lowest first; a layer imports only those below it (and itself):
    ``simulate``, ``rehearse``, ``benchmark``): the one place the operator reaches into layers 2 and 4.
 6. ``operator/cli.py`` — the command line: anything.
 
-Every import counts, at module level or inside a function. A wheel built from the project holds one
+Every import counts, at module level or inside a function. No import cycle, between modules or between
+folders: a lazy import inside a function only hides one. A wheel built from the project holds one
 top-level package of ours, so nothing generic (``strategies``, ``simulator``) lands in site-packages.
 """
 
 from __future__ import annotations
 
 import ast
+import graphlib
 import shutil
 import subprocess
 import sys
@@ -218,3 +220,125 @@ def test_the_wheel_holds_one_top_level_package_of_ours(tmp_path: Path) -> None:
     assert f"{PACKAGE}/benchmarks/suite.py" in names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "operator = pulsar_lb_operator.cli:run" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+
+# ---------------------------------------------------------------------------------------------- import cycles
+
+FOLDER_PACKAGES = {"operator": PACKAGE, **{name: f"{PACKAGE}.{name}" for name in SUBPACKAGES}}  # as setup.py maps them
+
+
+def module_name(path: Path) -> str:
+    """The installed name of one of our files: ``simulator/faults.py`` → ``pulsar_lb_operator.simulator.faults``."""
+    folder, *rest = path.relative_to(ROOT).with_suffix("").parts
+    if rest[-1] == "__init__":
+        rest = rest[:-1]
+    return ".".join([FOLDER_PACKAGES[folder], *rest])
+
+
+def runtime_imports(path: Path) -> list[str]:
+    """What a file imports when it runs: module level and inside functions alike, each ``from a import b`` as
+    ``a.b``. Only an ``if TYPE_CHECKING:`` block is left out: it never runs, so it cannot catch a module half
+    initialised; it is how an annotation names a type from the module that uses this one."""
+    found: list[str] = []
+
+    class Imports(ast.NodeVisitor):
+        def visit_If(self, node: ast.If) -> None:
+            test = node.test
+            guarded = (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+                isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+            )
+            for child in node.orelse if guarded else [node.test, *node.body, *node.orelse]:
+                self.visit(child)
+
+        def visit_Import(self, node: ast.Import) -> None:
+            found.extend(alias.name for alias in node.names)
+
+        def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+            found.extend(f"{node.module}.{alias.name}" for alias in node.names)
+
+    Imports().visit(ast.parse(path.read_text(), str(path)))
+    return found
+
+
+def import_graph(files: list[Path]) -> dict[str, set[str]]:
+    """Module → the modules of ours it imports. ``from pkg import name`` counts as an import of ``pkg.name``
+    when that is a module, else of ``pkg`` itself (its ``__init__``); a package's ``__init__`` that Python
+    runs on the way to a submodule is not an edge (it runs first and cannot close a cycle through it)."""
+    names = {module_name(p): p for p in files}
+    graph: dict[str, set[str]] = {}
+    for name, path in names.items():
+        edges = set()
+        for imported in runtime_imports(path):
+            while imported and imported not in names:
+                imported = imported.rpartition(".")[0]
+            if imported and imported != name:
+                edges.add(imported)
+        graph[name] = edges
+    return graph
+
+
+def folder_graph(graph: dict[str, set[str]], files: list[Path]) -> dict[str, set[str]]:
+    """The same imports between folders (packages), leaving out a folder and its own sub-folders: a package's
+    ``__init__`` gathering its sub-packages' names is a facade, not a cycle."""
+    package_of = {module_name(p): module_name(p.parent / "__init__.py") for p in files}
+
+    def nested(a: str, b: str) -> bool:
+        return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+    folders: dict[str, set[str]] = {}
+    for module, imported in graph.items():
+        source = package_of[module]
+        targets = {package_of[m] for m in imported}
+        folders.setdefault(source, set()).update(t for t in targets if not nested(source, t))
+    return folders
+
+
+def cycle_in(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle (its first name again at the end), or None when the graph has none."""
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as exc:
+        return list(reversed(exc.args[1]))
+    return None
+
+
+def test_no_import_cycle_between_modules_or_folders() -> None:
+    files = source_files()
+    graph = import_graph(files)
+    assert sum(len(edges) for edges in graph.values()) > 300  # imports were found, not an empty graph
+    assert cycle_in(graph) is None, " → ".join(cycle_in(graph) or [])
+    folders = folder_graph(graph, files)
+    assert cycle_in(folders) is None, " → ".join(cycle_in(folders) or [])
+
+
+def test_the_cycle_check_sees_lazy_imports_and_folder_cycles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check itself fails on a cycle closed by a function-level import and on one between folders, and
+    leaves a type-only import alone (else the test above could pass vacuously)."""
+    layout = {
+        "simulator/__init__.py": "",
+        "simulator/a.py": "from pulsar_lb_operator.simulator.b import B\n",
+        "simulator/b.py": "def f():\n    from pulsar_lb_operator.simulator import a\n",
+        "simulator/c.py": "from pulsar_lb_operator.simulator import d\n",
+        "simulator/d.py": "import typing\nif typing.TYPE_CHECKING:\n    from pulsar_lb_operator.simulator.c import C\n",
+        "strategies/__init__.py": "from pulsar_lb_operator.strategies.x.one import f\n",
+        "strategies/x/__init__.py": "",
+        "strategies/x/one.py": "from pulsar_lb_operator.strategies import config\n",
+        "strategies/config.py": "",
+        "strategies/y/__init__.py": "",
+        "strategies/y/two.py": "from pulsar_lb_operator.strategies.x.one import f\n",
+        "strategies/x/three.py": "import pulsar_lb_operator.strategies.y.two\n",
+    }
+    for name, text in layout.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    files = sorted(tmp_path.rglob("*.py"))
+    graph = import_graph(files)
+    assert graph["pulsar_lb_operator.simulator.d"] == set()  # the type-only import is not an edge
+    assert graph["pulsar_lb_operator.strategies.x.one"] == {"pulsar_lb_operator.strategies.config"}
+    assert set(cycle_in(graph) or []) == {"pulsar_lb_operator.simulator.a", "pulsar_lb_operator.simulator.b"}
+    del graph["pulsar_lb_operator.simulator.b"]  # the modules' cycle gone: the folders' one remains
+    assert cycle_in(graph) is None
+    folders = folder_graph(graph, files)
+    assert set(cycle_in(folders) or []) == {"pulsar_lb_operator.strategies.x", "pulsar_lb_operator.strategies.y"}

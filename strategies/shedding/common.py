@@ -8,6 +8,7 @@ from pulsar_lb_operator.strategies.config import LoadBalancerConfig
 from pulsar_lb_operator.strategies.loaddata import LoadData
 from pulsar_lb_operator.strategies.plans import Split, Unload
 from pulsar_lb_operator.strategies.state import StrategyState
+from pulsar_lb_operator.strategies.units import fmt_bytes
 
 
 @dataclass(frozen=True)
@@ -21,13 +22,6 @@ class SheddingResult:
     state: StrategyState
     notes: tuple[str, ...] = ()
     splits: tuple[Split, ...] = ()
-
-
-def fmt_bytes(value: float) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(value) >= size:
-            return f"{value / size:.2f} {unit}/s"
-    return f"{value:.0f} B/s"
 
 
 def select_by_short_term_throughput(load: LoadData, broker: str, min_offload: float, why: str) -> list[Unload]:

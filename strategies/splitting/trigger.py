@@ -15,8 +15,8 @@ from pulsar_lb_operator.strategies.config import LoadBalancerConfig
 from pulsar_lb_operator.strategies.loaddata import BundleData, LoadData
 from pulsar_lb_operator.strategies.plans import Split
 from pulsar_lb_operator.strategies.profile import HotBundle
-from pulsar_lb_operator.strategies.shedding.common import fmt_bytes
 from pulsar_lb_operator.strategies.splitting import algorithms
+from pulsar_lb_operator.strategies.units import fmt_bytes
 
 
 class SplitLimits(NamedTuple):

@@ -9,7 +9,8 @@ from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.collect.collector import collect
 from pulsar_lb_operator.run.cycle import OperatorState, run_cycle
 from pulsar_lb_operator.simulator.cluster import UNLOAD_WINDOW_S, SimulatedCluster
-from pulsar_lb_operator.simulator.http import Fault, serve
+from pulsar_lb_operator.simulator.faults import FaultRule
+from pulsar_lb_operator.simulator.http import serve
 from pulsar_lb_operator.simulator.scenario import parse_scenario
 from pulsar_lb_operator.strategies import LoadBalancerConfig, Plan, Split, Unload
 from tests.builders import SMALL_SCENARIO as SMALL
@@ -33,9 +34,19 @@ def executor_for(sim, **safety):
 def test_collect_reads_every_broker_and_skips_the_bad_ones(sim):
     good = collect(client_for(sim), "sim", now_ms=sim.cluster.now_ms)
     assert set(good.snapshot.brokers) == set(sim.cluster.active_ids()) and not good.skipped
-    sim.inject("broker-0", Fault("/broker-stats/load-report", status=500, body="--- An unexpected error ---"))
-    sim.inject("broker-1", Fault("/broker-stats/load-report", body='{"cpu": "lots"}'))
-    sim.inject("broker-2", Fault("/broker-stats/load-report", delay_s=1.5))
+    sim.add_fault(
+        FaultRule("broker-0", path="/broker-stats/load-report", status=500, body="--- An unexpected error ---")
+    )
+    sim.add_fault(
+        FaultRule(
+            "broker-1",
+            path="/broker-stats/load-report",
+            status=200,
+            body='{"cpu": "lots"}',
+            content_type="application/json",
+        )
+    )
+    sim.add_fault("broker-2:*:/broker-stats/load-report:delay=1.5")
     result = collect(client_for(sim), "sim", now_ms=sim.cluster.now_ms, broker_timeout_s=0.7)
     ids = {n: sim.cluster.by_name(n).id for n in ("broker-0", "broker-1", "broker-2")}
     assert result.snapshot.brokers == {}
@@ -143,7 +154,9 @@ def test_exclusions_and_kill_switch(sim, tmp_path, monkeypatch):
 
 def test_a_500_on_unload_is_an_unknown_outcome_counted_as_done_and_not_retried(sim):
     """A 500 may come after the broker acted: cooldown, pending verification, counted toward the caps."""
-    sim.inject("broker-0", Fault("/unload", status=500, body="--- An unexpected error occurred in the server ---"))
+    sim.add_fault(
+        FaultRule("broker-0", path="/unload", status=500, body="--- An unexpected error occurred in the server ---")
+    )
     action = _unload(sim)
     records, state = executor_for(sim).apply(Plan("t", "t", 0, (action, _unload(sim, index=1))), ExecutorState())
     assert [r.outcome for r in records] == [Outcome.UNKNOWN, Outcome.UNKNOWN] and "HTTP 500" in records[0].detail
@@ -156,7 +169,7 @@ def test_a_500_on_unload_is_an_unknown_outcome_counted_as_done_and_not_retried(s
 
 
 def test_an_explicit_refusal_is_a_failure_and_leaves_no_cooldown(sim):
-    sim.inject("broker-0", Fault("/unload", status=412, body='{"reason": "Invalid bundle range"}'))
+    sim.add_fault(FaultRule("broker-0", path="/unload", status=412, body='{"reason": "Invalid bundle range"}'))
     records, state = executor_for(sim).apply(Plan("t", "t", 0, (_unload(sim),)), ExecutorState())
     assert records[0].outcome is Outcome.FAILED and "412" in records[0].detail
     assert state.pending == () and state.last_moved == {}

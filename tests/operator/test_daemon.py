@@ -16,7 +16,8 @@ from pulsar_lb_operator.benchmarks.metrics import RunMetrics
 from pulsar_lb_operator.run.daemon import Daemon
 from pulsar_lb_operator.run.settings import OperatorSettings
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
-from pulsar_lb_operator.simulator.http import Fault, serve
+from pulsar_lb_operator.simulator.faults import FaultRule
+from pulsar_lb_operator.simulator.http import serve
 from pulsar_lb_operator.simulator.scenario import load_scenario
 from pulsar_lb_operator.strategies import LoadBalancerConfig
 from tests.builders import free_port, operator_script
@@ -83,14 +84,16 @@ def test_failures_mid_cycle_never_crash_and_never_act_unsafely(served, tmp_path)
     daemon = make_daemon(served, tmp_path)
     daemon.config = daemon.config.replace({"loadBalancerAvgShedderHitCountHighThreshold": 1})
     # a 500 on every unload: each is an unknown outcome, counted toward the caps; the daemon goes on
-    served.inject("broker-0", Fault("/unload", status=500, body="--- An unexpected error occurred in the server ---"))
+    served.add_fault(
+        FaultRule("broker-0", path="/unload", status=500, body="--- An unexpected error occurred in the server ---")
+    )
     result = daemon.run_once()
     outcomes = [r.outcome for r in result.records] if result else []
     assert outcomes and set(outcomes) <= {Outcome.UNKNOWN, Outcome.SKIPPED}
     assert outcomes.count(Outcome.UNKNOWN) <= daemon.settings.maxUnloadsPerBroker
     served.clear_faults()
     # a slow broker is left out of the cycle, the others are still planned
-    served.inject("broker-1", Fault("/broker-stats/load-report", delay_s=2))
+    served.add_fault("broker-1:*:/broker-stats/load-report:delay=2")
     daemon.settings = OperatorSettings(**{**vars(daemon.settings), "brokerTimeoutSeconds": 0.5})
     result = daemon.run_once()
     assert result is not None and len(result.skipped_brokers) == 1

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from pulsar_lb_operator import cli
-from pulsar_lb_operator.simulator.http import Fault
+from pulsar_lb_operator.simulator.faults import FaultRule
 
 ACT_NOW = ["--set", "loadBalancerAvgShedderHitCountHighThreshold=1"]
 
@@ -39,7 +39,9 @@ def test_rebalance_executes_and_reports_outcomes(sim, capsys):
 
 
 def test_failed_actions_exit_1(sim, capsys):
-    sim.inject("broker-0", Fault("/unload", status=500, body="--- An unexpected error occurred in the server ---"))
+    sim.add_fault(
+        FaultRule("broker-0", path="/unload", status=500, body="--- An unexpected error occurred in the server ---")
+    )
     code, out, _ = run(capsys, "rebalance", "--no-dry-run", *ACT_NOW, "--set", "pauseSeconds=0")
     assert code == 1 and "unknown (HTTP 500" in out
 

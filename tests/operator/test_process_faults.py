@@ -13,7 +13,6 @@ import time
 import pytest
 
 from pulsar_lb_operator.sandbox.rehearse import pending_on_disk, wait_until
-from pulsar_lb_operator.simulator.http import Fault
 from tests.builders import operator_script
 
 ACT = [
@@ -103,7 +102,7 @@ def unload_calls(sim):
 
 def hang_unloads(sim, seconds=30.0):
     for broker in sim.cluster.brokers.values():
-        sim.inject(broker.name, Fault("/unload", delay_s=seconds))
+        sim.add_fault(f"{broker.name}:*:/unload:delay={seconds}")
 
 
 def test_sigterm_during_a_hung_unload_exits_within_the_shutdown_timeout(live_served, tmp_path):
@@ -152,7 +151,7 @@ def test_two_instances_on_one_state_only_one_acts(live_served, tmp_path):
 
 
 def test_a_hung_broker_does_not_keep_rebalance_alive(live_served, tmp_path):
-    live_served.inject("broker-1", Fault("/broker-stats/load-report", delay_s=60))
+    live_served.add_fault("broker-1:*:/broker-stats/load-report:delay=60")
     started = time.monotonic()
     code, out, err = Operator(
         live_served, tmp_path, "rebalance", "--dry-run", "--set", "brokerTimeoutSeconds=1"

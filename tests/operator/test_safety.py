@@ -14,7 +14,8 @@ from pulsar_lb_operator.act.executor import Executor, ExecutorState, Outcome, Sa
 from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.run.cycle import OperatorState, run_cycle
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
-from pulsar_lb_operator.simulator.http import Fault, serve
+from pulsar_lb_operator.simulator.faults import FaultRule
+from pulsar_lb_operator.simulator.http import serve
 from pulsar_lb_operator.simulator.scenario import parse_scenario
 from pulsar_lb_operator.store import statefile
 from pulsar_lb_operator.strategies import LoadBalancerConfig, Plan, Unload
@@ -48,7 +49,7 @@ def put_unloads(sim):
 def test_unknown_outcomes_count_toward_the_caps_at_sending(sim):
     """Every unload answers 500: still at most max_unloads_per_broker calls, each in cooldown."""
     for name in ("broker-0", "broker-1", "broker-2"):
-        sim.inject(name, Fault("/unload", status=504, body="Gateway Timeout"))
+        sim.add_fault(FaultRule(name, path="/unload", status=504, body="Gateway Timeout"))
     plan = Plan("t", "t", 0, unloads(sim, 3))
     records, state = executor_for(sim, max_unloads_per_broker=2).apply(plan, ExecutorState())
     assert [r.outcome for r in records] == [Outcome.UNKNOWN, Outcome.UNKNOWN, Outcome.SKIPPED]
@@ -117,7 +118,7 @@ def test_verification_survives_any_answer_from_owned_namespaces(sim, body):
     _, state = executor.apply(Plan("t", "t", 0, unloads(sim, 1)), ExecutorState())
     sim.cluster.advance(90)
     for name in ("broker-0", "broker-1", "broker-2"):
-        sim.inject(name, Fault("/ownedNamespaces", body=body))
+        sim.add_fault(FaultRule(name, path="/ownedNamespaces", status=200, body=body, content_type="application/json"))
     records, later = executor.verify(state)
     assert records == [] and later.pending == state.pending  # postponed, not lost
     sim.clear_faults()

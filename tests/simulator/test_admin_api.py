@@ -3,7 +3,7 @@
 import requests
 
 from pulsar_lb_operator.simulator.cluster import UNLOAD_WINDOW_S
-from pulsar_lb_operator.simulator.http import Fault
+from pulsar_lb_operator.simulator.faults import FaultRule
 
 T = (2, 10)
 
@@ -228,8 +228,12 @@ def test_an_unexpected_error_is_a_text_500_and_the_broker_keeps_serving(sim, mon
 
 
 def test_faults_and_bad_input_never_take_a_broker_down(sim):
-    sim.inject("broker-1", Fault("/broker-stats/load-report", status=500, body="--- An unexpected error"))
-    sim.inject("broker-2", Fault("/broker-stats/load-report", body="{garbage"))
+    sim.add_fault(FaultRule("broker-1", path="/broker-stats/load-report", status=500, body="--- An unexpected error"))
+    sim.add_fault(
+        FaultRule(
+            "broker-2", path="/broker-stats/load-report", status=200, body="{garbage", content_type="application/json"
+        )
+    )
     assert requests.get(f"{sim.url_of('broker-1')}/admin/v2/broker-stats/load-report", timeout=T).status_code == 500
     assert requests.get(f"{sim.url_of('broker-2')}/admin/v2/broker-stats/load-report", timeout=T).text == "{garbage"
     for path in (

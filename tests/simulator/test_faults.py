@@ -12,7 +12,7 @@ from pulsar_lb_operator import cli
 from pulsar_lb_operator.sandbox import demo
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.faults import FaultRule, FaultSpecError, parse_fault
-from pulsar_lb_operator.simulator.http import Fault, serve
+from pulsar_lb_operator.simulator.http import serve
 from pulsar_lb_operator.simulator.scenario import ScenarioError, load_scenario, parse_scenario
 from tests.builders import SMALL_SCENARIO as SMALL
 
@@ -134,14 +134,21 @@ def test_count_limit_and_runtime_changes(sim):
         sim.add_fault(FaultRule("broker-7", "GET", "/", "reset"))
 
 
-def test_the_older_fault_form_still_works(sim):
-    sim.inject("broker-1", Fault("/brokers/health", delay_s=0.2))
-    sim.inject("broker-2", Fault("/load-report", status=500, body="--- boom"))
+def test_a_rule_may_carry_its_own_body(sim):
+    """A rule made in code may answer any body: text/plain by default, or the type it names."""
+    sim.add_fault(FaultRule("broker-1", path="/brokers/health", kind="delay", delay_s=0.2))
+    sim.add_fault(FaultRule("broker-2", path="/load-report", status=500, body="--- boom"))
+    sim.add_fault(
+        FaultRule("broker-0", "GET", "/ownedNamespaces", status=200, body="[]", content_type="application/json")
+    )
     started = time.monotonic()
     assert requests.get(f"{sim.url_of('broker-1')}/admin/v2/brokers/health", timeout=T).text == "ok"
     assert time.monotonic() - started >= 0.2
     resp = requests.get(f"{sim.url_of('broker-2')}/admin/v2/broker-stats/load-report", timeout=T)
     assert resp.status_code == 500 and resp.text == "--- boom" and resp.headers["Content-Type"] == "text/plain"
+    owned = f"{sim.admin_url}/admin/v2/brokers/sim/{sim.cluster.by_name('broker-0').id}/ownedNamespaces"
+    resp = requests.get(owned, timeout=T)
+    assert resp.json() == [] and resp.headers["Content-Type"] == "application/json"
 
 
 def test_request_log_has_one_json_line_per_request_with_user_agent_and_fault(tmp_path):

@@ -23,9 +23,10 @@ from pulsar_lb_operator.benchmarks.metrics import RunMetrics
 from pulsar_lb_operator.collect.collector import MAX_CONCURRENCY, collect, concurrency
 from pulsar_lb_operator.run.cycle import OperatorState, run_cycle
 from pulsar_lb_operator.sandbox import demo
-from pulsar_lb_operator.simulator import http as sim_http
 from pulsar_lb_operator.simulator.cluster import Ownership, SimulatedCluster
-from pulsar_lb_operator.simulator.http import ServeError, ensure_fd_limit, loopback_address, serve
+from pulsar_lb_operator.simulator.connection import HttpConnection
+from pulsar_lb_operator.simulator.http import serve
+from pulsar_lb_operator.simulator.loopback import ServeError, ensure_fd_limit, loopback_address
 from pulsar_lb_operator.simulator.scenario import ScenarioError, load_scenario, parse_scenario
 from pulsar_lb_operator.strategies import LoadBalancerConfig
 from tests.builders import free_port
@@ -259,9 +260,9 @@ def _large(brokers, bundles):
 def test_collect_reads_as_many_brokers_at_once_as_it_may_and_reuses_connections(monkeypatch):
     assert concurrency(3) == 3 and concurrency(1000) == MAX_CONCURRENCY == 64 and concurrency(0) == 1
     accepted = []
-    original = sim_http._Connection.connection_made
+    original = HttpConnection.connection_made
     monkeypatch.setattr(
-        sim_http._Connection, "connection_made", lambda self, t: (accepted.append(self.broker_id), original(self, t))
+        HttpConnection, "connection_made", lambda self, t: (accepted.append(self.broker_id), original(self, t))
     )
     with serve(lambda allocate: SimulatedCluster(parse_scenario(_large(100, 2000)), allocate)) as sim:
         client = AdminClient(sim.admin_url)
