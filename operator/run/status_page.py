@@ -106,6 +106,7 @@ def status(daemon: Daemon) -> dict[str, Any]:
         "dryRun": daemon.settings.dryRun,
         "approval": daemon.settings.approval,
         "leader": daemon.elector is None or daemon.elector.is_leader(),
+        "builtinBalancer": daemon.builtin_balancer(),
         "brokers": {
             b: {"usage": round(u, 1), "hour": [round(h.get(b, 0.0), 1) for _, h in history]}
             for b, u in sorted(usage_now.items())
@@ -197,12 +198,14 @@ def render(daemon: Daemon, key: str) -> str:
         or '<tr><td colspan="3">none yet</td></tr>'
     )
     mode = "dry run" if data["dryRun"] else "acting"
+    builtin = data["builtinBalancer"] or {"state": "not read yet", "held": None}
     role = "leader" if data["leader"] else "standby"
     return PAGE.format(
         cluster=e(data["cluster"]),
         mode=mode,
         role=role,
         approval=e(data["approval"]),
+        builtin=e(builtin["held"] or f"Pulsar's own balancer: {builtin['state']}"),
         spread=data["spread"],
         brokers=brokers,
         proposals=proposals,
@@ -246,6 +249,7 @@ vertical-align: top; text-align: left }} .n {{ text-align: right }} ul {{ margin
 </style></head><body>
 <h1>pulsar-lb-operator — {cluster}</h1>
 <p id="mode">{mode}, {role}; approval: {approval}; spread now: <b id="spread">{spread}</b> points</p>
+<p id="builtin">{builtin}</p>
 <h2>Brokers</h2>
 <table id="brokers"><tr><th>broker</th><th>usage</th><th>last hour</th></tr>{brokers}</table>
 <h2>Proposals</h2>

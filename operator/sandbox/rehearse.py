@@ -415,6 +415,7 @@ def _operator(sim: SimulatedPulsar, tmp: Path, token: str, *args: str) -> subpro
         "aggregateEveryMinutes": 0,
         "loadBalancerAvgShedderHitCountHighThreshold": 1,
         "shutdownTimeoutSeconds": 5,
+        "disableBuiltinShedding": "true",  # the rehearsal's cluster runs Pulsar's own shedder, as _settings says
     }.items():
         command += ["--set", f"{key}={value}"]
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp)

@@ -94,7 +94,8 @@ def _in_tmp(tmp_path, monkeypatch):
 def rebalance(capsys, sim, *args):
     code = cli.main(["rebalance", "--admin-url", sim.admin_url, "--output", "json", *args])
     out, err = capsys.readouterr()
-    return code, (json.loads(out) if out.strip().startswith("{") else {}), err
+    lines = out.strip().splitlines()
+    return code, (json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}), err  # the "result" line
 
 
 def posts(sim):

@@ -133,7 +133,7 @@ def test_operator_simulate_load_manager_extensible_then_operator_rebalance_again
         code = cli.main([*args, *(arg for s in settings for arg in ("--set", s))])
         printed = capsys.readouterr()
         assert code == 0, printed.err
-        doc = json.loads(printed.out)
+        doc = json.loads(printed.out.splitlines()[-1])  # the "result" line
         assert doc["loadManager"]["kind"] == "extensible" and doc["shedding"] == "AvgShedder"
         assert doc["skippedBrokers"] == {} and [o for o in doc["outcomes"] if o["outcome"] == "executed"]
         assert not [r for r in sim.requests if "load-report" in r.path]
