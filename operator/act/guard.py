@@ -53,8 +53,9 @@ class Verdict:
 
 
 def _on(runtime: dict[str, Any], key: str) -> bool:
-    """Pulsar's default for all three is true; FieldParser reads a boolean as true only for "true"."""
-    return str(runtime.get(key, "true")).strip().lower() == "true"
+    """On unless it says "false": Pulsar's default for all three is true, and the runtime configuration gives a
+    boolean as String.valueOf does; anything else is an answer the guard cannot trust, so it counts as on."""
+    return str(runtime.get(key, "true")).strip().lower() != "false"
 
 
 def _describe(keys: tuple[str, ...]) -> str:

@@ -140,6 +140,7 @@ SHED, SPLIT = "loadBalancerSheddingEnabled", "loadBalancerAutoBundleSplitEnabled
     [
         ({}, (SHED, SPLIT)),  # Pulsar's defaults
         ({SHED: False, SPLIT: False}, ()),
+        ({SHED: None, SPLIT: "False "}, (SHED,)),  # an answer it cannot trust counts as on
         # modular: doLoadShedding asks loadBalancerEnabled too (isLoadSheddingEnabled), checkNamespaceBundleSplit not
         ({"loadBalancerEnabled": False}, (SPLIT,)),
         # extensible: UnloadScheduler and SplitScheduler both ask loadBalancerEnabled
