@@ -521,7 +521,12 @@ def two_instances(scenario: Scenario) -> Tally:
         try:
             first = _operator(sim, tmp, token)
             second = _operator(sim, tmp, token)
-            time.sleep(5)  # both run for a few cycles, or one is refused at once
+            # however long a busy machine takes to start them: until one has cycled (its state is on disk) and the
+            # other has ended (refused by the lock), at most 60 s; then a few cycles more
+            wait_until(
+                lambda: (tmp / "state.json").exists() and (first.poll() is not None or second.poll() is not None), 60
+            )
+            time.sleep(5)
             code2, text2 = _finish(second, signal.SIGTERM)
             code1, text1 = _finish(first, signal.SIGTERM)
         finally:
