@@ -159,9 +159,10 @@ class BuiltinGuard:
         if self.last is not None and (self.last.state, self.last.held) == (verdict.state, verdict.held):
             return
         if verdict.state == "turned off":
+            them = "them" if len(verdict.keys) > 1 else "it"
             log.warning(
                 f"turned Pulsar's own balancer off: {', '.join(f'{k}=false' for k in verdict.keys)} (dynamic "
-                "configuration); set them back to true, and stop the operator, to hand balancing back to the brokers"
+                f"configuration); set {them} back to true, and stop the operator, to hand balancing back to the brokers"
             )
         elif verdict.state == "would turn off" and dry_run:
             log.warning(f"dry run: would turn Pulsar's own balancer off before the first action: {what}; nothing sent")
