@@ -30,13 +30,13 @@ from typing import Any
 import structlog
 
 from pulsar_lb_operator.adminapi import AdminClient, AdminError
+from pulsar_lb_operator.collect.elm import EXTENSIBLE
 
 log = structlog.get_logger(__name__)
 
 ENABLED = "loadBalancerEnabled"
 SHEDDING = "loadBalancerSheddingEnabled"
 SPLIT = "loadBalancerAutoBundleSplitEnabled"
-EXTENSIBLE = "org.apache.pulsar.broker.loadbalance.extensions.ExtensibleLoadManagerImpl"
 WHAT = {SHEDDING: "shedder", SPLIT: "bundle splitter"}
 
 
