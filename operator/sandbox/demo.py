@@ -17,6 +17,7 @@ from typing import TextIO
 
 from pulsar_lb_operator import hints
 from pulsar_lb_operator.act.executor import Executor, Outcome, Safety
+from pulsar_lb_operator.act.guard import BuiltinGuard
 from pulsar_lb_operator.adminapi import AdminClient, AdminError
 from pulsar_lb_operator.benchmarks.metrics import RunMetrics
 from pulsar_lb_operator.collect import elm
@@ -89,7 +90,9 @@ def run_demo(
             raise
     sim_clock = lambda: cluster.now_ms / 1000  # noqa: E731 - the executor runs on simulated time
     safety = Safety(dry_run=False, cooldown_minutes=config.loadBalancerSheddingGracePeriodMinutes)
-    executor = Executor(client, scenario.cluster, safety, clock=sim_clock, sleep=lambda _s: None)
+    # as a person going live does (disableBuiltinShedding: true): Pulsar's own balancer off before the first action
+    guard = BuiltinGuard(client, disable=True, splits=config.loadBalancerAutoBundleSplitEnabled)
+    executor = Executor(client, scenario.cluster, safety, clock=sim_clock, sleep=lambda _s: None, guard=guard)
     names = {b.id: b.name for b in cluster.brokers.values()}
     interval_s = config.loadBalancerSheddingIntervalMinutes * 60
     total_s = (minutes or scenario.duration_s / 60) * 60
@@ -111,6 +114,7 @@ def run_demo(
             f"and {safety.max_unloads_per_broker} per broker; usage = weighted max resource usage, true value.\n",
             file=out,
         )
+        print(f"{_builtin_line(guard)}\n", file=out)
         if reporters is not None:
             print(
                 f"Load manager: extensible (ExtensibleLoadManagerImpl): no load reports; each broker's load is read "
@@ -190,6 +194,20 @@ def run_demo(
             reporters.close()
         client.close()
         sim.stop()
+
+
+def _builtin_line(guard: BuiltinGuard) -> str:
+    """What the demo does about the simulated cluster's own balancer, in one line."""
+    keys, _ = guard.read()
+    if not keys:
+        return (
+            "Pulsar's own balancer is off on the simulated cluster where it would meet the operator (its scenario "
+            "turns it off): the operator acts alone."
+        )
+    return (
+        f"Pulsar's own balancer is on ({', '.join(f'{k}=true' for k in keys)}): the operator turns it off before its "
+        "first action, as disableBuiltinShedding: true does."
+    )
 
 
 def run_simulator(

@@ -415,6 +415,7 @@ def _operator(sim: SimulatedPulsar, tmp: Path, token: str, *args: str) -> subpro
         "aggregateEveryMinutes": 0,
         "loadBalancerAvgShedderHitCountHighThreshold": 1,
         "shutdownTimeoutSeconds": 5,
+        "disableBuiltinShedding": "true",  # the rehearsal's cluster runs Pulsar's own shedder, as _settings says
     }.items():
         command += ["--set", f"{key}={value}"]
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp)
@@ -449,6 +450,13 @@ def _finish(proc: subprocess.Popen[str], sig: int | None, timeout_s: float = 30.
     return proc.returncode, out + err
 
 
+def _mtime(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return None
+
+
 def _wall_clock_scenario(scenario: Scenario) -> Callable[[Callable[[str], str]], SimulatedCluster]:
     epoch_ms = int(time.time() * 1000)
     return lambda allocate: SimulatedCluster(scenario, allocate, epoch_ms)
@@ -478,8 +486,13 @@ def sigkill_and_restart(scenario: Scenario) -> Tally:
                 tally.notes.append("no unload was in flight when the process was killed")
                 tally.rail_violations += 1  # the rehearsal itself did not happen: never report a clean row
             sim.clear_faults()
+            state_file = tmp / "state.json"
+            written = _mtime(state_file)
             second = _operator(sim, tmp, token)
-            time.sleep(6)  # a few cycles after the restart
+            # however long a busy machine takes to start it: until its first cycle wrote the state (at most 60 s),
+            # then a few cycles more
+            wait_until(lambda: second.poll() is not None or _mtime(state_file) != written, 60)
+            time.sleep(6)
             code2, text2 = _finish(second, signal.SIGTERM)
             if code2 != 0:
                 tally.daemon_crashes += 1
@@ -520,7 +533,12 @@ def two_instances(scenario: Scenario) -> Tally:
         try:
             first = _operator(sim, tmp, token)
             second = _operator(sim, tmp, token)
-            time.sleep(5)  # both run for a few cycles, or one is refused at once
+            # however long a busy machine takes to start them: until one has cycled (its state is on disk) and the
+            # other has ended (refused by the lock), at most 60 s; then a few cycles more
+            wait_until(
+                lambda: (tmp / "state.json").exists() and (first.poll() is not None or second.poll() is not None), 60
+            )
+            time.sleep(5)
             code2, text2 = _finish(second, signal.SIGTERM)
             code1, text1 = _finish(first, signal.SIGTERM)
         finally:

@@ -52,7 +52,8 @@ def _in_tmp(tmp_path, monkeypatch):
 def rebalance(capsys, *args):
     code = cli.main(["rebalance", "--output", "json", *args])
     out, err = capsys.readouterr()
-    return code, (json.loads(out) if out.strip().startswith("{") else {}), err
+    lines = out.strip().splitlines()
+    return code, (json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}), err  # the "result" line
 
 
 def executed(doc):
