@@ -1,0 +1,157 @@
+"""Where the operator's credentials may go: the origins it knows, and the one function that decides.
+
+A request carries the operator's credentials — its bearer token, an OAuth2 access token, a basic-auth or
+``~/.netrc`` login — so it is sent only to an *origin* (scheme, host, port; RFC 6454) the operator knows:
+
+- the admin URL's;
+- the configured overrides' (``brokerWebServiceUrls``, ``brokerWebServiceUrlTemplate`` for each listed broker);
+- each broker the cluster lists, as ``<admin URL's scheme>://<broker id>``;
+- the web URLs a listed broker gives for itself — ``webServiceUrl`` / ``webServiceUrlTls`` in its own load
+  report, or its registration as the admin API's 307 names it — when on that broker's own host: with TLS a
+  broker redirects to its ``webServiceUrlTls``, whose port is not the one in its id (PulsarWebResource builds
+  every redirect from the target's lookup data: the request URI with the host and port — and, for a broker
+  named by id, the scheme — replaced).
+
+``KnownOrigins.refusal`` says why a URL is not one of them, in a few words, or None. It also refuses what no
+list can make safe: plain ``http`` when the admin URL is ``https`` (the token would cross the network in
+clear), a user name or password in a URL the operator's owner did not configure (``requests`` would send it
+as basic auth in place of the token), and a URL two parsers read differently (``http://a\\@b/``: ``urllib``
+reads host ``b``, ``urllib3`` — which opens the connection — reads ``a``). A URL is read as ``urllib3`` reads
+it, so the origin checked is the one connected to. Hosts are compared normalised: lower case, without a
+trailing dot, IP literals in one spelling (``[0:0::1]`` is ``[::1]``), a missing port as the scheme's default
+(http 80, https 443). With an ``http`` admin URL, ``https`` to a known host and port is known too: the same
+listener, encrypted.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import threading
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from urllib3.exceptions import LocationParseError
+from urllib3.util import parse_url
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+NOT_KNOWN = "is not the admin URL's, an override's or a listed broker's"
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Scheme, normalised host and port of an http(s) URL."""
+
+    scheme: str
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """A URL as it would be connected to: its origin and whether it names a user (or password)."""
+
+    origin: Origin
+    userinfo: str | None
+
+
+class UnusableUrl(ValueError):
+    """A URL no request is sent to: not http(s), no host, a bad port, or read differently by two parsers."""
+
+
+def normal_host(host: str) -> str:
+    """Lower case, no brackets or trailing dot; an IP literal in its canonical spelling."""
+    host = host.strip("[]").lower().rstrip(".")
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        return host
+
+
+def parse(url: str) -> Parsed:
+    """The origin ``url`` would be connected to (urllib3 reads it for requests); UnusableUrl otherwise."""
+    try:
+        parts = parse_url(url)
+        other = urlsplit(url)
+        other_port = other.port
+    except (LocationParseError, ValueError):
+        raise UnusableUrl("not a URL with a valid host and port") from None
+    scheme = (parts.scheme or "").lower()
+    if scheme not in DEFAULT_PORTS:
+        raise UnusableUrl(f"scheme {scheme or 'none'!r} is not http or https")
+    if not parts.host or not normal_host(parts.host):
+        raise UnusableUrl("no host")
+    origin = Origin(scheme, normal_host(parts.host), parts.port or DEFAULT_PORTS[scheme])
+    other_host = normal_host(other.hostname or "")
+    if (other_host, other_port or DEFAULT_PORTS[scheme], bool(other.username or other.password)) != (
+        origin.host,
+        origin.port,
+        parts.auth is not None,
+    ):
+        raise UnusableUrl("its host reads differently to different URL parsers")
+    return Parsed(origin, parts.auth)
+
+
+def describe(url: str) -> str:
+    """``url``'s origin for a message (never its path, query or any user name or password)."""
+    try:
+        return str(parse(url).origin)
+    except UnusableUrl:
+        return repr(urlsplit(url).scheme + "://…") if "://" in url else "a malformed URL"
+
+
+class KnownOrigins:
+    """The origins credentials may go to (see the module's docstring); thread-safe."""
+
+    def __init__(self, admin_url: str) -> None:
+        self.tls_only = admin_url.strip().lower().startswith("https:")
+        self._origins: set[Origin] = set()
+        self._hosts: set[str] = set()
+        self._configured_userinfo: set[tuple[Origin, str]] = set()
+        self._lock = threading.Lock()
+        self.add(admin_url, configured=True)
+
+    def add(self, url: str, configured: bool = False) -> Origin | None:
+        """Know ``url``'s origin (``configured``: the owner typed it, user name and password included)."""
+        try:
+            parsed = parse(url)
+        except UnusableUrl:
+            return None
+        with self._lock:
+            self._origins.add(parsed.origin)
+            self._hosts.add(parsed.origin.host)
+            if configured and parsed.userinfo is not None:
+                self._configured_userinfo.add((parsed.origin, parsed.userinfo))
+        return parsed.origin
+
+    def refusal(self, url: str) -> str | None:
+        """None when a request to ``url`` may carry the operator's credentials; else why not, in a few words.
+
+        The one decision: the admin client sends nothing where this refuses, so nothing it holds goes there.
+        """
+        return self._judge(url)[0]
+
+    def other_port_of_known_host(self, url: str) -> str | None:
+        """The host, when ``url`` is refused only for being another port (or scheme) of a known host."""
+        return self._judge(url)[1]
+
+    def _judge(self, url: str) -> tuple[str | None, str | None]:
+        try:
+            parsed = parse(url)
+        except UnusableUrl as exc:
+            return str(exc), None
+        origin = parsed.origin
+        if parsed.userinfo is not None and (origin, parsed.userinfo) not in self._configured_userinfo:
+            return "it carries a user name or password", None
+        if origin.scheme == "http" and self.tls_only:
+            return "plain http, and the admin URL is https", None
+        if origin in self._origins:
+            return None, None
+        if origin.scheme == "https" and Origin("http", origin.host, origin.port) in self._origins:
+            return None, None  # the same listener a known http origin names, encrypted
+        if origin.host in self._hosts:
+            return f"{origin.scheme} port {origin.port} of {origin.host} {NOT_KNOWN}", origin.host
+        return f"host {origin.host} {NOT_KNOWN}", None
