@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from pulsar_lb_operator import __version__, control_cli, hints
+from pulsar_lb_operator import __version__, control_cli, hints, lifecycle
 from pulsar_lb_operator.adminapi import AdminError
 from pulsar_lb_operator.collect import elm
 from pulsar_lb_operator.record import logs, render
@@ -355,7 +355,9 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from pulsar_lb_operator.run import live
 
-    return live.run_daemon(args)
+    # until the daemon hears the signals itself, they end it in order too; pyspark's temporary files go with ours
+    with lifecycle.exit_on_signals(), lifecycle.temp_files_inside("run"):
+        return live.run_daemon(args)
 
 
 def cmd_aggregate(args: argparse.Namespace) -> int:
@@ -387,16 +389,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     if args.audit_url and not args.audit_url.startswith(("pulsar://", "pulsar+ssl://")):
         raise UsageError(f"--audit-url {args.audit_url!r} is not a pulsar:// or pulsar+ssl:// URL")
-    return demo.run_demo(
-        args.scenario,
-        args.strategy,
-        args.placement,
-        args.minutes,
-        audit_url=args.audit_url,
-        audit_topic=args.audit_topic,
-        audit_spool=args.audit_spool,
-        load_manager=args.load_manager,
-    )
+    with lifecycle.exit_on_signals():  # SIGTERM/SIGHUP end it as Ctrl-C does: what it started is stopped, removed
+        return demo.run_demo(
+            args.scenario,
+            args.strategy,
+            args.placement,
+            args.minutes,
+            audit_url=args.audit_url,
+            audit_topic=args.audit_topic,
+            audit_spool=args.audit_spool,
+            load_manager=args.load_manager,
+        )
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -404,15 +407,16 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     if args.speed <= 0:
         raise UsageError("--speed must be positive")
-    return demo.run_simulator(
-        args.scenario,
-        args.port,
-        args.speed,
-        args.token,
-        faults=args.fault,
-        request_log=args.request_log,
-        load_manager=args.load_manager,
-    )
+    with lifecycle.exit_on_signals():  # SIGTERM/SIGHUP stop it as Ctrl-C does: what it started is stopped, removed
+        return demo.run_simulator(
+            args.scenario,
+            args.port,
+            args.speed,
+            args.token,
+            faults=args.fault,
+            request_log=args.request_log,
+            load_manager=args.load_manager,
+        )
 
 
 def cmd_benchmark(args: argparse.Namespace) -> int:

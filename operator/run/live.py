@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import concurrent.futures.thread
 import json
 import os
 import random
 import sys
 import threading
 
-from pulsar_lb_operator import hints
+from pulsar_lb_operator import hints, lifecycle
 from pulsar_lb_operator.act import guard
 from pulsar_lb_operator.act.executor import Executor
 from pulsar_lb_operator.adminapi import AdminClient, auth
@@ -203,10 +204,17 @@ def _elector(settings: OperatorSettings) -> daemon_module.Elector | None:
 
 def _exit_now_if_threads_linger(code: int, abandoned: bool) -> None:
     """A call that hung past the shutdown timeout lives on in a worker thread; the process must still end
-    (its attempt is on disk). Python would join every non-daemon thread, and every executor's worker,
+    (its attempt is on disk). Python would join every non-daemon thread, and every executor's worker — a
+    daemon thread too (the scheduler's are: an aggregation in flight would hold the exit for its whole run) —
     at exit, so end here."""
-    lingering = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    workers = set(getattr(concurrent.futures.thread, "_threads_queues", ()))
+    lingering = [
+        t
+        for t in threading.enumerate()
+        if t is not threading.main_thread() and t.is_alive() and (not t.daemon or t in workers)
+    ]
     if abandoned or lingering:
+        lifecycle.finish()  # os._exit runs no atexit: Spark's JVM and the temporary directories, now
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
