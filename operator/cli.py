@@ -228,9 +228,10 @@ def build_parser() -> argparse.ArgumentParser:
         "rehearse",
         help="run the operator against a matrix of injected faults and count what went wrong",
         description="Serve a simulated cluster with faults (every kind on every admin endpoint the operator "
-        "calls, a broker crash mid-cycle, the kill switch, a dry run, kill -9 and restart, two instances) and run "
-        "the operator's cycles against each. Prints faults injected, daemon crashes, rail violations, double "
-        "actions, state lost and secrets in logs; exits 0 only if all but the first are 0. "
+        "calls, a broker crash mid-cycle, the kill switch, a dry run, kill -9 and restart, two instances, redirects "
+        "to origins it does not know, signals to commands that start processes) and run the operator's cycles "
+        "against each. Prints faults injected, daemon crashes, rail violations, double actions, state lost, secrets "
+        "in logs, sent astray and left behind; exits 0 only if all but the first are 0. "
         "Example: operator rehearse --quick",
     )
     rehearse.add_argument("--scenario", default="demo", help="a shipped scenario name or a file (default: demo)")
@@ -355,9 +356,13 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from pulsar_lb_operator.run import live
 
-    # until the daemon hears the signals itself, they end it in order too; pyspark's temporary files go with ours
+    # until the daemon hears the signals itself, they end it in order too (and exit 0, as the daemon does);
+    # pyspark's temporary files go with ours
     with lifecycle.exit_on_signals(), lifecycle.temp_files_inside("run"):
-        return live.run_daemon(args)
+        try:
+            return live.run_daemon(args)
+        except KeyboardInterrupt:
+            return 0
 
 
 def cmd_aggregate(args: argparse.Namespace) -> int:

@@ -126,40 +126,47 @@ def cleanup() -> None:
 
 
 def finish() -> None:
-    """``cleanup``, then every other child process of ours still running (SIGTERM, SIGKILL after the grace
-    period): for the end of the process only — a child someone else started is ended too."""
+    """``cleanup``, then every other process this one started, directly or not, still running (SIGTERM, then
+    SIGKILL after the grace period): for the end of the process only — what someone else started ends too."""
     cleanup()
     with _handlers(dict.fromkeys(SIGNALS, signal.SIG_IGN)):
-        others = _other_children()
+        others = _descendants()
         for pid in others:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_S
         while others and time.monotonic() < deadline:
             time.sleep(0.05)
-            others = [pid for pid in others if _running(pid)]
+            others = [pid for pid in others if pid in _processes()]
         for pid in others:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
 
-def _other_children() -> list[int]:
-    """Our child processes that still run (Linux: /proc; elsewhere none are found)."""
-    found = []
-    with contextlib.suppress(OSError):
-        for entry in os.scandir("/proc"):
-            if entry.name.isdigit() and _running(int(entry.name), parent=os.getpid()):
-                found.append(int(entry.name))
+def _descendants() -> list[int]:
+    """The processes this one started, and theirs, that still run (Linux: /proc; elsewhere none are found)."""
+    parents = _processes()
+    found, frontier = [], {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier and pid not in found}
+        found += sorted(frontier)
     return found
 
 
-def _running(pid: int, parent: int | None = None) -> bool:
-    """Whether ``pid`` runs (a zombie has ended), and is ``parent``'s child when that is given."""
-    try:  # /proc/<pid>/stat: "pid (comm) state ppid …"
-        state, ppid = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[:2]
-    except (OSError, ValueError):
-        return False
-    return state not in ("Z", "X") and (parent is None or int(ppid) == parent)
+def _processes() -> dict[int, int]:
+    """Every running process (a zombie has ended) and its parent."""
+    running = {}
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:  # /proc/<pid>/stat: "pid (comm) state ppid …"
+                state, ppid = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()[:2]
+            except (OSError, ValueError):
+                continue
+            if state not in ("Z", "X"):
+                running[int(entry.name)] = int(ppid)
+    return running
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from pulsar_lb_operator.sandbox.rehearse import pending_on_disk, wait_until
+from pulsar_lb_operator.sandbox.processes import pending_on_disk, wait_until
 from pulsar_lb_operator.simulator.http import Fault
 from tests.builders import operator_script
 
