@@ -219,11 +219,13 @@ def left_behind(
     exit_code: int,
     env: dict[str, str] | None = None,
     timeout_s: float = 120.0,
+    settle_s: float = 0.0,
 ) -> Tally:
     """``operator ARGS`` as a subprocess, marked, with a temporary directory of its own; ``signum`` once
     ``ready(output, marked processes)``; then, the moment it has exited, the processes still carrying its mark
     and what is left in its temporary directory (its ``TMPDIR``, and Spark's through ``SPARK_LOCAL_DIRS`` and
-    ``java.io.tmpdir``). Anything left is killed and removed here, after it was counted."""
+    ``java.io.tmpdir``). Anything left is killed and removed here, after it was counted. ``settle_s``: how long
+    processes on their way out may take (a child the kernel kills with its parent dies a moment after it)."""
     tally = Tally("", faults_injected=1)  # the signal
     mark = secrets.token_hex(8)
     with tempfile.TemporaryDirectory(prefix="pulsar-lb-rehearse-") as work:
@@ -252,6 +254,7 @@ def left_behind(
         except subprocess.TimeoutExpired:
             proc.kill()
             code = proc.wait()
+        wait_until(lambda: not processes_marked(mark), settle_s)
         left, files = processes_marked(mark), sorted(p.name for p in tmp.iterdir())
         for line in left:
             with contextlib.suppress(ProcessLookupError):
