@@ -160,23 +160,30 @@ class AdminClient:
         ``webServiceUrlTls``: the certificate the host presents there vouches for the port). Never a user name
         or password, never another host; under http, never another port (a process on that port of a
         broker's host would get the token in clear)."""
+        own = self._own_origin(broker_id)
         try:
             given = origins.parse(url)
-            own = origins.parse(f"{self.scheme}://{broker_id}").origin
         except origins.UnusableUrl:
             return False
         where = given.origin
-        if given.userinfo is not None or where.host != own.host:
+        if own is None or given.userinfo is not None or where.host != own.host:
             return False
         same_port_tls = where.scheme == "https" and where.port == own.port
         return where == own or same_port_tls or (where.scheme == "https" and self.known.tls_only)
 
-    def _know_registered(self, broker_id: str, url: str) -> bool:
-        """Remember ``url`` as ``broker_id``'s web URL when the cluster vouches for it (see ``_vouched``)."""
+    def _own_origin(self, broker_id: str) -> origins.Origin | None:
+        """``<admin URL's scheme>://<id>``'s origin (None for an id that is no host:port)."""
+        try:
+            return origins.parse(f"{self.scheme}://{broker_id}").origin
+        except origins.UnusableUrl:
+            return None
+
+    def _learn_url(self, broker_id: str, url: str) -> bool:
+        """Use ``url`` as ``broker_id``'s web URL from now on, if the cluster vouches for it (``_vouched``)."""
         if not self._vouched(broker_id, url):
             return False
         with self._lock:
-            self._learned.setdefault(broker_id, url)
+            self._learned[broker_id] = url
             self.known.add(url)
         return True
 
@@ -241,10 +248,7 @@ class AdminClient:
             chosen = (tls or plain) if self.scheme == "https" else (plain or tls)
             if not chosen or self._override(broker_id):
                 return
-            if self._vouched(broker_id, chosen):
-                self._learned[broker_id] = chosen
-                self.known.add(chosen)
-            elif f"untrusted {broker_id}" not in self._warned:
+            if not self._learn_url(broker_id, chosen) and f"untrusted {broker_id}" not in self._warned:
                 self._warned.add(f"untrusted {broker_id}")
                 log.warning(
                     "broker publishes a web URL that is not on its own host (or is plain http under an https "
@@ -271,7 +275,7 @@ class AdminClient:
                         base = self._registered(self.admin_url, other)
                         if base == "":
                             self._answered_itself.add(other)
-                    if not base or not self._know_registered(other, base):
+                    if not base or not self._learn_url(other, base):
                         continue
                     found = self._registered(base, broker_id) or None
                     if found:
@@ -280,7 +284,7 @@ class AdminClient:
                     with self._lock:
                         self._learned[broker_id] = self.admin_url
                     return self.admin_url
-            if found and self._know_registered(broker_id, found):
+            if found and self._learn_url(broker_id, found):
                 return found
             if f"undiscovered {broker_id}" not in self._warned:
                 self._warned.add(f"undiscovered {broker_id}")
@@ -418,7 +422,8 @@ class AdminClient:
         with self._lock:
             unlearned = [b for b in self._broker_ids if b not in self._learned and not self._override(b)]
         for broker_id in unlearned:
-            if origins.parse(f"{self.scheme}://{broker_id}").origin.host == host:
+            own = self._own_origin(broker_id)
+            if own is not None and own.host == host:
                 self._discover(broker_id)
         return self.known.refusal(url)
 

@@ -6,11 +6,11 @@ A request carries the operator's credentials — its bearer token, an OAuth2 acc
 - the admin URL's;
 - the configured overrides' (``brokerWebServiceUrls``, ``brokerWebServiceUrlTemplate`` for each listed broker);
 - each broker the cluster lists, as ``<admin URL's scheme>://<broker id>``;
-- the web URLs a listed broker gives for itself — ``webServiceUrl`` / ``webServiceUrlTls`` in its own load
-  report, or its registration as the admin API's 307 names it — when on that broker's own host: with TLS a
-  broker redirects to its ``webServiceUrlTls``, whose port is not the one in its id (PulsarWebResource builds
-  every redirect from the target's lookup data: the request URI with the host and port — and, for a broker
-  named by id, the scheme — replaced).
+- under an https admin URL, the https web URL a listed broker gives for itself on its own host —
+  ``webServiceUrlTls`` in its own load report, or its registration as the admin API's 307 names it: with TLS
+  a broker redirects to its ``webServiceUrlTls``, whose port is not the one in its id (PulsarWebResource
+  builds every redirect from the target's lookup data: the request URI with the host and port — and, for a
+  broker named by id, the scheme — replaced). The admin client decides which (``AdminClient._vouched``).
 
 ``KnownOrigins.refusal`` says why a URL is not one of them, in a few words, or None. It also refuses what no
 list can make safe: plain ``http`` when the admin URL is ``https`` (the token would cross the network in
@@ -26,14 +26,16 @@ listener, encrypted.
 from __future__ import annotations
 
 import ipaddress
+import re
 import threading
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from urllib3.exceptions import LocationParseError
 from urllib3.util import parse_url
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
+HOSTNAME = re.compile(r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*")
 NOT_KNOWN = "is not the admin URL's, an override's or a listed broker's"
 
 
@@ -63,12 +65,15 @@ class UnusableUrl(ValueError):
 
 
 def normal_host(host: str) -> str:
-    """Lower case, no brackets or trailing dot; an IP literal in its canonical spelling."""
-    host = host.strip("[]").lower().rstrip(".")
+    """Lower case, no brackets or trailing dot; an IP literal in its canonical spelling; "" for what is neither
+    an IP literal nor a DNS name (ASCII letters, digits, ``-``, ``_``, dots between labels)."""
+    if host.startswith("["):  # an IPv6 literal; its zone (``%eth0``) may come percent-encoded (``%25eth0``)
+        host = unquote(host[1:-1])
+    host = host.lower().rstrip(".")
     try:
         return str(ipaddress.ip_address(host))
     except ValueError:
-        return host
+        return host if HOSTNAME.fullmatch(host) else ""
 
 
 def parse(url: str) -> Parsed:
@@ -82,10 +87,12 @@ def parse(url: str) -> Parsed:
     scheme = (parts.scheme or "").lower()
     if scheme not in DEFAULT_PORTS:
         raise UnusableUrl(f"scheme {scheme or 'none'!r} is not http or https")
-    if not parts.host or not normal_host(parts.host):
+    if not parts.host:
         raise UnusableUrl("no host")
+    if not normal_host(parts.host):
+        raise UnusableUrl("its host is neither a DNS name nor an IP address")
     origin = Origin(scheme, normal_host(parts.host), parts.port or DEFAULT_PORTS[scheme])
-    other_host = normal_host(other.hostname or "")
+    other_host = normal_host(f"[{other.hostname}]" if ":" in (other.hostname or "") else other.hostname or "")
     if (other_host, other_port or DEFAULT_PORTS[scheme], bool(other.username or other.password)) != (
         origin.host,
         origin.port,
@@ -100,7 +107,7 @@ def describe(url: str) -> str:
     try:
         return str(parse(url).origin)
     except UnusableUrl:
-        return repr(urlsplit(url).scheme + "://…") if "://" in url else "a malformed URL"
+        return f"{url.partition('://')[0][:10]}://…" if "://" in url else "a malformed URL"
 
 
 class KnownOrigins:

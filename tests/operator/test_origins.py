@@ -294,3 +294,18 @@ def test_the_oauth2_client_secret_goes_only_to_the_token_endpoint_the_issuer_nam
         OAuth2Credentials("https://idp.example", str(secret)).bearer()
     assert "client-s3cret" not in str(caught.value)
     assert not any("elsewhere" in call.request.url for call in responses.calls)
+
+
+@responses.activate
+def test_broker_ids_that_are_no_host_and_port_are_never_an_origin_and_never_a_crash():
+    admin = AdminClient("https://broker-a:8443", token="t", retries=1)
+    responses.get("https://broker-a:8443/admin/v2/brokers/c", json=["a b", "x:y", "[::1", "broker-b:8080"])
+    admin.active_brokers("c")
+    for weird in ("a b", "x:y", "[::1"):
+        with pytest.raises(RedirectError) as refused:
+            admin.load_report(weird)
+        assert "\n" not in str(refused.value) and refused.value.reason.startswith("call refused:")
+    where = "/admin/v2/namespaces/t/ns/0x0_0x1/unload"
+    responses.put(f"https://broker-a:8443{where}", status=307, headers={"Location": f"https://broker-a:9999{where}"})
+    with pytest.raises(RedirectError, match="https port 9999 of broker-a is not"):
+        admin.unload("t/ns/0x0_0x1")
