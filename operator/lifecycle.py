@@ -131,6 +131,8 @@ def finish() -> None:
     cleanup()
     with _handlers(dict.fromkeys(SIGNALS, signal.SIG_IGN)):
         others = _descendants()
+        if others:  # what our threads print as these end under them (pyspark's, of its JVM) is noise
+            quiet()
         for pid in others:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
@@ -141,6 +143,15 @@ def finish() -> None:
         for pid in others:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def quiet() -> None:
+    """From now on nothing more reaches our stdout and stderr (flushed first): for the very end of the process,
+    when threads left behind would only report their own ending."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+            os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
 
 
 def _descendants() -> list[int]:
@@ -172,8 +183,10 @@ def _processes() -> dict[int, int]:
 @contextlib.contextmanager
 def exit_on_signals() -> Iterator[None]:
     """Meanwhile SIGTERM and SIGHUP raise ``Interrupted`` in the main thread, SIGINT KeyboardInterrupt (in another
-    thread: nothing changes)."""
-    with _handlers({s: signal.default_int_handler if s == signal.SIGINT else _interrupt for s in SIGNALS}):
+    thread: nothing changes). A signal the process was started ignoring stays ignored (``nohup`` ignores
+    SIGHUP; a shell starts a background job ignoring SIGINT)."""
+    wanted = {s: signal.default_int_handler if s == signal.SIGINT else _interrupt for s in SIGNALS}
+    with _handlers({s: handler for s, handler in wanted.items() if signal.getsignal(s) != signal.SIG_IGN}):
         yield
 
 

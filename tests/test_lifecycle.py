@@ -40,7 +40,7 @@ def assert_nothing_left(tally) -> None:
     assert tally.daemon_crashes == 0 and tally.left_behind == 0, tally.notes
 
 
-@pytest.mark.parametrize("signum", SIGNALS)
+@pytest.mark.parametrize("signum", [*SIGNALS, pytest.param(signal.SIGHUP, id="SIGHUP")])  # HUP: its terminal closed
 @pytest.mark.parametrize("load_manager", ["modular", "extensible"])
 def test_operator_simulate_leaves_nothing_behind(signum, load_manager):
     started = "pulsar-lite" if load_manager == "extensible" else ""
@@ -67,6 +67,7 @@ def test_operator_run_leaves_no_spark_jvm_during_an_aggregation(live_served, tmp
         "profileUri": str(tmp_path / "profile"),
         "aggregateEveryMinutes": 0.05,
         "stateFile": str(tmp_path / "state.json"),
+        "shutdownTimeoutSeconds": 10,
     }
     args = ["run", "--dry-run", *(part for key, value in settings.items() for part in ("--set", f"{key}={value}"))]
     jvm = up_for(2.0, lambda _output, others: "java" in others)  # the job is under way
@@ -108,3 +109,31 @@ def test_a_child_forked_by_a_short_lived_thread_outlives_that_thread_but_not_the
     assert poll == "None"  # alive after the thread that asked for it ended
     assert processes_marked(mark) == [] and not Path(f"/proc/{pid}").exists() and list(tmp_path.iterdir()) == []
     assert Path(directory).name.startswith("pulsar-lb-test-")
+
+
+def test_a_signal_the_command_was_started_ignoring_stays_ignored(tmp_path):
+    """``nohup operator simulate …``: SIGHUP stays ignored; SIGTERM still stops it, in order."""
+    from tests.builders import operator_script
+
+    proc = subprocess.Popen(
+        [operator_script(), "simulate", "demo"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp_path,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),  # as nohup starts it
+    )
+    try:
+        assert proc.stdout is not None
+        while "Ctrl-C stops" not in proc.stdout.readline():
+            assert proc.poll() is None
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(1)
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()

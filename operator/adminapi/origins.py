@@ -121,18 +121,18 @@ class KnownOrigins:
         self._lock = threading.Lock()
         self.add(admin_url, configured=True)
 
-    def add(self, url: str, configured: bool = False) -> Origin | None:
-        """Know ``url``'s origin (``configured``: the owner typed it, user name and password included)."""
+    def add(self, url: str, configured: bool = False) -> None:
+        """Know ``url``'s origin (``configured``: the owner typed it, user name and password included); a URL
+        ``parse`` refuses adds nothing."""
         try:
             parsed = parse(url)
         except UnusableUrl:
-            return None
+            return
         with self._lock:
             self._origins.add(parsed.origin)
             self._hosts.add(parsed.origin.host)
             if configured and parsed.userinfo is not None:
                 self._configured_userinfo.add((parsed.origin, parsed.userinfo))
-        return parsed.origin
 
     def refusal(self, url: str) -> str | None:
         """None when a request to ``url`` may carry the operator's credentials; else why not, in a few words.

@@ -214,11 +214,6 @@ def _exit_now_if_threads_linger(code: int, abandoned: bool) -> None:
         if t is not threading.main_thread() and t.is_alive() and (not t.daemon or t in workers)
     ]
     if abandoned or lingering:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        # What the abandoned threads say from here on is noise: a call, a Spark job failing as they are ended.
-        quiet = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(quiet, sys.stdout.fileno())
-        os.dup2(quiet, sys.stderr.fileno())
+        lifecycle.quiet()  # what the abandoned threads say from here on is noise: a call, a job failing as it ends
         lifecycle.finish()  # os._exit runs no atexit: Spark's JVM and the temporary directories, now
         os._exit(code)

@@ -240,6 +240,7 @@ def left_behind(
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            errors="replace",  # the reader must never stop: a full pipe would block the command's next write
             cwd=work,
         )
         lines: list[str] = []
@@ -250,7 +251,7 @@ def left_behind(
         if up and proc.poll() is None:
             proc.send_signal(signum)
         try:
-            code = proc.wait(60)
+            code = proc.wait(90)
         except subprocess.TimeoutExpired:
             proc.kill()
             code = proc.wait()
@@ -266,7 +267,8 @@ def left_behind(
     if not up or code != exit_code or "Traceback" in text:
         tally.daemon_crashes += 1
         why = "never got ready" if not up else f"exited {code} (expected {exit_code})"
-        tally.notes.append(f"{why}: {text.strip().splitlines()[-1:] if text.strip() else ''}")
+        last = text.strip().splitlines()[-1] if text.strip() else "no output"
+        tally.notes.append(f"{why}: {last[:200]}")
     tally.left_behind = len(left) + len(files)
     tally.notes += [f"still running: {line}" for line in left] + [
         f"left in its temporary directory: {f}" for f in files
@@ -307,6 +309,7 @@ def run_signalled_mid_aggregation(scenario: Scenario) -> Tally:
             "profileUri": str(Path(work, "profile")),
             "aggregateEveryMinutes": 0.05,
             "stateFile": str(Path(work, "state.json")),
+            "shutdownTimeoutSeconds": 10,
         }
         args = ["run", "--dry-run", *(part for k, v in settings.items() for part in ("--set", f"{k}={v}"))]
         return left_behind(

@@ -60,6 +60,7 @@ from pulsar_lb_operator.sandbox.judging import (
 )
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.http import Request, SimulatedPulsar, serve
+from pulsar_lb_operator.simulator.listeners import TLS
 from pulsar_lb_operator.simulator.scenario import IsolationPolicySpec, Scenario, load_scenario
 from pulsar_lb_operator.strategies import LoadBalancerConfig
 
@@ -281,7 +282,7 @@ def kill_switch(scenario: Scenario) -> Tally:
 class Stray:
     """An origin the operator does not know, on loopback: it answers 204 to anything and keeps what it got."""
 
-    def __init__(self, host: str, tls: Any = None) -> None:
+    def __init__(self, host: str, tls: TLS | None = None) -> None:
         self.seen: list[tuple[str, str, str | None]] = []  # method, path, Authorization
         stray = self
 
