@@ -49,6 +49,7 @@ def _operator(sim: SimulatedPulsar, tmp: Path, token: str, *args: str) -> subpro
         "PULSAR_LB_STATE_FILE": str(tmp / "state.json"),
         "PULSAR_LB_LOG_JSON": "true",
         "PULSAR_LB_LOG_LEVEL": "debug",
+        "TMPDIR": str(tmp),  # what a process killed with SIGKILL cannot remove goes with the case
     }
     command = [*OPERATOR, "run", "--no-dry-run", *args]
     for key, value in {
