@@ -36,6 +36,8 @@ from urllib3.util import parse_url
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 HOSTNAME = re.compile(r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*")
+IPV4ISH = re.compile(r"[0-9.]+")
+PLAIN_URL = re.compile(r"(https?)://([A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])(?::([0-9]{1,5}))?(?=[/?#]|$)", re.I)
 NOT_KNOWN = "is not the admin URL's, an override's or a listed broker's"
 
 
@@ -70,14 +72,26 @@ def normal_host(host: str) -> str:
     if host.startswith("["):  # an IPv6 literal; its zone (``%eth0``) may come percent-encoded (``%25eth0``)
         host = unquote(host[1:-1])
     host = host.lower().rstrip(".")
-    try:
-        return str(ipaddress.ip_address(host))
-    except ValueError:
-        return host if HOSTNAME.fullmatch(host) else ""
+    if ":" in host or IPV4ISH.fullmatch(host):  # ipaddress is slow to say no: asked only what looks like one
+        try:
+            return str(ipaddress.ip_address(host))
+        except ValueError:
+            pass
+    return host if HOSTNAME.fullmatch(host) else ""
 
 
 def parse(url: str) -> Parsed:
-    """The origin ``url`` would be connected to (urllib3 reads it for requests); UnusableUrl otherwise."""
+    """The origin ``url`` would be connected to (urllib3 reads it for requests); UnusableUrl otherwise.
+
+    A URL whose authority is a plain host (a DNS name or an IP literal) and port, followed by ``/``, ``?``,
+    ``#`` or nothing — what the cluster's URLs are — reads the same to every parser and is read here directly
+    (a few microseconds, where urllib3's parser takes a hundred); anything else is read by both parsers.
+    """
+    plain = PLAIN_URL.match(url)
+    if plain is not None:
+        scheme, host, port = plain.group(1).lower(), normal_host(plain.group(2)), plain.group(3)
+        if host and (port is None or 0 < int(port) <= 65535):
+            return Parsed(Origin(scheme, host, int(port) if port else DEFAULT_PORTS[scheme]), None)
     try:
         parts = parse_url(url)
         other = urlsplit(url)

@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 import responses
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pulsar_lb_operator.adminapi import AdminClient, AuthenticationError, RedirectError
 from pulsar_lb_operator.adminapi.auth import Credentials, OAuth2Credentials
@@ -72,6 +74,8 @@ OK = None
         (HTTPS, "https://evil.example:8443/", "host evil.example is not"),
         (HTTPS, "https://broker-a.example.evil.example:8443/", "host broker-a.example.evil.example is not"),
         (HTTP, "http://localhost:8080/", "host localhost is not"),
+        (HTTP, "http://0x7f.0.0.1:8080/", "host 0x7f.0.0.1 is not"),  # 127.0.0.1 to a resolver, not to the list
+        (HTTP, "http://2130706433:8080/", "host 2130706433 is not"),
         # a user name or password, unless the owner configured exactly that one
         (HTTPS, "https://user:pw@broker-b.example:8080/", "carries a user name or password"),
         (HTTPS, "https://user@broker-b.example:8080/", "carries a user name or password"),
@@ -95,6 +99,34 @@ def test_origins_are_normalised_as_the_connection_would_be_made():
     assert parse("http://[::1]/").origin == Origin("http", "::1", 80)
     assert str(parse("HTTPS://B.example./x").origin) == "https://b.example:443"
     assert str(parse("https://[::1]:8443").origin) == "https://[::1]:8443"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    scheme=st.sampled_from(["http", "https", "HTTP"]),
+    host=st.from_regex(
+        r"[A-Za-z0-9_][A-Za-z0-9._-]{0,20}|\[::[0-9a-f]{1,4}\]|[0-9]{1,3}(\.[0-9]{1,3}){3}", fullmatch=True
+    ),
+    port=st.one_of(st.none(), st.integers(0, 70000)),
+    rest=st.text(alphabet="/?#@\\:%ab._-", max_size=12),
+)
+def test_the_fast_reading_of_plain_urls_is_urllib3s(scheme, host, port, rest):
+    """What ``parse`` reads without urllib3 (a plain host and port) is what urllib3 reads, or it is refused."""
+    from urllib3.util import parse_url
+
+    from pulsar_lb_operator.adminapi.origins import UnusableUrl
+
+    url = f"{scheme}://{host}{'' if port is None else f':{port}'}{rest}"
+    try:
+        origin = parse(url).origin
+    except UnusableUrl:
+        return
+    parts = parse_url(url)
+    assert (origin.host, origin.port) == (
+        normal_host(parts.host),
+        parts.port or {"http": 80, "https": 443}[origin.scheme],
+    )
+    assert parts.auth is None or parse(url).userinfo == parts.auth
 
 
 # ------------------------------------------------------------------------------ two loopback servers
