@@ -11,6 +11,7 @@ import json
 import os
 import random
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -394,7 +395,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     if args.audit_url and not args.audit_url.startswith(("pulsar://", "pulsar+ssl://")):
         raise UsageError(f"--audit-url {args.audit_url!r} is not a pulsar:// or pulsar+ssl:// URL")
-    with lifecycle.exit_on_signals():  # SIGTERM/SIGHUP end it as Ctrl-C does: what it started is stopped, removed
+    stop = threading.Event()  # SIGTERM, SIGINT, SIGHUP: the demo ends, what it started is stopped and removed
+    with lifecycle.exit_on_signals(stop):
         return demo.run_demo(
             args.scenario,
             args.strategy,
@@ -404,6 +406,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             audit_topic=args.audit_topic,
             audit_spool=args.audit_spool,
             load_manager=args.load_manager,
+            stop=stop,
         )
 
 
@@ -412,12 +415,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     if args.speed <= 0:
         raise UsageError("--speed must be positive")
-    with lifecycle.exit_on_signals():  # SIGTERM/SIGHUP stop it as Ctrl-C does: what it started is stopped, removed
+    stop = threading.Event()  # SIGTERM, SIGINT, SIGHUP: it stops, what it started is stopped and removed
+    with lifecycle.exit_on_signals(stop):
         return demo.run_simulator(
             args.scenario,
             args.port,
             args.speed,
             args.token,
+            stop=stop,
             faults=args.fault,
             request_log=args.request_log,
             load_manager=args.load_manager,

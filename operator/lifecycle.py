@@ -181,11 +181,17 @@ def _processes() -> dict[int, int]:
 
 
 @contextlib.contextmanager
-def exit_on_signals() -> Iterator[None]:
-    """Meanwhile SIGTERM and SIGHUP raise ``Interrupted`` in the main thread, SIGINT KeyboardInterrupt (in another
-    thread: nothing changes). A signal the process was started ignoring stays ignored (``nohup`` ignores
-    SIGHUP; a shell starts a background job ignoring SIGINT)."""
-    wanted = {s: signal.default_int_handler if s == signal.SIGINT else _interrupt for s in SIGNALS}
+def exit_on_signals(stop: threading.Event | None = None) -> Iterator[None]:
+    """Meanwhile SIGTERM, SIGINT and SIGHUP end the command in order. With ``stop``, they set it and the command's
+    loop ends at its next look: nothing is raised, so nothing can swallow it (an exception a signal handler raises
+    surfaces wherever the main thread happens to be, a ``__del__`` included, which only prints it). Without, they
+    raise ``Interrupted`` (SIGINT: KeyboardInterrupt) in the main thread, so every ``finally`` runs. In another
+    thread nothing changes. A signal the process was started ignoring stays ignored (``nohup`` ignores SIGHUP; a
+    shell starts a background job ignoring SIGINT)."""
+    if stop is not None:
+        wanted: dict[int, Any] = dict.fromkeys(SIGNALS, lambda *_: stop.set())
+    else:
+        wanted = {s: signal.default_int_handler if s == signal.SIGINT else _interrupt for s in SIGNALS}
     with _handlers({s: handler for s, handler in wanted.items() if signal.getsignal(s) != signal.SIG_IGN}):
         yield
 
