@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import concurrent.futures.thread
 import contextlib
 import json
 import os
@@ -13,7 +14,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from pulsar_lb_operator import hints
+from pulsar_lb_operator import hints, lifecycle
 from pulsar_lb_operator.act import guard
 from pulsar_lb_operator.act.executor import Executor, Outcome, Record
 from pulsar_lb_operator.adminapi import AdminClient, auth
@@ -290,10 +291,16 @@ def _elector(settings: OperatorSettings) -> daemon_module.Elector | None:
 
 def _exit_now_if_threads_linger(code: int, abandoned: bool) -> None:
     """A call that hung past the shutdown timeout lives on in a worker thread; the process must still end
-    (its attempt is on disk). Python would join every non-daemon thread, and every executor's worker,
+    (its attempt is on disk). Python would join every non-daemon thread, and every executor's worker — a
+    daemon thread too (the scheduler's are: an aggregation in flight would hold the exit for its whole run) —
     at exit, so end here."""
-    lingering = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    workers = set(getattr(concurrent.futures.thread, "_threads_queues", ()))
+    lingering = [
+        t
+        for t in threading.enumerate()
+        if t is not threading.main_thread() and t.is_alive() and (not t.daemon or t in workers)
+    ]
     if abandoned or lingering:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        lifecycle.quiet()  # what the abandoned threads say from here on is noise: a call, a job failing as it ends
+        lifecycle.finish()  # os._exit runs no atexit: Spark's JVM and the temporary directories, now
         os._exit(code)

@@ -50,11 +50,13 @@ def run_demo(
     audit_topic: str = "persistent://public/default/pulsar-lb-operator-audit",
     audit_spool: str = "state/audit-spool",
     load_manager: str | None = None,
+    stop: threading.Event | None = None,
 ) -> int:
     """With ``audit_url`` (a pulsar:// URL), every cycle's audit events go to ``audit_topic`` as well.
 
     ``load_manager``: ``extensible`` serves the brokers as the extensible load manager's (no load report; their
     load on its system topics, on a pulsar-lite broker on loopback, read with pulsar-client); None: the scenario's.
+    ``stop`` (set by a signal: see lifecycle.exit_on_signals) ends it after the cycle in progress, with 130.
     """
     own = load_scenario(scenario_name)
     scenario = sim_elm.with_load_manager(own, load_manager)
@@ -124,7 +126,7 @@ def run_demo(
         print(_row(["cycle", "time", *shown, "spread", "moves"], widths), file=out)
         calm = 0
         cycle = 0
-        while cluster.now_s < total_s:
+        while cluster.now_s < total_s and not (stop is not None and stop.is_set()):
             cycle += 1
             if reporters is not None:  # what the brokers published has reached the operator's readers
                 session.connect(client).caught_up(reporters.sent, 10.0)
@@ -170,14 +172,18 @@ def run_demo(
             calm = calm + 1 if sample.spread < CONVERGED_SPREAD else 0
             if calm >= CONVERGED_CYCLES and minutes is None:
                 break
-        summary = metrics.summary(cluster)
-        first = metrics.samples[0]
-        print(
-            f"\nSpread {first.spread:.0f} → {summary['final_spread']:.0f} points after {cycle} cycles; "
-            f"{summary['unloads']} unloads, {summary['topics_disconnected']} topic reconnects, "
-            f"{summary['flapping_bundles']} bundles moved twice within 30 min.",
-            file=out,
-        )
+        if metrics.samples:
+            summary = metrics.summary(cluster)
+            first = metrics.samples[0]
+            print(
+                f"\nSpread {first.spread:.0f} → {summary['final_spread']:.0f} points after {cycle} cycles; "
+                f"{summary['unloads']} unloads, {summary['topics_disconnected']} topic reconnects, "
+                f"{summary['flapping_bundles']} bundles moved twice within 30 min.",
+                file=out,
+            )
+        if stop is not None and stop.is_set():
+            print("Stopped by a signal.", file=out)
+            return 130  # interrupted, as a Ctrl-C has always ended it
         if audit is not None:
             sent = audit.flush(10.0)
             print(
