@@ -68,7 +68,10 @@ EXAMPLES = {
         "operator run --config /etc/pulsar-lb-operator/settings.yaml",
         "operator run --admin-url http://127.0.0.1:8080 --no-dry-run --set metricsPort=8090",
     ],
-    "aggregate": ["operator aggregate --history history/ --out profile/"],
+    "aggregate": [
+        "operator aggregate --history history/ --out profile/          # incremental from the last run's state",
+        "operator aggregate --history history/ --out profile/ --full   # from every sample on disk",
+    ],
     "demo": [
         "operator demo",
         "operator demo --scenario heterogeneous-10-50-70 --strategy ThresholdShedder --minutes 15",
@@ -173,6 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     aggregate.add_argument("--history", required=True, metavar="URI", help="the history store (historyUri)")
     aggregate.add_argument("--out", required=True, metavar="URI", help="where to write the profile (profileUri)")
     aggregate.add_argument("--master", default="local[2]", help="Spark master: local[N], spark://, k8s://, yarn")
+    aggregate.add_argument(
+        "--full", action="store_true", help="recompute from every sample on disk, not from the job's last state"
+    )
 
     demo = commands.add_parser(
         "demo",
@@ -372,7 +378,7 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
     progress(f"starting Spark ({args.master})")
     spark = build_session(args.master)
     try:
-        summary = build_profile(spark, args.history, args.out, ProfileOptions(), progress)
+        summary = build_profile(spark, args.history, args.out, ProfileOptions(), progress, full=args.full)
     except ProfileError as exc:
         print(f"operator: error: {exc}", file=sys.stderr)
         return 2

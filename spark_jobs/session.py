@@ -16,6 +16,12 @@ def build_session(master: str = "local[2]", app_name: str = "pulsar-lb-aggregate
             # than the 4 MiB default assumes, so each task takes more of them (fewer, fuller tasks).
             .config("spark.sql.files.openCostInBytes", str(256 * 1024))
         )
-    session = builder.config("spark.sql.files.ignoreCorruptFiles", "true").getOrCreate()
+    session = (
+        builder.config("spark.sql.files.ignoreCorruptFiles", "true")
+        # the job names the history's files itself (spark_jobs/sources.py): Spark lists none of them again
+        # in a job of its own, as it would from 32 paths on
+        .config("spark.sql.sources.parallelPartitionDiscovery.threshold", "1000000")
+        .getOrCreate()
+    )
     session.sparkContext.setLogLevel("ERROR")
     return session

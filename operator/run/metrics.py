@@ -80,6 +80,16 @@ class Metrics:
             Counter, "audit_events_dropped", "Audit events lost: the spool was full or not writable"
         )
         self.audit_backlog = metric(Gauge, "audit_events_spooled", "Audit events waiting in the spool for the broker")
+        self.history_skipped = metric(
+            Counter,
+            "history_appends_skipped",
+            "Cycles whose samples were not written to the history: disk_full (no space left), over_bound "
+            "(historyMaxMegabytes reached with nothing older left to delete); the cycle itself went on",
+            ["reason"],
+        )
+        for reason in ("disk_full", "over_bound"):
+            self.history_skipped.labels(reason)
+        self.history_bytes = metric(Gauge, "history_bytes", "Bytes the history store holds, after the last append")
         self.load_manager = metric(
             Gauge,
             "load_manager_info",
