@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import asdict, dataclass, field
 
@@ -395,18 +396,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="load_profile", description="Aggregate the history into a load profile.")
     parser.add_argument("--history", required=True)
     parser.add_argument("--out", required=True)
-    parser.add_argument("--master", default=None, help="Spark master (spark-submit sets it; default local[2])")
+    parser.add_argument("--master", default=None, help="Spark master (default: spark-submit's, else local[2])")
     parser.add_argument("--full", action="store_true", help="recompute from every sample, not from the job's state")
+    parser.add_argument("--retention-days", type=float, default=14.0, help="the history's (historyRetentionDays)")
     args = parser.parse_args(argv)
     from pulsar_lb_operator.spark_jobs.session import build_session
 
-    spark = build_session(args.master or "local[2]")
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started this driver and its JVM
+    spark = build_session(args.master or (None if submitted else "local[2]"))
     try:
         summary = build_profile(
             spark,
             args.history,
             args.out,
-            ProfileOptions(),
+            ProfileOptions(retention_days=args.retention_days),
             progress=lambda m: print(f"[load_profile] {m}", file=sys.stderr),
             full=args.full,
         )

@@ -5,9 +5,12 @@ from __future__ import annotations
 from pyspark.sql import SparkSession
 
 
-def build_session(master: str = "local[2]", app_name: str = "pulsar-lb-aggregate") -> SparkSession:
-    builder = SparkSession.builder.master(master).appName(app_name)
-    if master.startswith("local"):
+def build_session(master: str | None = "local[2]", app_name: str = "pulsar-lb-aggregate") -> SparkSession:
+    """``master`` None: the one spark-submit was given (setting one here would override it)."""
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
+    if master is not None and master.startswith("local"):
         builder = (
             builder.config("spark.ui.enabled", "false")
             .config("spark.sql.shuffle.partitions", "4")
