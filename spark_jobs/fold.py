@@ -4,7 +4,7 @@ One function serves both modes: a full recompute folds every sample into an empt
 run folds the samples since the last run into the last state (and takes out of each window the samples
 that left it). The state is one row per bundle:
 
-    bundle, samples, last_time, short_<m>, long_<m>       m: msg_rate_in/out, msg_throughput_in/out
+    bundle, samples, first_time, last_time, short_<m>, long_<m>    m: msg_rate_in/out, msg_throughput_in/out
     w<W>_samples, w<W>_rate, w<W>_thr                      per window W (minutes): count, histograms
 
 **Averages.** TimeAverageMessageData updates avg ← avg + (x − avg)/m with m = min(samples, N): a running
@@ -48,11 +48,12 @@ def time_average_weights(n_samples: int, k: Column, n: Column) -> Column:
 
 
 def averages(samples: DataFrame, state: DataFrame | None) -> DataFrame:
-    """bundle, samples, last_time and the short and long averages after folding ``samples`` (all newer than
+    """bundle, samples, first and last time, and the short and long averages after folding ``samples`` (all newer than
     the state's) into ``state`` (None: from nothing). One shuffle and sort by (bundle, time)."""
     rows = samples.select(
         "bundle",
         "time",
+        F.col("time").alias("first_time"),
         F.lit(1).cast("long").alias("count"),
         *(F.lit(1).cast("long").alias(f"{p}_mult") for p, _ in PREFIXES),
         *(F.col(m).alias(f"{p}_{m}") for p, _ in PREFIXES for m in AVERAGED),
@@ -62,6 +63,7 @@ def averages(samples: DataFrame, state: DataFrame | None) -> DataFrame:
             state.select(
                 "bundle",
                 F.col("last_time").alias("time"),
+                "first_time",
                 F.col("samples").alias("count"),
                 *(F.least(F.col("samples"), F.lit(slots)).cast("long").alias(f"{p}_mult") for p, slots in PREFIXES),
                 *(F.col(f"{p}_{m}") for p, _ in PREFIXES for m in AVERAGED),
@@ -70,7 +72,11 @@ def averages(samples: DataFrame, state: DataFrame | None) -> DataFrame:
     by_time = Window.partitionBy("bundle").orderBy("time")
     so_far = by_time.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     whole = by_time.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)  # same sort as by_time
-    aggregates = [F.sum("count").alias("samples"), F.max("time").alias("last_time")]
+    aggregates = [
+        F.sum("count").alias("samples"),
+        F.min("first_time").alias("first_time"),
+        F.max("time").alias("last_time"),
+    ]
     for prefix, slots in PREFIXES:
         mult = F.col(f"{prefix}_mult")
         rows = rows.withColumn(f"{prefix}_k", F.sum(mult).over(so_far)).withColumn(

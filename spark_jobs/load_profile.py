@@ -306,7 +306,9 @@ def _inputs(spark: SparkSession, files: HistoryFiles, latest: int, options: Prof
         entering[w] = new.where(F.col("time") > F.lit(start))
         if start >= then:  # every sample of the last window has left it
             reset.add(w)
-        elif kept_from <= start_then:  # the samples that left are still on disk
+        elif start < generation.first:  # none of the samples the state holds has left
+            pass
+        elif kept_from <= max(start_then + 1, generation.first):  # those that left are still on disk
             leaving[w] = read_samples(files, "bundle_samples", start_then, start)
         else:  # they are not (a long outage): the window again from its samples
             reset.add(w)
@@ -350,14 +352,14 @@ def build_profile(
 
     step("folding bundle samples")
     state = fold.fold(inputs.new, inputs.state, options.windows_minutes, inputs.entering, inputs.leaving, inputs.reset)
-    target = states.begin(latest)
-    state.where(F.col("last_time") > F.lit(keep_after)).write.parquet(f"{target.path}/bundles")
-    state = target.bundles(spark)  # what was written: the views below read it, not the fold again
+    scratch = states.scratch()
+    state.where(F.col("last_time") > F.lit(keep_after)).write.parquet(f"{scratch}/bundles")
+    state = spark.read.parquet(f"{scratch}/bundles")  # what was written: the views below read it, not the fold
     costs = inputs.costs
     if inputs.brokers_new is not None:
         costs = add_sums(cost_model_sums(inputs.brokers_new), inputs.costs)
-    costs.where(F.col("day") >= F.lit(keep_after // DAY_MS)).coalesce(1).write.parquet(f"{target.path}/costs")
-    costs = target.costs(spark)
+    costs.where(F.col("day") >= F.lit(keep_after // DAY_MS)).coalesce(1).write.parquet(f"{scratch}/costs")
+    costs = spark.read.parquet(f"{scratch}/costs")
 
     brokers_window = read_samples(files, "broker_samples", brokers_latest - max(options.windows_minutes) * 60_000)
     parts = {
@@ -373,10 +375,10 @@ def build_profile(
     models = [solve_cost_model(r.asDict()) for r in totals(costs).collect()]
     if models:
         spark.createDataFrame(models).coalesce(1).write.mode("overwrite").parquet(f"{out}/cost_model")
-    counted = state.agg(F.sum("samples"), F.count("*")).first()
+    counted = state.agg(F.sum("samples"), F.count("*"), F.min("first_time")).first()
     folded = inputs.new.count() if mode == "incremental" else int(counted[0] or 0)
     brokers_counted = costs.where(F.col("resource") == RESOURCES[0]).agg(F.sum("samples")).first()[0] or 0
-    states.commit(target)
+    states.commit(scratch, latest, counted[2] if counted[2] is not None else latest)
     summary = {
         "mode": mode,
         "latest": latest,

@@ -92,6 +92,7 @@ class HistoryStore:
     max_bytes: int = 0  # 0: bounded by age only
     minute_hours: float = 26  # bundle minute samples; older hours live on in bundle_hours
     _used: int | None = field(default=None, init=False, repr=False)
+    _last_size: dict[str, int] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.fs, self.root = _filesystem(self.uri)
@@ -105,7 +106,8 @@ class HistoryStore:
         tables = [(kind, table) for kind, table in snapshot_tables(snapshot) if table.num_rows]
         freed = 0
         if self.max_bytes:
-            incoming = sum(t.nbytes for _, t in tables) // 4  # Parquet with zstd: well under Arrow's size
+            # about what the last cycle's files took (a first guess before any: a quarter of Arrow's size)
+            incoming = sum(self._last_size.get(kind, t.nbytes // 4 + 4096) for kind, t in tables)
             freed = self.make_room(incoming, keep_from=snapshot.taken_at)
             if self.used_bytes() + incoming > self.max_bytes:
                 return Appended(0, "over_bound", freed)
@@ -113,12 +115,15 @@ class HistoryStore:
         try:
             for kind, table in tables:
                 written.append(self._write(kind, snapshot.taken_at, table))
+                self._last_size[kind] = self.fs.get_file_info(written[-1]).size or 0
         except OSError as exc:
             if exc.errno not in NO_SPACE:
                 raise
             for path in written:  # all of a cycle or none of it
                 self._delete_file(path)
             return Appended(0, "disk_full", freed)
+        if self.max_bytes:  # the guess was short: the oldest go now, not at the next cycle
+            freed += self.make_room(0, keep_from=snapshot.taken_at)
         return Appended(sum(t.num_rows for _, t in tables), None, freed)
 
     def _write(self, kind: str, time_ms: int, table: pa.Table) -> str:
