@@ -98,21 +98,28 @@ def _thr(frame: DataFrame) -> Column:
     return frame["msg_throughput_in"] + frame["msg_throughput_out"]
 
 
-def window_changes(entering: dict[int, DataFrame], leaving: dict[int, DataFrame]) -> DataFrame | None:
-    """Per bundle and window W: the change in sample count and in each histogram, from the samples entering
-    W (counted +1) and those that left it (−1)."""
+def _buckets(frame: DataFrame, window: Column, sign: int) -> DataFrame:
+    return frame.select(
+        "bundle",
+        window.alias("w"),
+        F.lit(sign).cast("long").alias("sign"),
+        digest.bucket(_rate(frame)).alias("r"),
+        digest.bucket(_thr(frame)).alias("t"),
+    )
+
+
+def window_changes(
+    samples: DataFrame, starts: dict[int, int], leaving: dict[int, DataFrame], rebuilt: dict[int, DataFrame]
+) -> DataFrame | None:
+    """Per bundle and window W: the change in sample count and in each histogram — +1 for each sample of
+    ``samples`` after ``starts[W]`` (one scan for every window) and of ``rebuilt[W]``, −1 for each of
+    ``leaving[W]``."""
     parts = []
-    for sign, frames in ((1, entering), (-1, leaving)):
-        for minutes, frame in frames.items():
-            parts.append(
-                frame.select(
-                    "bundle",
-                    F.lit(minutes).alias("w"),
-                    F.lit(sign).cast("long").alias("sign"),
-                    digest.bucket(_rate(frame)).alias("r"),
-                    digest.bucket(_thr(frame)).alias("t"),
-                )
-            )
+    if starts:
+        inside = F.array(*(F.when(F.col("time") > F.lit(start), F.lit(w)) for w, start in starts.items()))
+        parts.append(_buckets(samples, F.explode(F.filter(inside, lambda w: w.isNotNull())), 1))
+    parts += [_buckets(frame, F.lit(w), 1) for w, frame in rebuilt.items()]
+    parts += [_buckets(frame, F.lit(w), -1) for w, frame in leaving.items()]
     if not parts:
         return None
     rows = parts[0]
@@ -124,7 +131,7 @@ def window_changes(entering: dict[int, DataFrame], leaving: dict[int, DataFrame]
         F.sum("sign").alias("c")
     )
     aggregates = []
-    for minutes in sorted({*entering, *leaving}):
+    for minutes in sorted({*starts, *rebuilt, *leaving}):
         for metric, name in (("r", "rate"), ("t", "thr")):
             mine = (F.col("w") == minutes) & (F.col("m") == metric)
             aggregates.append(
@@ -139,21 +146,22 @@ def window_changes(entering: dict[int, DataFrame], leaving: dict[int, DataFrame]
 def fold(
     samples: DataFrame,
     state: DataFrame | None,
-    windows: tuple[int, ...],
-    entering: dict[int, DataFrame],
+    starts: dict[int, int],
     leaving: dict[int, DataFrame],
-    reset: frozenset[int] = frozenset(),
+    rebuilt: dict[int, DataFrame] | None = None,
 ) -> DataFrame:
-    """The next state: ``samples`` (all newer than ``state``) folded into the averages; ``entering[W]`` and
-    ``leaving[W]``, the samples that entered and left window W since the state's run, into its histograms.
-    A window in ``reset`` drops the state's histogram: ``entering`` holds all of its samples."""
+    """The next state: ``samples`` (all newer than ``state``) folded into the averages, and those after
+    ``starts[W]`` into window W's histogram, less the samples that left it (``leaving[W]``). A window in
+    ``rebuilt`` drops the state's histogram for one built from the samples given for it (all inside it)."""
+    rebuilt = rebuilt or {}
+    windows = tuple(starts)
     averaged = averages(samples, state)
-    changes = window_changes(entering, leaving)
+    changes = window_changes(samples, {w: s for w, s in starts.items() if w not in rebuilt}, leaving, rebuilt)
     out = averaged
     if state is not None:
         kept = []
         for w in windows:
-            if w in reset or f"w{w}_rate" not in state.columns:
+            if w in rebuilt or f"w{w}_rate" not in state.columns:
                 continue
             kept += [f"w{w}_samples", f"w{w}_rate", f"w{w}_thr"]
         if kept:

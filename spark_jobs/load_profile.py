@@ -31,6 +31,7 @@ import os
 import sys
 from dataclasses import asdict, dataclass, field
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -145,8 +146,7 @@ def bundle_averages(bundles: DataFrame) -> DataFrame:
 def bundle_windows(bundles: DataFrame, windows_minutes: tuple[int, ...]) -> DataFrame:
     """``bundle_windows`` of a frame of bundle samples, from nothing."""
     latest = bundles.agg(F.max("time")).first()[0]
-    entering = {w: bundles.where(F.col("time") > F.lit(latest - w * 60_000)) for w in windows_minutes}
-    state = fold.fold(bundles, None, windows_minutes, entering, {})
+    state = fold.fold(bundles, None, {w: latest - w * 60_000 for w in windows_minutes}, {})
     return fold.windows_view(state, windows_minutes)
 
 
@@ -275,48 +275,47 @@ def hot_bundles(bundles: DataFrame, options: ProfileOptions, latest: int | None 
 
 @dataclass
 class _Inputs:
-    """What one run folds in: the new bundle samples, each window's entering and leaving ones, the recent
-    ones (hot bundles), the new broker samples, and the state it starts from."""
+    """What one run folds in: the new bundle samples and the recent ones (hot bundles), each window's start,
+    the samples that left each window (or, where those are gone, all of its samples), the new broker
+    samples, and the state it starts from."""
 
     new: DataFrame
     recent: DataFrame
-    entering: dict[int, DataFrame]
+    starts: dict[int, int]
     leaving: dict[int, DataFrame]
-    reset: frozenset[int]
+    rebuilt: dict[int, DataFrame]
     brokers_new: DataFrame | None
     state: DataFrame | None
     costs: DataFrame | None
 
 
 def _inputs(spark: SparkSession, files: HistoryFiles, latest: int, options: ProfileOptions, generation) -> _Inputs:
-    windows = options.windows_minutes
+    starts = {w: latest - w * 60_000 for w in options.windows_minutes}
     hot_since = latest - options.hot_window_minutes * 60_000
-    if generation is None:  # full: every sample on disk
+    if generation is None:  # full: every sample on disk (scanned twice, memory stays bounded)
         every = read_samples(files, "bundle_samples")
-        entering = {w: every.where(F.col("time") > F.lit(latest - w * 60_000)) for w in windows}
-        return _Inputs(every, every, entering, {}, frozenset(), read_samples(files, "broker_samples"), None, None)
+        return _Inputs(every, every, starts, {}, {}, read_samples(files, "broker_samples"), None, None)
     then = generation.latest
     recent = read_samples(files, "bundle_samples", min(then, hot_since), latest)
+    recent = recent.persist(StorageLevel.MEMORY_AND_DISK)  # the new samples, the hot window: read once
     new = recent.where(F.col("time") > F.lit(then))
-    entering, leaving, reset = {}, {}, set()
+    leaving, rebuilt = {}, {}
     oldest = files.files("bundle_samples")[:1]
     kept_from = (partition_span(oldest[0]) or (0, 0))[0] if oldest else latest
-    for w in windows:
-        start, start_then = latest - w * 60_000, then - w * 60_000
-        entering[w] = new.where(F.col("time") > F.lit(start))
-        if start >= then:  # every sample of the last window has left it
-            reset.add(w)
+    for w, start in starts.items():
+        start_then = then - w * 60_000
+        if start >= then:  # every sample of the last window has left it: the new ones are all it holds
+            rebuilt[w] = new.where(F.col("time") > F.lit(start))
         elif start < generation.first:  # none of the samples the state holds has left
             pass
         elif kept_from <= max(start_then + 1, generation.first):  # those that left are still on disk
             leaving[w] = read_samples(files, "bundle_samples", start_then, start)
         else:  # they are not (a long outage): the window again from its samples
-            reset.add(w)
-            entering[w] = read_samples(files, "bundle_samples", start, latest)
+            rebuilt[w] = read_samples(files, "bundle_samples", start, latest)
     costs = generation.costs(spark)
     brokers_then = costs.agg(F.max("last_time")).first()[0]
     brokers_new = read_samples(files, "broker_samples", brokers_then)
-    return _Inputs(new, recent, entering, leaving, frozenset(reset), brokers_new, generation.bundles(spark), costs)
+    return _Inputs(new, recent, starts, leaving, rebuilt, brokers_new, generation.bundles(spark), costs)
 
 
 def build_profile(
@@ -351,7 +350,7 @@ def build_profile(
     keep_after = latest - int(options.retention_days * DAY_MS)
 
     step("folding bundle samples")
-    state = fold.fold(inputs.new, inputs.state, options.windows_minutes, inputs.entering, inputs.leaving, inputs.reset)
+    state = fold.fold(inputs.new, inputs.state, inputs.starts, inputs.leaving, inputs.rebuilt)
     scratch = states.scratch()
     state.where(F.col("last_time") > F.lit(keep_after)).write.parquet(f"{scratch}/bundles")
     state = spark.read.parquet(f"{scratch}/bundles")  # what was written: the views below read it, not the fold
@@ -379,6 +378,7 @@ def build_profile(
     folded = inputs.new.count() if mode == "incremental" else int(counted[0] or 0)
     brokers_counted = costs.where(F.col("resource") == RESOURCES[0]).agg(F.sum("samples")).first()[0] or 0
     states.commit(scratch, latest, counted[2] if counted[2] is not None else latest)
+    inputs.recent.unpersist()
     summary = {
         "mode": mode,
         "latest": latest,

@@ -114,7 +114,7 @@ class HistoryStore:
         written: list[str] = []
         try:
             for kind, table in tables:
-                written.append(self._write(kind, snapshot.taken_at, table))
+                written.append(self.write_samples(kind, snapshot.taken_at, table))
                 self._last_size[kind] = self.fs.get_file_info(written[-1]).size or 0
         except OSError as exc:
             if exc.errno not in NO_SPACE:
@@ -126,7 +126,8 @@ class HistoryStore:
             freed += self.make_room(0, keep_from=snapshot.taken_at)
         return Appended(sum(t.num_rows for _, t in tables), None, freed)
 
-    def _write(self, kind: str, time_ms: int, table: pa.Table) -> str:
+    def write_samples(self, kind: str, time_ms: int, table: pa.Table) -> str:
+        """One cycle's table of one kind, as its own file in the hour's partition."""
         folder = f"{self.root}/{kind}/{partition_of(time_ms)}"
         name = f"part-{time_ms}-{uuid.uuid4().hex[:8]}.parquet"
         return self.write_atomically(folder, name, table)
