@@ -416,6 +416,8 @@ def cmd_compact(args: argparse.Namespace) -> int:
     from pulsar_lb_operator.store.compaction import compact
     from pulsar_lb_operator.store.history import HistoryStore
 
+    if args.minute_hours < 25:
+        raise UsageError("--minute-hours must be at least 25 (the profile's 24 h window and what leaves it)")
     store = HistoryStore(args.history, args.retention_days, minute_hours=args.minute_hours)
     if not store.partitions("broker_samples") and not store.partitions("bundle_samples"):
         raise UsageError(f"--history {args.history}: no history store there (no broker_samples, bundle_samples)")

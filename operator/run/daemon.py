@@ -318,7 +318,7 @@ class Daemon:
             self._save(self.state)
             workflows.record_outcomes(self.control, proposal["id"], records)
 
-    def aggregate(self, full: bool = False) -> None:
+    def aggregate(self) -> None:
         """Update the load profile with the Spark job in-process (incremental: the samples since the last run and
         the job's state); failures are logged, the daemon goes on."""
         from pulsar_lb_operator.spark_jobs.load_profile import ProfileError, ProfileOptions, build_profile
@@ -329,7 +329,7 @@ class Daemon:
         try:
             with self._history_jobs:
                 spark = build_session(self.settings.sparkMaster)
-                summary = build_profile(spark, self.settings.historyUri, self.settings.profileUri, options, full=full)
+                summary = build_profile(spark, self.settings.historyUri, self.settings.profileUri, options)
             log.info(
                 "load profile written",
                 uri=self.settings.profileUri,
