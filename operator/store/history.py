@@ -31,19 +31,22 @@ import errno
 import os
 import uuid
 from dataclasses import dataclass, field
+from operator import attrgetter
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import structlog
 
 from pulsar_lb_operator.spark_jobs.layout import DAY_MS, HOUR_MS, overlaps, partition_of, partition_span, visible
-from pulsar_lb_operator.strategies import bundles as bundle_names
 from pulsar_lb_operator.strategies.snapshots import RESOURCE_FIELDS, ClusterSnapshot
 
 log = structlog.get_logger(__name__)
 
 MESSAGE_COLUMNS = ("msg_rate_in", "msg_rate_out", "msg_throughput_in", "msg_throughput_out")
+_MESSAGE_FIELDS = ("msgRateIn", "msgRateOut", "msgThroughputIn", "msgThroughputOut")
 _RES = [(f"{name}_usage", f"{name}_limit") for name in RESOURCE_FIELDS]
 BROKER_SCHEMA = pa.schema(
     [("time", pa.int64()), ("broker", pa.string())]
@@ -64,6 +67,9 @@ BUNDLE_HOURS_SCHEMA = pa.schema(
     + [("topics_max", pa.int32()), ("producers_max", pa.int32()), ("consumers_max", pa.int32())]
 )
 KINDS = {"broker_samples": BROKER_SCHEMA, "bundle_samples": BUNDLE_SCHEMA}
+# a cycle's file: dictionaries for the repeated names only (a dictionary of 100,000 distinct bundle names
+# would cost more than half the write); compaction's sorted files keep them all
+CYCLE_DICTIONARY = {"broker_samples": ["broker"], "bundle_samples": ["namespace", "owner"]}
 ALL_KINDS = {**KINDS, "bundle_hours": BUNDLE_HOURS_SCHEMA}
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
@@ -130,14 +136,23 @@ class HistoryStore:
         """One cycle's table of one kind, as its own file in the hour's partition."""
         folder = f"{self.root}/{kind}/{partition_of(time_ms)}"
         name = f"part-{time_ms}-{uuid.uuid4().hex[:8]}.parquet"
-        return self.write_atomically(folder, name, table)
+        return self.write_atomically(folder, name, table, use_dictionary=CYCLE_DICTIONARY[kind])
 
-    def write_atomically(self, folder: str, name: str, table: pa.Table, row_group_size: int | None = None) -> str:
+    def write_atomically(
+        self, folder: str, name: str, table: pa.Table, row_group_size: int | None = None, use_dictionary=True
+    ) -> str:
         """Write under a hidden name, then rename: readers see the whole file or nothing."""
         self.fs.create_dir(folder, recursive=True)
         tmp = f"{folder}/.{name}.tmp"
         try:
-            pq.write_table(table, tmp, filesystem=self.fs, compression="zstd", row_group_size=row_group_size)
+            pq.write_table(
+                table,
+                tmp,
+                filesystem=self.fs,
+                compression="zstd",
+                row_group_size=row_group_size,
+                use_dictionary=use_dictionary,
+            )
             self.fs.move(tmp, f"{folder}/{name}")
         except OSError:
             self._delete_file(tmp)
@@ -266,39 +281,42 @@ class HistoryStore:
 
 
 def snapshot_tables(snapshot: ClusterSnapshot) -> list[tuple[str, pa.Table]]:
-    """One cycle's ``broker_samples`` and ``bundle_samples`` as Arrow tables, built column by column: at
-    100,000 bundles a dict per row costs several times the columns (``benchmarks/scale.py`` times both)."""
+    """One cycle's ``broker_samples`` and ``bundle_samples`` as Arrow tables, built column by column (one
+    C-level pass per field, the namespaces cut from the names by Arrow): at 100,000 bundles a dict per row
+    costs more (``benchmarks/scale.py`` times both). Rows are in the brokers' order; compaction sorts them."""
     brokers = sorted(snapshot.brokers.items())
+    loads = [load for _, load in brokers]
     taken = snapshot.taken_at
-    broker_columns: dict[str, list] = {"time": [taken] * len(brokers), "broker": [b for b, _ in brokers]}
-    for name, (usage_col, limit_col) in zip(RESOURCE_FIELDS, _RES):
-        broker_columns[usage_col] = [getattr(load, name).usage for _, load in brokers]
-        broker_columns[limit_col] = [getattr(load, name).limit for _, load in brokers]
-    for column, attribute in zip(MESSAGE_COLUMNS, ("msgRateIn", "msgRateOut", "msgThroughputIn", "msgThroughputOut")):
-        broker_columns[column] = [getattr(load, attribute) for _, load in brokers]
-    broker_columns["bundle_count"] = [len(load.bundles) for _, load in brokers]
-
-    owners: list[str] = []
-    stats = []
-    names: list[str] = []
-    for broker_id, load in brokers:
-        items = sorted(load.lastStats.items())
-        names += [bundle for bundle, _ in items]
-        stats += [s for _, s in items]
-        owners += [broker_id] * len(items)
-    bundle_columns: dict[str, list] = {
-        "time": [taken] * len(names),
-        "bundle": names,
-        "namespace": [bundle_names.namespace_of(n) for n in names],
-        "owner": owners,
-        "msg_rate_in": [s.msgRateIn for s in stats],
-        "msg_rate_out": [s.msgRateOut for s in stats],
-        "msg_throughput_in": [s.msgThroughputIn for s in stats],
-        "msg_throughput_out": [s.msgThroughputOut for s in stats],
-        "topics": [s.topics for s in stats],
-        "producers": [s.producerCount for s in stats],
-        "consumers": [s.consumerCount for s in stats],
+    broker_columns: dict[str, object] = {
+        "time": np.full(len(brokers), taken, np.int64),
+        "broker": [b for b, _ in brokers],
     }
+    for name, (usage_col, limit_col) in zip(RESOURCE_FIELDS, _RES):
+        resources = list(map(attrgetter(name), loads))
+        broker_columns[usage_col] = list(map(attrgetter("usage"), resources))
+        broker_columns[limit_col] = list(map(attrgetter("limit"), resources))
+    for column, attribute in zip(MESSAGE_COLUMNS, _MESSAGE_FIELDS):
+        broker_columns[column] = list(map(attrgetter(attribute), loads))
+    broker_columns["bundle_count"] = [len(load.bundles) for load in loads]
+
+    names: list[str] = []
+    stats: list = []
+    owners: list[str] = []
+    for broker_id, load in brokers:
+        names += load.lastStats.keys()
+        stats += load.lastStats.values()
+        owners += [broker_id] * len(load.lastStats)
+    bundle_names_array = pa.array(names, pa.string())
+    bundle_columns: dict[str, object] = {
+        "time": np.full(len(names), taken, np.int64),
+        "bundle": bundle_names_array,
+        "namespace": pc.replace_substring_regex(bundle_names_array, r"/[^/]*$", ""),
+        "owner": owners,
+    }
+    for column, attribute in zip(MESSAGE_COLUMNS, _MESSAGE_FIELDS):
+        bundle_columns[column] = list(map(attrgetter(attribute), stats))
+    for column, attribute in (("topics", "topics"), ("producers", "producerCount"), ("consumers", "consumerCount")):
+        bundle_columns[column] = list(map(attrgetter(attribute), stats))
     return [
         ("broker_samples", pa.table(broker_columns, schema=BROKER_SCHEMA)),
         ("bundle_samples", pa.table(bundle_columns, schema=BUNDLE_SCHEMA)),
