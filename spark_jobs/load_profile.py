@@ -347,38 +347,40 @@ def build_profile(
     mode = "incremental" if generation is not None else "full"
     step(f"reading history ({mode})")
     inputs = _inputs(spark, files, latest, options, generation)
-    keep_after = latest - int(options.retention_days * DAY_MS)
+    try:
+        keep_after = latest - int(options.retention_days * DAY_MS)
 
-    step("folding bundle samples")
-    state = fold.fold(inputs.new, inputs.state, inputs.starts, inputs.leaving, inputs.rebuilt)
-    scratch = states.scratch()
-    state.where(F.col("last_time") > F.lit(keep_after)).write.parquet(f"{scratch}/bundles")
-    state = spark.read.parquet(f"{scratch}/bundles")  # what was written: the views below read it, not the fold
-    costs = inputs.costs
-    if inputs.brokers_new is not None:
-        costs = add_sums(cost_model_sums(inputs.brokers_new), inputs.costs)
-    costs.where(F.col("day") >= F.lit(keep_after // DAY_MS)).coalesce(1).write.parquet(f"{scratch}/costs")
-    costs = spark.read.parquet(f"{scratch}/costs")
+        step("folding bundle samples")
+        state = fold.fold(inputs.new, inputs.state, inputs.starts, inputs.leaving, inputs.rebuilt)
+        scratch = states.scratch()
+        state.where(F.col("last_time") > F.lit(keep_after)).write.parquet(f"{scratch}/bundles")
+        state = spark.read.parquet(f"{scratch}/bundles")  # what was written: the views below read it, not the fold
+        costs = inputs.costs
+        if inputs.brokers_new is not None:
+            costs = add_sums(cost_model_sums(inputs.brokers_new), inputs.costs)
+        costs.where(F.col("day") >= F.lit(keep_after // DAY_MS)).coalesce(1).write.parquet(f"{scratch}/costs")
+        costs = spark.read.parquet(f"{scratch}/costs")
 
-    brokers_window = read_samples(files, "broker_samples", brokers_latest - max(options.windows_minutes) * 60_000)
-    parts = {
-        "bundle_averages": lambda: fold.averages_view(state),
-        "bundle_windows": lambda: fold.windows_view(state, options.windows_minutes),
-        "broker_profile": lambda: broker_profile(brokers_window, options, brokers_latest),
-        "hot_bundles": lambda: hot_bundles(inputs.recent, options, latest),
-    }
-    for name, build in parts.items():
-        step(f"computing {name}")
-        build().coalesce(1).write.mode("overwrite").parquet(f"{out}/{name}")
-    step("fitting cost models")
-    models = [solve_cost_model(r.asDict()) for r in totals(costs).collect()]
-    if models:
-        spark.createDataFrame(models).coalesce(1).write.mode("overwrite").parquet(f"{out}/cost_model")
-    counted = state.agg(F.sum("samples"), F.count("*"), F.min("first_time")).first()
-    folded = inputs.new.count() if mode == "incremental" else int(counted[0] or 0)
-    brokers_counted = costs.where(F.col("resource") == RESOURCES[0]).agg(F.sum("samples")).first()[0] or 0
-    states.commit(scratch, latest, counted[2] if counted[2] is not None else latest)
-    inputs.recent.unpersist()
+        brokers_window = read_samples(files, "broker_samples", brokers_latest - max(options.windows_minutes) * 60_000)
+        parts = {
+            "bundle_averages": lambda: fold.averages_view(state),
+            "bundle_windows": lambda: fold.windows_view(state, options.windows_minutes),
+            "broker_profile": lambda: broker_profile(brokers_window, options, brokers_latest),
+            "hot_bundles": lambda: hot_bundles(inputs.recent, options, latest),
+        }
+        for name, build in parts.items():
+            step(f"computing {name}")
+            build().coalesce(1).write.mode("overwrite").parquet(f"{out}/{name}")
+        step("fitting cost models")
+        models = [solve_cost_model(r.asDict()) for r in totals(costs).collect()]
+        if models:
+            spark.createDataFrame(models).coalesce(1).write.mode("overwrite").parquet(f"{out}/cost_model")
+        counted = state.agg(F.sum("samples"), F.count("*"), F.min("first_time")).first()
+        folded = inputs.new.count() if mode == "incremental" else int(counted[0] or 0)
+        brokers_counted = costs.where(F.col("resource") == RESOURCES[0]).agg(F.sum("samples")).first()[0] or 0
+        states.commit(scratch, latest, counted[2] if counted[2] is not None else latest)
+    finally:
+        inputs.recent.unpersist()  # the daemon's session lives on: nothing of this run stays cached
     summary = {
         "mode": mode,
         "latest": latest,
