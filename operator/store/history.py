@@ -35,12 +35,12 @@ from operator import attrgetter
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import structlog
 
 from pulsar_lb_operator.spark_jobs.layout import DAY_MS, HOUR_MS, overlaps, partition_of, partition_span, visible
+from pulsar_lb_operator.strategies.bundles import namespace_of
 from pulsar_lb_operator.strategies.snapshots import RESOURCE_FIELDS, ClusterSnapshot
 
 log = structlog.get_logger(__name__)
@@ -282,7 +282,7 @@ class HistoryStore:
 
 def snapshot_tables(snapshot: ClusterSnapshot) -> list[tuple[str, pa.Table]]:
     """One cycle's ``broker_samples`` and ``bundle_samples`` as Arrow tables, built column by column (one
-    C-level pass per field, the namespaces cut from the names by Arrow): at 100,000 bundles a dict per row
+    C-level pass per field): at 100,000 bundles a dict per row
     costs more (``benchmarks/scale.py`` times both). Rows are in the brokers' order; compaction sorts them."""
     brokers = sorted(snapshot.brokers.items())
     loads = [load for _, load in brokers]
@@ -310,7 +310,7 @@ def snapshot_tables(snapshot: ClusterSnapshot) -> list[tuple[str, pa.Table]]:
     bundle_columns: dict[str, object] = {
         "time": np.full(len(names), taken, np.int64),
         "bundle": bundle_names_array,
-        "namespace": pc.replace_substring_regex(bundle_names_array, r"/[^/]*$", ""),
+        "namespace": list(map(namespace_of, names)),
         "owner": owners,
     }
     for column, attribute in zip(MESSAGE_COLUMNS, _MESSAGE_FIELDS):
