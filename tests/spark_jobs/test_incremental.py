@@ -74,7 +74,9 @@ def test_incremental_runs_give_the_full_recomputes_profile(spark, tmp_path):
         for key, row in theirs[name].items():
             if name == "bundle_averages":
                 assert ours[name][key]["samples"] == row["samples"] == 175  # counts: exactly
-            assert ours[name][key] == pytest.approx(row, rel=1e-9, abs=1e-12), (name, key)
+            # the cost models' least-squares solve magnifies the sums' rounding (added in another order)
+            rel = 1e-6 if name == "cost_model" else 1e-9
+            assert ours[name][key] == pytest.approx(row, rel=rel, abs=1e-12), (name, key)
     windows = theirs["bundle_windows"]
     assert {w for _, w in windows} == {60, 120}
 
