@@ -25,6 +25,8 @@ another process, against the same brokers and reports:
 * **decide** per shedding strategy with its default placement: ``strategies.plan_cycle`` on the
   collected snapshot, with the state an earlier cycle left (so AvgShedder's hit counters have a first
   hit, as in a running operator);
+* **append**: the history append of the collected snapshot (``store/history.py``: its columns, then the
+  Parquet files on local disk), beside the dict-per-row build it replaced (``pa.Table.from_pylist``);
 * peak memory: the resident peak (``ru_maxrss``) of a fresh process doing what one operator cycle does
   before executing — collect, then decide (AvgShedder, twice) — and of the simulator's process.
 
@@ -301,6 +303,7 @@ def _measure(conn: Any, info: dict[str, Any], scenario: dict[str, Any], options:
         "report_kib": sum(len(r) for r in raw) / len(raw) / 1024,
         "decide_s": {},
     }
+    result.update(_append_times(collection.snapshot, options["repeat"]))
     if options["profile"]:
         result["profile"] = _profile_collect(collect_once)
     config = LoadBalancerConfig().replace(scenario.get("config", {}))
@@ -318,6 +321,48 @@ def _measure(conn: Any, info: dict[str, Any], scenario: dict[str, Any], options:
         print(f"    decide {strategy}: {seconds:.2f} s, {len(plan.actions)} actions", file=sys.stderr, flush=True)
     client.close()
     conn.send(result)
+
+
+def _rows_as_dicts(snapshot: Any) -> list[Any]:
+    """The history append's earlier way, the baseline: a dict per bundle, then ``pa.Table.from_pylist``."""
+    import pyarrow as pa
+
+    from pulsar_lb_operator.store.history import BUNDLE_SCHEMA
+
+    rows = []
+    for broker_id, load in sorted(snapshot.brokers.items()):
+        for bundle, stats in sorted(load.lastStats.items()):
+            rows.append(
+                {
+                    "time": snapshot.taken_at,
+                    "bundle": bundle,
+                    "namespace": bundle.rpartition("/")[0],
+                    "owner": broker_id,
+                    "msg_rate_in": stats.msgRateIn,
+                    "msg_rate_out": stats.msgRateOut,
+                    "msg_throughput_in": stats.msgThroughputIn,
+                    "msg_throughput_out": stats.msgThroughputOut,
+                    "topics": stats.topics,
+                    "producers": stats.producerCount,
+                    "consumers": stats.consumerCount,
+                }
+            )
+    return [pa.Table.from_pylist(rows, schema=BUNDLE_SCHEMA)]
+
+
+def _append_times(snapshot: Any, repeat: int) -> dict[str, float]:
+    """The history append of one cycle (operator/store/history.py): building its columns, and the whole append
+    (columns and the Parquet files, on local disk) — beside the dict-per-row build it replaced."""
+    import tempfile
+
+    from pulsar_lb_operator.store.history import HistoryStore, snapshot_tables
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store = HistoryStore(tmp)
+        build_s = _best([_timed(lambda: snapshot_tables(snapshot))[0] for _ in range(repeat)])
+        dicts_s = _best([_timed(lambda: _rows_as_dicts(snapshot))[0] for _ in range(repeat)])
+        append_s = _best([_timed(lambda: store.append(snapshot))[0] for _ in range(repeat)])
+    return {"append_columns_s": build_s, "append_dicts_s": dicts_s, "append_s": append_s}
 
 
 def _one_cycle_peak(conn: Any, info: dict[str, Any], scenario: dict[str, Any]) -> None:
@@ -391,6 +436,17 @@ def report(rows: list[dict[str, Any]], strategies: list[str]) -> str:
             f"| {r['loads_s']:.2f} | {r['parse_s']:.2f} | {r['parse_s'] / r['loads_s']:.1f}× | {r['peak_mib']:.0f} "
             f"| {r['simulator_mib']:.0f} |"
         )
+    lines += [
+        "",
+        "| bundles | collect s | history append s (columns + Parquet) | its columns s | a dict per row s (before) "
+        "| dicts / columns |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['bundles']:,} | {r['collect_s']:.2f} | {r['append_s']:.2f} | {r['append_columns_s']:.2f} "
+            f"| {r['append_dicts_s']:.2f} | {r['append_dicts_s'] / r['append_columns_s']:.1f}× |"
+        )
     if strategies:
         lines += [
             "",
@@ -409,6 +465,7 @@ def report(rows: list[dict[str, Any]], strategies: list[str]) -> str:
         lines.append("| bare fetch | " + " | ".join(_slopes(rows, lambda r: r["bare_s"])) + " |")
         lines.append("| collect | " + " | ".join(_slopes(rows, lambda r: r["collect_s"])) + " |")
         lines.append("| decode + strict parse | " + " | ".join(_slopes(rows, lambda r: r["parse_s"])) + " |")
+        lines.append("| history append | " + " | ".join(_slopes(rows, lambda r: r["append_s"])) + " |")
         for s in strategies:
             lines.append(f"| decide {s} | " + " | ".join(_slopes(rows, lambda r, s=s: r["decide_s"][s])) + " |")
     return "\n".join(lines)

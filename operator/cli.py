@@ -69,7 +69,12 @@ EXAMPLES = {
         "operator run --config /etc/pulsar-lb-operator/settings.yaml",
         "operator run --admin-url http://127.0.0.1:8080 --no-dry-run --set metricsPort=8090",
     ],
-    "aggregate": ["operator aggregate --history history/ --out profile/"],
+    "aggregate": [
+        "operator aggregate --history history/ --out profile/          # incremental from the last run's state",
+        "operator aggregate --history history/ --out profile/ --full   # from every sample on disk",
+    ],
+    "compact": ["operator compact --history history/"],
+    "spark-package": ["operator spark-package --out dist/pulsar_lb.zip   # and dist/pulsar_lb_job.py beside it"],
     "demo": [
         "operator demo",
         "operator demo --scenario heterogeneous-10-50-70 --strategy ThresholdShedder --minutes 15",
@@ -174,6 +179,29 @@ def build_parser() -> argparse.ArgumentParser:
     aggregate.add_argument("--history", required=True, metavar="URI", help="the history store (historyUri)")
     aggregate.add_argument("--out", required=True, metavar="URI", help="where to write the profile (profileUri)")
     aggregate.add_argument("--master", default="local[2]", help="Spark master: local[N], spark://, k8s://, yarn")
+    aggregate.add_argument(
+        "--full", action="store_true", help="recompute from every sample on disk, not from the job's last state"
+    )
+
+    compact = commands.add_parser(
+        "compact",
+        help="compact a history store's closed hours into one file each (the daemon does it every 10 minutes)",
+        description="Rewrite each closed hour's cycle files as one file sorted by bundle and time, roll its bundle "
+        "samples up per bundle and hour, and delete what age and the byte bound say must go.",
+    )
+    compact.add_argument("--history", required=True, metavar="URI", help="the history store (historyUri)")
+    compact.add_argument("--retention-days", type=_positive, default=14.0, help="historyRetentionDays (default 14)")
+    compact.add_argument(
+        "--minute-hours", type=_positive, default=26.0, help="historyMinuteHours: bundle minute samples kept (26)"
+    )
+
+    package = commands.add_parser(
+        "spark-package",
+        help="build the zip and launcher spark-submit runs the load-profile job with",
+        description="Write the job's package (pulsar_lb_operator/spark_jobs and strategies) as a zip, and the "
+        "launcher spark-submit takes as its application beside it.",
+    )
+    package.add_argument("--out", default="pulsar_lb.zip", metavar="ZIP", help="the zip to write (pulsar_lb.zip)")
 
     demo = commands.add_parser(
         "demo",
@@ -386,13 +414,59 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
     progress(f"starting Spark ({args.master})")
     spark = build_session(args.master)
     try:
-        summary = build_profile(spark, args.history, args.out, ProfileOptions(), progress)
+        summary = build_profile(spark, args.history, args.out, ProfileOptions(), progress, full=args.full)
     except ProfileError as exc:
         print(f"operator: error: {exc}", file=sys.stderr)
         return 2
     finally:
         spark.stop()
     print(json.dumps(summary))
+    return 0
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    import time
+
+    from pulsar_lb_operator.store.compaction import compact
+    from pulsar_lb_operator.store.history import HistoryStore
+
+    if args.minute_hours < 25:
+        raise UsageError("--minute-hours must be at least 25 (the profile's 24 h window and what leaves it)")
+    store = HistoryStore(args.history, args.retention_days, minute_hours=args.minute_hours)
+    if not store.partitions("broker_samples") and not store.partitions("bundle_samples"):
+        raise UsageError(f"--history {args.history}: no history store there (no broker_samples, bundle_samples)")
+    now_ms = int(time.time() * 1000)
+    before = store.used_bytes()
+    done = compact(store, now_ms)
+    expired = store.expire(now_ms)
+    print(
+        json.dumps(
+            {
+                "hours_compacted": done.hours,
+                "files_compacted": done.files_in,
+                "rows": done.rows,
+                "superseded_files_deleted": done.deleted,
+                "partitions_expired": expired,
+                "bytes_before": before,
+                "bytes_after": store.used_bytes(),
+            }
+        )
+    )
+    return 0
+
+
+def cmd_spark_package(args: argparse.Namespace) -> int:
+    from pulsar_lb_operator.spark_jobs import package
+
+    try:
+        archive, launcher = package.build(args.out)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"wrote {archive} and {launcher}; on a cluster:")
+    print(
+        f"  spark-submit --master spark://HOST:7077 --py-files {archive} {launcher} "
+        "--history s3a://BUCKET/pulsar-lb/history --out s3a://BUCKET/pulsar-lb/profile"
+    )
     return 0
 
 
@@ -480,6 +554,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "snapshot": cmd_snapshot,
             "run": cmd_run,
             "aggregate": cmd_aggregate,
+            "compact": cmd_compact,
+            "spark-package": cmd_spark_package,
             "demo": cmd_demo,
             "simulate": cmd_simulate,
             "benchmark": cmd_benchmark,

@@ -1,37 +1,46 @@
 """Load profile job: turns the history store into the small profile the daemon reads every cycle.
 
 Run once, locally:
-    operator aggregate --history history/ --out profile/ [--master local[2]]
-or on a cluster (the driver needs pyspark, numpy and the project's ``strategies`` package for the final solve; no
-Python code runs on the executors):
-    spark-submit --master spark://host:7077 spark_jobs/load_profile.py \\
+    operator aggregate --history history/ --out profile/ [--full] [--master local[2]]
+or on a cluster (``operator spark-package --out pulsar_lb.zip`` builds what it needs; the README's "on a
+cluster" section is the command):
+    spark-submit --master spark://host:7077 --py-files pulsar_lb.zip pulsar_lb_job.py \\
         --history s3a://bucket/pulsar-lb/history --out s3a://bucket/pulsar-lb/profile
 
 Input: ``<history>/broker_samples`` and ``<history>/bundle_samples`` (operator/store/history.py).
 Output, each a small Parquet dataset under ``<out>``:
     bundle_averages   per bundle: short (10) and long (1000) sample averages, Pulsar's TimeAverageMessageData
-    bundle_windows    per bundle and window: samples, p50/p95/max of msg rate and throughput
+    bundle_windows    per bundle and window: samples, p50/p95/max of msg rate and throughput (within 1%)
     broker_profile    per broker: mean/p95 of weighted max usage over the window, std and CV over the short window
     cost_model        per broker and resource: usage% = intercept + a·msg rate + b·throughput in + c·throughput out
     hot_bundles       bundles over the split thresholds in a sustained share of recent samples
+
+**Incremental.** The job keeps its state beside the profile (``state.py``): per bundle the averages and
+the windows' histograms (``fold.py``), per broker and day the cost models' sums. A run reads the samples
+since the last one (and, for the hot bundles, the last ``hot_window_minutes``), the samples that left
+each window since, and the state — not the retention. ``--full`` (or a state missing, or of other
+windows) recomputes from every sample on disk; both give the same profile (averages and counts exactly,
+percentiles from the same histograms).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
+import os
 import sys
 from dataclasses import asdict, dataclass, field
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from pulsar_lb_operator.spark_jobs import fold
+from pulsar_lb_operator.spark_jobs.layout import DAY_MS, partition_span
+from pulsar_lb_operator.spark_jobs.sources import HistoryFiles
+from pulsar_lb_operator.spark_jobs.state import StateStore
 from pulsar_lb_operator.strategies.costs import RESOURCES, solve
 
-SHORT_SAMPLES = 10
-LONG_SAMPLES = 1000
-FEATURES = ("msg_rate", "msg_throughput_in", "msg_throughput_out")
 BROKER_COLUMNS = (
     "time",
     "broker",
@@ -53,6 +62,7 @@ BUNDLE_COLUMNS = (
     "producers",
     "consumers",
 )
+COLUMNS = {"broker_samples": BROKER_COLUMNS, "bundle_samples": BUNDLE_COLUMNS}
 
 
 class ProfileError(ValueError):
@@ -70,128 +80,74 @@ class ProfileOptions:
     max_sessions: int = 1000  # loadBalancerNamespaceBundleMaxSessions
     hot_share: float = 0.8  # share of recent samples a bundle must be over a threshold
     hot_window_minutes: int = 30
+    retention_days: float = 14  # a bundle or broker day with no sample this recent leaves the profile
 
 
 # ---------------------------------------------------------------------------------------------- extract
 
 
+def _columns(frame: DataFrame, path: str, required: tuple[str, ...]) -> DataFrame:
+    missing = [c for c in required if c not in frame.columns]
+    if missing:
+        raise ProfileError(f"{path} is missing column(s) {', '.join(missing)}")
+    return frame.select(*required)
+
+
+def read_samples(
+    files: HistoryFiles, kind: str, since_ms: int | None = None, until_ms: int | None = None
+) -> DataFrame | None:
+    """The samples of one kind with since < time ≤ until, read from the partitions that may hold them only."""
+    paths = files.files(kind, since_ms, until_ms)
+    if not paths:
+        return None
+    try:
+        frame = files.read(paths)
+    except Exception as exc:  # AnalysisException: no Parquet among the files
+        raise ProfileError(f"no history at {files.root}/{kind}: {str(exc).splitlines()[0]}") from None
+    frame = _columns(frame, f"{files.root}/{kind}", COLUMNS[kind])
+    if since_ms is not None:
+        frame = frame.where(F.col("time") > F.lit(since_ms))
+    if until_ms is not None:
+        frame = frame.where(F.col("time") <= F.lit(until_ms))
+    return frame
+
+
 def read_history(spark: SparkSession, history: str) -> tuple[DataFrame, DataFrame]:
+    """Every broker and bundle sample of a history (as its readers see it: compacted hours once)."""
+    files = HistoryFiles(spark, history)
     frames = []
-    for kind, required in (("broker_samples", BROKER_COLUMNS), ("bundle_samples", BUNDLE_COLUMNS)):
-        path = f"{history.rstrip('/')}/{kind}"
-        try:
-            frame = spark.read.option("basePath", path).parquet(path)
-        except Exception as exc:  # AnalysisException: path does not exist or holds no Parquet
-            raise ProfileError(f"no history at {path}: {str(exc).splitlines()[0]}") from None
-        missing = [c for c in required if c not in frame.columns]
-        if missing:
-            raise ProfileError(f"{path} is missing column(s) {', '.join(missing)}")
-        frames.append(frame.select(*required))
+    for kind in ("broker_samples", "bundle_samples"):
+        frame = read_samples(files, kind)
+        if frame is None:
+            raise ProfileError(f"no history at {files.root}/{kind}")
+        frames.append(frame)
     return frames[0], frames[1]
+
+
+def newest_time(files: HistoryFiles, kind: str) -> int | None:
+    """The newest sample's time. Only the newest date/hour partition is read."""
+    paths = files.files(kind)
+    if not paths:
+        return None
+    newest = partition_span(paths[-1])
+    since = newest[0] - 1 if newest is not None else None
+    frame = read_samples(files, kind, since)
+    return frame.agg(F.max("time")).first()[0] if frame is not None else None
 
 
 # ---------------------------------------------------------------------------------------------- transform
 
 
-def time_average_weights(n_samples: int) -> F.Column:
-    """Weight of sample k (1-based, by time) among n in TimeAverageMessageData with ``n_samples`` slots.
-
-    The running mean is exact until n_samples, then an EMA with weight 1/N: sample k ≤ N ends up with
-    (1/N)·r^(n−N) and k > N with (1/N)·r^(n−k), where r = 1 − 1/N; with n ≤ N every sample has 1/n.
-    """
-    big_n = float(n_samples)
-    r = 1 - 1 / big_n
-    k, n = F.col("k"), F.col("n")
-    return (
-        F.when(n <= big_n, 1 / n)
-        .when(k <= big_n, (1 / big_n) * F.pow(F.lit(r), n - big_n))
-        .otherwise((1 / big_n) * F.pow(F.lit(r), n - k))
-    )
-
-
-AVERAGED = ("msg_rate_in", "msg_rate_out", "msg_throughput_in", "msg_throughput_out")
-WINDOW_STATS = (
-    "samples",
-    "msg_rate_p50",
-    "msg_rate_p95",
-    "msg_rate_max",
-    "msg_throughput_p50",
-    "msg_throughput_p95",
-    "msg_throughput_max",
-)
-
-
-def latest_time(samples: DataFrame) -> int:
-    """The newest sample's time. On a history store only its newest date/hour partition is read."""
-    files = samples.inputFiles()
-    partitions = {m.groups() for f in files if (m := re.search(r"/date=([^/]+)/hour=([^/]+)/", f))}
-    if partitions:
-        date, hour = max(partitions)
-        newest = [f for f in files if f"/date={date}/hour={hour}/" in f]
-        return samples.sparkSession.read.parquet(*newest).agg(F.max("time")).first()[0]
-    return samples.agg(F.max("time")).first()[0]
-
-
-def bundle_aggregates(bundles: DataFrame, windows_minutes: tuple[int, ...], latest: int | None = None) -> DataFrame:
-    """Every per-bundle aggregate in one pass: one shuffle and sort by (bundle, time) ranks the samples
-    for the time averages, and the same sorted partitions feed the windows' conditional aggregates.
-    One row per bundle; ``bundle_averages`` and ``bundle_windows`` are its two views."""
-    by_time = Window.partitionBy("bundle").orderBy("time")
-    whole = by_time.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)  # same sort as by_time
-    ranked = bundles.withColumn("k", F.row_number().over(by_time)).withColumn("n", F.count("*").over(whole))
-    aggregates = [F.count("*").alias("samples"), F.max("time").alias("last_time")]
-    for prefix, slots in (("short", SHORT_SAMPLES), ("long", LONG_SAMPLES)):
-        ranked = ranked.withColumn(f"{prefix}_weight", time_average_weights(slots))  # once per row, not per sum
-        aggregates += [F.sum(F.col(m) * F.col(f"{prefix}_weight")).alias(f"{prefix}_{m}") for m in AVERAGED]
-    if windows_minutes:
-        latest = latest_time(bundles) if latest is None else latest
-    rate = F.col("msg_rate_in") + F.col("msg_rate_out")
-    thr = F.col("msg_throughput_in") + F.col("msg_throughput_out")
-    quantiles = F.array(F.lit(0.5), F.lit(0.95))  # one digest per column serves both percentiles
-    for minutes in windows_minutes:
-        inside = F.col("time") > F.lit(latest - minutes * 60_000)
-        r, t = F.when(inside, rate), F.when(inside, thr)  # null outside the window: ignored by the aggregates
-        aggregates += [
-            F.sum(inside.cast("long")).alias(f"samples_{minutes}"),
-            F.percentile_approx(r, quantiles, 10000).alias(f"msg_rate_q_{minutes}"),
-            F.max(r).alias(f"msg_rate_max_{minutes}"),
-            F.percentile_approx(t, quantiles, 10000).alias(f"msg_throughput_q_{minutes}"),
-            F.max(t).alias(f"msg_throughput_max_{minutes}"),
-        ]
-    return ranked.groupBy("bundle").agg(*aggregates)
-
-
-def averages_of(aggregates: DataFrame) -> DataFrame:
-    averaged = [f"{prefix}_{m}" for prefix in ("short", "long") for m in AVERAGED]
-    return aggregates.select("bundle", "samples", "last_time", *averaged)
-
-
-def windows_of(aggregates: DataFrame, windows_minutes: tuple[int, ...]) -> DataFrame:
-    def stats(m: int) -> list[F.Column]:
-        return [
-            F.col(f"samples_{m}").alias("samples"),
-            F.col(f"msg_rate_q_{m}")[0].alias("msg_rate_p50"),
-            F.col(f"msg_rate_q_{m}")[1].alias("msg_rate_p95"),
-            F.col(f"msg_rate_max_{m}").alias("msg_rate_max"),
-            F.col(f"msg_throughput_q_{m}")[0].alias("msg_throughput_p50"),
-            F.col(f"msg_throughput_q_{m}")[1].alias("msg_throughput_p95"),
-            F.col(f"msg_throughput_max_{m}").alias("msg_throughput_max"),
-        ]
-
-    per_window = F.array(*(F.struct(F.lit(m).alias("window_minutes"), *stats(m)) for m in windows_minutes))
-    return (
-        aggregates.select("bundle", F.explode(per_window).alias("w"))
-        .select("bundle", "w.*")
-        .where(F.col("samples") > 0)
-    )
-
-
 def bundle_averages(bundles: DataFrame) -> DataFrame:
-    return averages_of(bundle_aggregates(bundles, ()))
+    """``bundle_averages`` of a frame of bundle samples, from nothing."""
+    return fold.averages_view(fold.averages(bundles, None))
 
 
 def bundle_windows(bundles: DataFrame, windows_minutes: tuple[int, ...]) -> DataFrame:
-    return windows_of(bundle_aggregates(bundles, windows_minutes), windows_minutes)
+    """``bundle_windows`` of a frame of bundle samples, from nothing."""
+    latest = bundles.agg(F.max("time")).first()[0]
+    state = fold.fold(bundles, None, {w: latest - w * 60_000 for w in windows_minutes}, {})
+    return fold.windows_view(state, windows_minutes)
 
 
 def _usage_percent(resource: str) -> F.Column:
@@ -199,9 +155,9 @@ def _usage_percent(resource: str) -> F.Column:
     return F.when(limit > 0, F.col(f"{resource}_usage") / limit * 100).otherwise(F.lit(0.0))
 
 
-def broker_profile(brokers: DataFrame, options: ProfileOptions) -> DataFrame:
+def broker_profile(brokers: DataFrame, options: ProfileOptions, latest: int | None = None) -> DataFrame:
     weighted = F.greatest(*(_usage_percent(r) * F.lit(options.weights.get(r, 1.0)) for r in RESOURCES))
-    latest = brokers.agg(F.max("time")).first()[0]
+    latest = brokers.agg(F.max("time")).first()[0] if latest is None else latest
     window = brokers.where(F.col("time") > F.lit(latest - max(options.windows_minutes) * 60_000))
     short = brokers.where(F.col("time") > F.lit(latest - options.short_window_minutes * 60_000))
     overall = (
@@ -224,23 +180,29 @@ def broker_profile(brokers: DataFrame, options: ProfileOptions) -> DataFrame:
     return overall.join(jitter, "broker", "left")
 
 
+SUMS = [f"xx_{i}_{j}" for i in range(4) for j in range(i, 4)] + [f"xy_{i}" for i in range(4)] + ["yy", "y_sum"]
+
+
 def cost_model_sums(brokers: DataFrame) -> DataFrame:
-    """Per broker and resource, the sums of the normal equations of y = X·β with X = [1, features]."""
+    """Per broker, resource and day, the sums of the normal equations of y = X·β with X = [1, features]:
+    additive, so a run adds its new samples' and the retention drops a day's."""
     x = [
         F.lit(1.0),
         F.col("msg_rate_in") + F.col("msg_rate_out"),
         F.col("msg_throughput_in"),
         F.col("msg_throughput_out"),
     ]
+    day = F.floor(F.col("time") / F.lit(DAY_MS)).cast("long").alias("day")
     frames = []
     for resource in RESOURCES:
         y = _usage_percent(resource)
         sums = [F.sum(x[i] * x[j]).alias(f"xx_{i}_{j}") for i in range(4) for j in range(i, 4)]
         sums += [F.sum(x[i] * y).alias(f"xy_{i}") for i in range(4)]
         frames.append(
-            brokers.groupBy("broker").agg(
+            brokers.groupBy("broker", day).agg(
                 F.lit(resource).alias("resource"),
                 F.count("*").alias("samples"),
+                F.max("time").alias("last_time"),
                 F.sum(y * y).alias("yy"),
                 F.sum(y).alias("y_sum"),
                 *sums,
@@ -252,13 +214,33 @@ def cost_model_sums(brokers: DataFrame) -> DataFrame:
     return out
 
 
+def add_sums(a: DataFrame, b: DataFrame | None) -> DataFrame:
+    """Two sets of per-day sums added (the same broker, resource and day in both: a day that spans two runs)."""
+    if b is None:
+        return a
+    return (
+        a.unionByName(b)
+        .groupBy("broker", "resource", "day")
+        .agg(
+            F.sum("samples").alias("samples"),
+            F.max("last_time").alias("last_time"),
+            *(F.sum(c).alias(c) for c in SUMS),
+        )
+    )
+
+
+def totals(sums: DataFrame) -> DataFrame:
+    """Per broker and resource, the sums over every day kept."""
+    return sums.groupBy("broker", "resource").agg(F.sum("samples").alias("samples"), *(F.sum(c).alias(c) for c in SUMS))
+
+
 def solve_cost_model(row: dict) -> dict:
     """The tiny solve is done on the driver, with the same code the online learner uses."""
     return {"broker": row["broker"], "resource": row["resource"], **asdict(solve(row))}
 
 
 def hot_bundles(bundles: DataFrame, options: ProfileOptions, latest: int | None = None) -> DataFrame:
-    latest = latest_time(bundles) if latest is None else latest
+    latest = bundles.agg(F.max("time")).first()[0] if latest is None else latest
     recent = bundles.where(F.col("time") > F.lit(latest - options.hot_window_minutes * 60_000))
     max_bw = options.max_bandwidth_mbytes * 1024 * 1024
     rate = F.col("msg_rate_in") + F.col("msg_rate_out")
@@ -291,35 +273,126 @@ def hot_bundles(bundles: DataFrame, options: ProfileOptions, latest: int | None 
 # ---------------------------------------------------------------------------------------------- load
 
 
-def build_profile(spark: SparkSession, history: str, out: str, options: ProfileOptions, progress=None) -> dict:
-    """Read the history, compute every part of the profile, write it; returns a summary."""
+@dataclass
+class _Inputs:
+    """What one run folds in: the new bundle samples and the recent ones (hot bundles), each window's start,
+    the samples that left each window (or, where those are gone, all of its samples), the new broker
+    samples, and the state it starts from."""
+
+    new: DataFrame
+    recent: DataFrame
+    starts: dict[int, int]
+    leaving: dict[int, DataFrame]
+    rebuilt: dict[int, DataFrame]
+    brokers_new: DataFrame | None
+    state: DataFrame | None
+    costs: DataFrame | None
+
+
+def _inputs(spark: SparkSession, files: HistoryFiles, latest: int, options: ProfileOptions, generation) -> _Inputs:
+    starts = {w: latest - w * 60_000 for w in options.windows_minutes}
+    hot_since = latest - options.hot_window_minutes * 60_000
+    if generation is None:  # full: every sample on disk (scanned twice, memory stays bounded)
+        every = read_samples(files, "bundle_samples")
+        return _Inputs(every, every, starts, {}, {}, read_samples(files, "broker_samples"), None, None)
+    then = generation.latest
+    recent = read_samples(files, "bundle_samples", min(then, hot_since), latest)
+    recent = recent.persist(StorageLevel.MEMORY_AND_DISK)  # the new samples, the hot window: read once
+    new = recent.where(F.col("time") > F.lit(then))
+    leaving, rebuilt = {}, {}
+    oldest = files.files("bundle_samples")[:1]
+    kept_from = (partition_span(oldest[0]) or (0, 0))[0] if oldest else latest
+    for w, start in starts.items():
+        start_then = then - w * 60_000
+        if start >= then:  # every sample of the last window has left it: the new ones are all it holds
+            rebuilt[w] = new.where(F.col("time") > F.lit(start))
+        elif start < generation.first:  # none of the samples the state holds has left
+            pass
+        elif kept_from <= max(start_then + 1, generation.first):  # those that left are still on disk
+            leaving[w] = read_samples(files, "bundle_samples", start_then, start)
+        else:  # they are not (a long outage): the window again from its samples
+            rebuilt[w] = read_samples(files, "bundle_samples", start, latest)
+    costs = generation.costs(spark)
+    brokers_then = costs.agg(F.max("last_time")).first()[0]
+    brokers_new = read_samples(files, "broker_samples", brokers_then)
+    return _Inputs(new, recent, starts, leaving, rebuilt, brokers_new, generation.bundles(spark), costs)
+
+
+def build_profile(
+    spark: SparkSession, history: str, out: str, options: ProfileOptions, progress=None, full: bool = False
+) -> dict:
+    """Bring the profile at ``out`` up to the history's newest sample; returns a summary.
+
+    Incremental from the job's state when it has one of these windows (and ``full`` is not asked for), else
+    a full recompute from every sample on disk."""
     step = progress or (lambda _msg: None)
-    step("reading history")
-    brokers, bundles = read_history(spark, history)
-    brokers = brokers.cache()
-    bundles = bundles.cache()
-    counts = {"broker_samples": brokers.count(), "bundle_samples": bundles.count()}
-    if not counts["broker_samples"] or not counts["bundle_samples"]:
-        raise ProfileError(f"the history at {history} holds no samples")
-    latest = latest_time(bundles)
-    per_bundle = bundle_aggregates(bundles, options.windows_minutes, latest).cache()  # one row per bundle
-    parts = {
-        "bundle_averages": lambda: averages_of(per_bundle),
-        "bundle_windows": lambda: windows_of(per_bundle, options.windows_minutes),
-        "broker_profile": lambda: broker_profile(brokers, options),
-        "hot_bundles": lambda: hot_bundles(bundles, options, latest),
+    out = out.rstrip("/")
+    files = HistoryFiles(spark, history)
+    step("listing the history")
+    brokers_latest = newest_time(files, "broker_samples")
+    latest = newest_time(files, "bundle_samples")
+    if latest is None or brokers_latest is None:
+        raise ProfileError(f"no history at {history}: no broker and bundle samples there")
+    states = StateStore(spark, out, options.windows_minutes)
+    generation = None if full else states.current()
+    if generation is not None and generation.latest >= latest:
+        step("up to date")
+        return {
+            "mode": "unchanged",
+            "latest": latest,
+            "bundle_samples": 0,
+            "broker_samples": 0,
+            "generated_from": history,
+        }
+    mode = "incremental" if generation is not None else "full"
+    step(f"reading history ({mode})")
+    inputs = _inputs(spark, files, latest, options, generation)
+    try:
+        keep_after = latest - int(options.retention_days * DAY_MS)
+
+        step("folding bundle samples")
+        state = fold.fold(inputs.new, inputs.state, inputs.starts, inputs.leaving, inputs.rebuilt)
+        scratch = states.scratch()
+        state.where(F.col("last_time") > F.lit(keep_after)).write.parquet(f"{scratch}/bundles")
+        state = spark.read.parquet(f"{scratch}/bundles")  # what was written: the views below read it, not the fold
+        costs = inputs.costs
+        if inputs.brokers_new is not None:
+            costs = add_sums(cost_model_sums(inputs.brokers_new), inputs.costs)
+        costs.where(F.col("day") >= F.lit(keep_after // DAY_MS)).coalesce(1).write.parquet(f"{scratch}/costs")
+        costs = spark.read.parquet(f"{scratch}/costs")
+
+        brokers_window = read_samples(files, "broker_samples", brokers_latest - max(options.windows_minutes) * 60_000)
+        parts = {
+            "bundle_averages": lambda: fold.averages_view(state),
+            "bundle_windows": lambda: fold.windows_view(state, options.windows_minutes),
+            "broker_profile": lambda: broker_profile(brokers_window, options, brokers_latest),
+            "hot_bundles": lambda: hot_bundles(inputs.recent, options, latest),
+        }
+        for name, build in parts.items():
+            step(f"computing {name}")
+            build().coalesce(1).write.mode("overwrite").parquet(f"{out}/{name}")
+        step("fitting cost models")
+        models = [solve_cost_model(r.asDict()) for r in totals(costs).collect()]
+        if models:
+            spark.createDataFrame(models).coalesce(1).write.mode("overwrite").parquet(f"{out}/cost_model")
+        counted = state.agg(F.sum("samples"), F.count("*"), F.min("first_time")).first()
+        folded = inputs.new.count() if mode == "incremental" else int(counted[0] or 0)
+        brokers_counted = costs.where(F.col("resource") == RESOURCES[0]).agg(F.sum("samples")).first()[0] or 0
+        states.commit(scratch, latest, counted[2] if counted[2] is not None else latest)
+    finally:
+        inputs.recent.unpersist()  # the daemon's session lives on: nothing of this run stays cached
+    summary = {
+        "mode": mode,
+        "latest": latest,
+        "bundle_samples": folded,  # folded in by this run
+        "broker_samples": int(brokers_counted),  # in the cost models' days
+        "bundles": int(counted[1]),
+        "files_read": len(files.read_paths),
+        "generated_from": history,
+        "options": asdict(options),
+        "cost_models": len(models),
     }
-    for name, build in parts.items():
-        step(f"computing {name}")
-        build().coalesce(1).write.mode("overwrite").parquet(f"{out.rstrip('/')}/{name}")
-    step("fitting cost models")
-    models = [solve_cost_model(r.asDict()) for r in cost_model_sums(brokers).collect()]
-    spark.createDataFrame(models).coalesce(1).write.mode("overwrite").parquet(f"{out.rstrip('/')}/cost_model")
-    summary = {**counts, "generated_from": history, "options": asdict(options), "cost_models": len(models)}
     step("done")
-    per_bundle.unpersist()
-    brokers.unpersist()
-    bundles.unpersist()
     return summary
 
 
@@ -327,18 +400,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="load_profile", description="Aggregate the history into a load profile.")
     parser.add_argument("--history", required=True)
     parser.add_argument("--out", required=True)
-    parser.add_argument("--master", default=None, help="Spark master (spark-submit sets it; default local[2])")
+    parser.add_argument("--master", default=None, help="Spark master (default: spark-submit's, else local[2])")
+    parser.add_argument("--full", action="store_true", help="recompute from every sample, not from the job's state")
+    parser.add_argument("--retention-days", type=float, default=14.0, help="the history's (historyRetentionDays)")
     args = parser.parse_args(argv)
     from pulsar_lb_operator.spark_jobs.session import build_session
 
-    spark = build_session(args.master or "local[2]")
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started this driver and its JVM
+    spark = build_session(args.master or (None if submitted else "local[2]"))
     try:
         summary = build_profile(
             spark,
             args.history,
             args.out,
-            ProfileOptions(),
+            ProfileOptions(retention_days=args.retention_days),
             progress=lambda m: print(f"[load_profile] {m}", file=sys.stderr),
+            full=args.full,
         )
         print(json.dumps(summary))
         return 0

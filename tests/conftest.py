@@ -40,3 +40,10 @@ def live_served():
     scenario = load_scenario("demo")
     with serve(lambda allocate: SimulatedCluster(scenario, allocate, int(time.time() * 1000))) as sim:
         yield sim
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "spark_cluster: starts a standalone Spark master and worker (needs Java; -m 'not spark_cluster' skips it)",
+    )

@@ -55,6 +55,7 @@ log = structlog.get_logger(__name__)
 
 RECENT_CYCLES = 20  # cycles the status page lists
 USAGE_POINTS = 240  # per-cycle usage samples kept for the status page (an hour at 15 s cycles)
+COMPACT_EVERY_MINUTES = 10  # an hour is compacted within 15 minutes of its end (5 minutes' grace for late cycles)
 
 
 class Elector(Protocol):
@@ -117,10 +118,16 @@ class Daemon:
         self._was_leader: bool | None = None
         self._lock = threading.Lock()
         self.history = (
-            HistoryStore(self.settings.historyUri, self.settings.historyRetentionDays)
+            HistoryStore(
+                self.settings.historyUri,
+                self.settings.historyRetentionDays,
+                max_bytes=int(self.settings.historyMaxMegabytes * 1024 * 1024),
+                minute_hours=self.settings.historyMinuteHours,
+            )
             if self.settings.historyUri
             else None
         )
+        self._history_jobs = threading.Lock()  # compaction and aggregation: never over the same files at once
         self.audit = audit_publisher.from_settings(
             self.settings, self.metrics.audit_published.inc, self.metrics.audit_dropped.inc
         )
@@ -309,18 +316,22 @@ class Daemon:
             workflows.record_outcomes(self.control, proposal["id"], records)
 
     def aggregate(self) -> None:
-        """Run the Spark load-profile job in-process; failures are logged, the daemon goes on."""
+        """Update the load profile with the Spark job in-process (incremental: the samples since the last run and
+        the job's state); failures are logged, the daemon goes on."""
         from pulsar_lb_operator.spark_jobs.load_profile import ProfileError, ProfileOptions, build_profile
         from pulsar_lb_operator.spark_jobs.session import build_session
 
         started = time.monotonic()
+        options = ProfileOptions(retention_days=self.settings.historyRetentionDays)
         try:
-            spark = build_session(self.settings.sparkMaster)
-            summary = build_profile(spark, self.settings.historyUri, self.settings.profileUri, ProfileOptions())
+            with self._history_jobs:
+                spark = build_session(self.settings.sparkMaster)
+                summary = build_profile(spark, self.settings.historyUri, self.settings.profileUri, options)
             log.info(
                 "load profile written",
                 uri=self.settings.profileUri,
                 seconds=round(time.monotonic() - started, 1),
+                mode=summary["mode"],
                 broker_samples=summary["broker_samples"],
                 bundle_samples=summary["bundle_samples"],
             )
@@ -329,14 +340,49 @@ class Daemon:
         except Exception:
             log.exception("load profile job failed")
 
+    def compact(self) -> None:
+        """Compact the history's closed hours (store/compaction.py); failures are logged, the daemon goes on."""
+        from pulsar_lb_operator.store.compaction import compact
+
+        if self.history is None:
+            return
+        started = time.monotonic()
+        try:
+            with self._history_jobs:
+                done = compact(self.history, self.clock_ms() if callable(self.clock_ms) else int(time.time() * 1000))
+            if done.hours or done.deleted:
+                log.info(
+                    "history compacted",
+                    hours=done.hours,
+                    files=done.files_in,
+                    rows=done.rows,
+                    superseded_deleted=done.deleted,
+                    seconds=round(time.monotonic() - started, 1),
+                )
+        except OSError as exc:
+            log.error("history not compacted", uri=self.settings.historyUri, reason=str(exc))
+        except Exception:
+            log.exception("history compaction failed")
+
     def _record_history(self, result: CycleResult) -> None:
         if self.history is None or result.snapshot is None or not result.snapshot.brokers:
             return
         try:
-            self.history.append(result.snapshot)
+            appended = self.history.append(result.snapshot)
             self.history.expire(result.snapshot.taken_at)
+            self.metrics.history_bytes.set(self.history.used_bytes())
         except OSError as exc:  # the history is for later analysis; it never stops a cycle
             log.error("history not written", uri=self.settings.historyUri, reason=str(exc))
+            return
+        if appended.skipped:
+            self.metrics.history_skipped.labels(appended.skipped).inc()
+            log.error(
+                "history append skipped: no room for this cycle's samples",
+                reason=appended.skipped,
+                uri=self.settings.historyUri,
+                used_bytes=self.history.used_bytes(),
+                max_bytes=self.history.max_bytes or None,
+            )
 
     def builtin_balancer(self) -> dict[str, Any] | None:
         """Pulsar's own balancer as the conflict guard last found it (status page, ``/api/status``); None before the
@@ -385,6 +431,8 @@ class Daemon:
             scheduler.add_job(
                 self.aggregate, "interval", minutes=self.settings.aggregateEveryMinutes, max_instances=1, coalesce=True
             )
+        if self.history is not None:  # closed hours into one file each, on its own thread too
+            scheduler.add_job(self.compact, "interval", minutes=COMPACT_EVERY_MINUTES, max_instances=1, coalesce=True)
         shutdown.on_signals(self.stop)
         scheduler.start()
         try:

@@ -87,6 +87,16 @@ class Metrics:
             "1 while Pulsar's own shedder or splitter is on and the operator therefore sends nothing (the status page "
             "and /api/status say why); 0 otherwise",
         )
+        self.history_skipped = metric(
+            Counter,
+            "history_appends_skipped",
+            "Cycles whose samples were not written to the history: disk_full (no space left), over_bound "
+            "(historyMaxMegabytes reached with nothing older left to delete); the cycle itself went on",
+            ["reason"],
+        )
+        for reason in ("disk_full", "over_bound"):
+            self.history_skipped.labels(reason)
+        self.history_bytes = metric(Gauge, "history_bytes", "Bytes the history store holds, after the last append")
         self.load_manager = metric(
             Gauge,
             "load_manager_info",

@@ -84,6 +84,8 @@ class OperatorSettings:
     stateFile: str = "state/operator-state.json"
     historyUri: str = "history"  # where every cycle's samples go (Parquet); a directory or s3a://, hdfs://…; "" off
     historyRetentionDays: float = 14.0
+    historyMaxMegabytes: float = 0.0  # the history's byte bound: past it the oldest hours go first; 0: age only
+    historyMinuteHours: float = 26.0  # bundle minute samples kept this long (≥ the 24 h profile window + 1 h)
     profileUri: str = "profile"  # the load profile the Spark job writes and every cycle reads; "" off
     aggregateEveryMinutes: float = 15.0  # run the Spark job in-process this often; 0: an external job writes it
     sparkMaster: str = "local[2]"
@@ -146,6 +148,12 @@ class OperatorSettings:
             raise ConfigError(f"elmServiceUrl: {self.elmServiceUrl!r} is not a pulsar:// or pulsar+ssl:// URL")
         if self.elmReadTimeoutSeconds < 0:
             raise ConfigError("elmReadTimeoutSeconds: must be >= 0 (0: one report interval)")
+        if self.historyMaxMegabytes < 0:
+            raise ConfigError("historyMaxMegabytes: must be >= 0 (0: bounded by age only)")
+        if not self.historyRetentionDays > 0:
+            raise ConfigError("historyRetentionDays: must be > 0")
+        if self.historyMinuteHours < 25:
+            raise ConfigError("historyMinuteHours: must be >= 25 (the profile's 24 h window and what leaves it)")
         if self.auditSpoolMaxMegabytes <= 0:
             raise ConfigError("auditSpoolMaxMegabytes: must be > 0")
         if self.auditEnabled and not (self.auditServiceUrl or self.adminUrl):

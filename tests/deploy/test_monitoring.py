@@ -123,6 +123,8 @@ def test_the_daemon_exports_only_pulsar_lb_operator_names_each_with_its_cluster(
         "pulsar_lb_operator_kill_switch",
         "pulsar_lb_operator_leader",
         "pulsar_lb_operator_audit_events_dropped_total",
+        "pulsar_lb_operator_history_appends_skipped_total",
+        "pulsar_lb_operator_history_bytes",
     } <= names
     assert "pulsar_lb_cycles_total" not in names  # the old name collided with Pulsar's own pulsar_lb_* metrics
 
@@ -167,6 +169,7 @@ def test_every_alert_is_a_valid_prometheus_rule_on_exported_metrics(docs, export
     assert "pulsar_lb_operator_kill_switch" in exprs["PulsarLbOperatorKillSwitchOn"]
     assert "pulsar_lb_operator_held_by_builtin_balancer" in exprs["PulsarLbOperatorHeldByBuiltinBalancer"]
     assert 'outcome=~"failed|unknown"' in exprs["PulsarLbOperatorActionsFailing"]
+    assert "pulsar_lb_operator_history_appends_skipped_total" in exprs["PulsarLbOperatorHistoryAppendsSkipped"]
 
 
 def test_the_alert_thresholds_and_labels_are_values(exported):

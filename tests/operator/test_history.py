@@ -1,10 +1,21 @@
-"""The history store: Parquet partitioned by date and hour, crash-safe writes, skipped partial files, retention."""
+"""The history store: Parquet partitioned by date and hour, crash-safe writes, skipped partial files, retention,
+the byte bound and a full volume."""
+
+import contextlib
+import dataclasses
+import subprocess
 
 import pyarrow.parquet as pq
+import pytest
 
+from pulsar_lb_operator.adminapi import AdminClient
+from pulsar_lb_operator.run.daemon import Daemon
+from pulsar_lb_operator.run.settings import OperatorSettings
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
-from pulsar_lb_operator.simulator.scenario import parse_scenario
-from pulsar_lb_operator.store.history import HistoryStore
+from pulsar_lb_operator.simulator.http import serve
+from pulsar_lb_operator.simulator.scenario import load_scenario, parse_scenario
+from pulsar_lb_operator.store.history import BROKER_SCHEMA, BUNDLE_SCHEMA, HistoryStore, snapshot_tables
+from pulsar_lb_operator.strategies import LoadBalancerConfig
 from pulsar_lb_operator.strategies.snapshots import ClusterSnapshot, parse_broker_load
 from tests.builders import SMALL_SCENARIO as SMALL
 
@@ -63,3 +74,109 @@ def test_files_are_plain_parquet_readable_by_other_tools(tmp_path):
     store.append(snapshots(1)[0])
     table = pq.read_table(store.files("bundle_samples")[0])
     assert {"time", "bundle", "owner", "msg_rate_in", "topics", "producers", "consumers"} <= set(table.column_names)
+
+
+def test_appends_are_built_column_by_column_with_the_rows_they_always_had(tmp_path):
+    snap = snapshots(1)[0]
+    tables = dict(snapshot_tables(snap))
+    assert tables["bundle_samples"].schema == BUNDLE_SCHEMA and tables["broker_samples"].schema == BROKER_SCHEMA
+    rows = tables["bundle_samples"].to_pylist()
+    for row in rows:
+        stats = snap.brokers[row["owner"]].lastStats[row["bundle"]]
+        assert (row["msg_rate_out"], row["msg_throughput_in"], row["producers"], row["consumers"]) == (
+            stats.msgRateOut,
+            stats.msgThroughputIn,
+            stats.producerCount,
+            stats.consumerCount,
+        )
+    assert [r["bundle"] for r in rows if r["owner"] == rows[0]["owner"]] == sorted(
+        snap.brokers[rows[0]["owner"]].lastStats
+    )
+
+
+def test_a_byte_bound_deletes_the_oldest_hours_first(tmp_path):
+    unbounded = HistoryStore(str(tmp_path / "free"))
+    for snap in snapshots(2, step_s=1200):
+        unbounded.append(snap)
+    per_hour = unbounded.used_bytes()  # about what two cycles write
+    store = HistoryStore(str(tmp_path / "bounded"), max_bytes=3 * per_hour)
+    snaps = snapshots(24, step_s=1200)  # 8 hours, 3 cycles an hour
+    freed = 0
+    for snap in snaps:
+        appended = store.append(snap)
+        assert appended.skipped is None and appended.rows > 0
+        freed += appended.freed_bytes
+        assert store.used_bytes() <= store.max_bytes
+    assert freed > 0 and store.used_bytes() == HistoryStore(str(tmp_path / "bounded")).used_bytes()
+    times = sorted({r["time"] for r in store.read("broker_samples").to_pylist()})
+    assert times[-1] == snaps[-1].taken_at  # the newest stay ...
+    assert times[0] > snaps[0].taken_at  # ... and the oldest went
+    kept = [s.taken_at for s in snaps if s.taken_at >= times[0]]
+    assert times == kept  # oldest first: no hole in what is left
+
+
+@pytest.fixture
+def small_volume(tmp_path):
+    """A real 1 MiB filesystem (tmpfs), as a too-small history volume is."""
+    mount = tmp_path / "volume"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode(errors='replace').strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_volume_skips_the_append_counts_it_and_the_cycle_goes_on(small_volume, tmp_path):
+    scenario = load_scenario("demo")
+    with serve(lambda allocate: SimulatedCluster(scenario, allocate)) as sim:
+        settings = OperatorSettings(
+            dryRun=True,
+            metricsPort=0,
+            stateFile=str(tmp_path / "state.json"),
+            historyUri=str(small_volume / "history"),
+            historyMaxMegabytes=0.08,
+            profileUri="",
+        )
+        daemon = Daemon(
+            settings, LoadBalancerConfig(), AdminClient(sim.admin_url), "sim", clock_ms=lambda: sim.cluster.now_ms
+        )
+
+        def cycle():
+            result = daemon.run_once()
+            sim.cluster.advance(15 * 60)
+            return result
+
+        first = cycle()
+        for _ in range(20):  # five hours: more than 0.08 MiB of samples
+            assert cycle() is not None
+        history = daemon.history
+        assert history.used_bytes() <= history.max_bytes
+        times = {r["time"] for r in history.read("broker_samples").to_pylist()}
+        assert first.snapshot.taken_at not in times and max(times) == sim.cluster.now_ms - 15 * 60_000
+        assert daemon.metrics.history_skipped.labels("disk_full")._value.get() == 0
+
+        # something else fills the volume: the next append has no room at all (and, here, nothing older of its
+        # own to delete: a second instance's history, started on the full volume)
+        filler = small_volume / "filler"
+        with filler.open("wb") as out, contextlib.suppress(OSError):
+            while True:
+                out.write(b"\0" * 65536)
+        other = Daemon(
+            dataclasses.replace(settings, historyUri=str(small_volume / "other"), historyMaxMegabytes=0),
+            LoadBalancerConfig(),
+            AdminClient(sim.admin_url),
+            "sim",
+            clock_ms=lambda: sim.cluster.now_ms,
+        )
+        result = other.run_once()
+        assert result is not None and result.plan is not None  # the cycle went on
+        skipped = other.metrics.history_skipped.labels("disk_full")
+        assert skipped._value.get() == 1  # pulsar_lb_operator_history_appends_skipped_total{reason="disk_full"}
+        assert other.history.read("broker_samples").num_rows == 0  # nothing half written
+        assert not list(small_volume.rglob(".*.tmp"))
+        filler.unlink()
+        assert other.run_once() is not None and other.history.read("broker_samples").num_rows == 4
+        assert skipped._value.get() == 1

@@ -158,6 +158,8 @@ claim is shared (the state file's lock admits one pod). */}}
 {{- $_ := set $s "stateFile" (printf "%s/state/operator-state.json" $data) -}}
 {{- $_ := set $s "historyUri" (default (printf "%s/history" $data) .Values.history.uri) -}}
 {{- $_ := set $s "historyRetentionDays" .Values.history.retentionDays -}}
+{{- $_ := set $s "historyMaxMegabytes" .Values.history.maxMegabytes -}}
+{{- $_ := set $s "historyMinuteHours" .Values.history.minuteHours -}}
 {{- $_ := set $s "profileUri" (default (printf "%s/profile" $data) .Values.history.profileUri) -}}
 {{- $_ := set $s "sparkMaster" .Values.spark.master -}}
 {{- $_ := set $s "aggregateEveryMinutes" .Values.spark.aggregateEveryMinutes -}}

@@ -1,0 +1,62 @@
+"""What the job reads: the history's data files, listed through Spark's own Hadoop filesystem (so ``s3a://``,
+``hdfs://`` and local paths list alike, with the job's credentials), pruned to the partitions a time range
+needs, and taken by the store's rule (``layout.visible``: a compacted hour is one file, never both).
+
+Listing walks date, then hour directories and enters only those the time range needs, so an incremental
+run lists a handful of directories, not the retention's thousands of files.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, SparkSession
+
+from pulsar_lb_operator.spark_jobs.layout import is_data_file, overlaps, visible
+
+
+class HistoryFiles:
+    """The data files under one history root, through the session's Hadoop configuration."""
+
+    def __init__(self, spark: SparkSession, root: str) -> None:
+        self.spark = spark
+        self.root = root.rstrip("/")
+        self.read_paths: set[str] = set()  # every file this run read
+        jvm = spark.sparkContext._jvm
+        self._jvm = jvm
+        self._fs = jvm.org.apache.hadoop.fs.Path(self.root).getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+
+    def _names(self, path: str) -> list[str]:
+        """The names in one directory (none when it does not exist)."""
+        jpath = self._jvm.org.apache.hadoop.fs.Path(path)
+        if not self._fs.exists(jpath):
+            return []
+        return [status.getPath().getName() for status in self._fs.listStatus(jpath)]
+
+    def exists(self, kind: str) -> bool:
+        return bool(self._fs.exists(self._jvm.org.apache.hadoop.fs.Path(f"{self.root}/{kind}")))
+
+    def files(self, kind: str, since_ms: int | None = None, until_ms: int | None = None) -> list[str]:
+        """The visible data files of one kind that may hold a sample with since < time ≤ until, oldest first."""
+        out: list[str] = []
+        self._walk(f"{self.root}/{kind}", since_ms, until_ms, out)
+        return out
+
+    def _walk(self, folder: str, since_ms: int | None, until_ms: int | None, out: list[str]) -> None:
+        names = [n for n in self._names(folder) if not n.startswith((".", "_"))]
+        out += [f"{folder}/{n}" for n in visible(names)]
+        for name in sorted(n for n in names if not is_data_file(n) and "=" in n):
+            child = f"{folder}/{name}"
+            if overlaps(child + "/", since_ms, until_ms):
+                self._walk(child, since_ms, until_ms, out)
+
+    def read(self, files: list[str]) -> DataFrame | None:
+        """The files as one DataFrame, with the schema of the newest one: inferring it from every file would
+        cost a job per read."""
+        if not files:
+            return None
+        self.read_paths.update(files)
+        for newest in reversed(files[-3:]):
+            try:
+                return self.spark.read.schema(self.spark.read.parquet(newest).schema).parquet(*files)
+            except Exception:  # AnalysisException: that file is unreadable (damaged): try an older one
+                continue
+        return self.spark.read.parquet(*files)

@@ -1,0 +1,90 @@
+"""The job's own state, kept beside the profile: what an incremental run starts from.
+
+    <out>/_state/gen-<latest>-<first>-<shape>/bundles     one row per bundle (fold.py): averages, histograms
+    <out>/_state/gen-<latest>-<first>-<shape>/costs       per broker, resource and day: the cost model's sums
+    <out>/_state/gen-<latest>-<first>-<shape>/_COMPLETE   written last
+
+``latest`` and ``first`` are the newest and the oldest bundle sample folded in (epoch ms).
+
+A run writes a new generation and marks it complete only after the profile is written, then deletes the
+older ones; a run that dies half way leaves an incomplete generation that the next run ignores (and
+deletes). ``shape`` names the windows and the digest: a state of another shape is not used (the next run
+is a full recompute).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame, SparkSession
+
+from pulsar_lb_operator.spark_jobs import digest
+
+PREFIX = "gen-"
+
+
+def shape_of(windows: tuple[int, ...]) -> str:
+    return "w" + "_".join(str(w) for w in windows) + f"-a{digest.ALPHA:g}"
+
+
+@dataclass(frozen=True)
+class Generation:
+    latest: int  # the newest bundle sample folded in
+    first: int  # the oldest
+    path: str
+
+    def bundles(self, spark: SparkSession) -> DataFrame:
+        return spark.read.parquet(f"{self.path}/bundles")
+
+    def costs(self, spark: SparkSession) -> DataFrame:
+        return spark.read.parquet(f"{self.path}/costs")
+
+
+class StateStore:
+    def __init__(self, spark: SparkSession, out: str, windows: tuple[int, ...]) -> None:
+        self.spark = spark
+        self.root = f"{out.rstrip('/')}/_state"
+        self.shape = shape_of(windows)
+        jvm = spark.sparkContext._jvm
+        self._path = jvm.org.apache.hadoop.fs.Path
+        self._fs = self._path(self.root).getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+
+    def _generations(self) -> list[tuple[int, int, str, bool]]:
+        """(latest, first, path, complete) of every generation on disk, oldest first."""
+        root = self._path(self.root)
+        if not self._fs.exists(root):
+            return []
+        out = []
+        for status in self._fs.listStatus(root):
+            name = status.getPath().getName()
+            latest, _, rest = name.removeprefix(PREFIX).partition("-")
+            first, _, shape = rest.partition("-")
+            if not name.startswith(PREFIX) or not latest.isdigit() or not first.isdigit():
+                continue
+            path = f"{self.root}/{name}"
+            complete = shape == self.shape and bool(self._fs.exists(self._path(f"{path}/_COMPLETE")))
+            out.append((int(latest), int(first), path, complete))
+        return sorted(out)
+
+    def current(self) -> Generation | None:
+        """The newest complete generation of this shape, if any."""
+        complete = [(latest, first, path) for latest, first, path, done in self._generations() if done]
+        return Generation(*complete[-1]) if complete else None
+
+    def scratch(self) -> str:
+        """Where a run writes its state before it knows the generation's name."""
+        path = f"{self.root}/_writing"
+        self._fs.delete(self._path(path), True)  # a half-written one of an earlier try
+        return path
+
+    def commit(self, scratch: str, latest: int, first: int) -> Generation:
+        """Name the state written at ``scratch`` as a generation, mark it complete, delete every other one."""
+        generation = Generation(latest, first, f"{self.root}/{PREFIX}{latest}-{first}-{self.shape}")
+        self._fs.delete(self._path(generation.path), True)
+        if not self._fs.rename(self._path(scratch), self._path(generation.path)):
+            raise OSError(f"cannot rename {scratch} to {generation.path}")
+        self._fs.create(self._path(f"{generation.path}/_COMPLETE"), True).close()
+        for _, _, path, _ in self._generations():
+            if path != generation.path:
+                self._fs.delete(self._path(path), True)
+        return generation
