@@ -153,6 +153,10 @@ class AdminClient:
         """Whether a request to ``url`` may carry the operator's credentials (``origins.KnownOrigins.refusal``)."""
         return self.known.refusal(url) is None
 
+    def is_known_host(self, url: str) -> bool:
+        """Whether ``url``'s host is one credentials may go to on some port (``origins.KnownOrigins.knows_host``)."""
+        return self.known.knows_host(url)
+
     def _vouched(self, broker_id: str, url: str) -> bool:
         """Whether ``url``, given by the cluster as ``broker_id``'s web URL (its load report, its registration),
         may be used and get credentials: its id's own origin (what Pulsar makes ``webServiceUrl`` of), that

@@ -159,6 +159,16 @@ class KnownOrigins:
         """The host, when ``url`` is refused only for being another port (or scheme) of a known host."""
         return self._judge(url)[1]
 
+    def knows_host(self, url: str) -> bool:
+        """Whether ``url``'s host (any port, any scheme) is a known one: for the binary protocol's service URL,
+        whose port is never the web port's, so only its host can be vouched for."""
+        try:
+            host = parse(url).origin.host
+        except UnusableUrl:
+            return False
+        with self._lock:
+            return host in self._hosts
+
     def _judge(self, url: str) -> tuple[str | None, str | None]:
         try:
             parsed = parse(url)

@@ -261,8 +261,13 @@ def cluster_service_url(client: AdminClient, cluster: str | None) -> str:
             "pulsar+ssl:// URL; set elmServiceUrl"
         )
     if client.credentials.plugin not in (None, "none"):
-        scheme = "https" if match.group(1) else "http"
-        unknown = [h for h in match.group(2).split(",") if not client.is_known(f"{scheme}://{h}")]
+        if client.scheme == "https" and not match.group(1):
+            raise ElmDataUnreadable(
+                f"cannot read {BROKER_LOAD_DATA_TOPIC}: cluster {cluster}'s {key} {chosen} is plain pulsar:// and the "
+                "admin URL is https: the readers would send the admin credentials in clear; set "
+                f"elmServiceUrl={chosen} to accept that"
+            )
+        unknown = [h for h in match.group(2).split(",") if not client.is_known_host(f"https://{h}")]
         if unknown:
             raise ElmDataUnreadable(
                 f"cannot read {BROKER_LOAD_DATA_TOPIC}: cluster {cluster}'s {key} {chosen} is on {unknown[0]}, a host "

@@ -905,7 +905,12 @@ def test_elms_readers_authenticate_as_the_admin_client_does_at_the_clusters_own_
         (
             "https://pulsar-broker.pulsar.svc:8443",
             {"brokerServiceUrl": "pulsar://pulsar-broker.pulsar.svc:6650"},
-            "pulsar://pulsar-broker.pulsar.svc:6650",
+            "is plain pulsar:// and the admin URL is https",
+        ),
+        (
+            "http://pulsar-broker.pulsar.svc:8080",
+            {"brokerServiceUrl": "pulsar://pulsar-broker.pulsar.svc.:6650,PULSAR-BROKER.pulsar.svc:6651"},
+            "pulsar://pulsar-broker.pulsar.svc.:6650,PULSAR-BROKER.pulsar.svc:6651",
         ),
         ("http://pulsar-broker.pulsar.svc:8080", {"serviceUrl": "http://x:8080"}, "has no brokerServiceUrl"),
         ("http://pulsar-broker.pulsar.svc:8080", {"brokerServiceUrl": "http://x:6650"}, "is not a pulsar://"),
@@ -916,7 +921,15 @@ def test_elms_readers_authenticate_as_the_admin_client_does_at_the_clusters_own_
         ),
         ("http://pulsar-broker.pulsar.svc:8080", None, "the cluster's service URL is unknown"),
     ],
-    ids=["http-plain", "https-without-tls-url", "no-url", "not-pulsar", "unknown-host-with-a-token", "unreadable"],
+    ids=[
+        "http-plain",
+        "https-without-tls-url",
+        "several-hosts-any-port",
+        "no-url",
+        "not-pulsar",
+        "unknown-host-with-a-token",
+        "unreadable",
+    ],
 )
 def test_the_service_url_is_the_clusters_brokerserviceurl_or_a_one_line_reason_to_set_elmserviceurl(
     admin_url, metadata, expected, monkeypatch

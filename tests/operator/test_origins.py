@@ -341,3 +341,14 @@ def test_broker_ids_that_are_no_host_and_port_are_never_an_origin_and_never_a_cr
     responses.put(f"https://broker-a:8443{where}", status=307, headers={"Location": f"https://broker-a:9999{where}"})
     with pytest.raises(RedirectError, match="https port 9999 of broker-a is not"):
         admin.unload("t/ns/0x0_0x1")
+
+
+def test_the_binary_protocols_host_is_vouched_for_by_host_alone_whatever_the_port():
+    """The ELM readers' service URL (pulsar://host:6650) never shares the web port: its host must be known, the
+    same spellings count as the same host, and an unknown host or a malformed URL is never known."""
+    known = KnownOrigins("https://Pulsar-Broker.pulsar.svc.:8443")
+    assert known.knows_host("https://pulsar-broker.pulsar.svc:6651")
+    assert known.knows_host("http://PULSAR-BROKER.pulsar.svc:6650")
+    assert not known.knows_host("https://pulsar-broker.evil.example:6651")
+    assert not known.knows_host("https://[::1:6651")
+    assert known.refusal("https://pulsar-broker.pulsar.svc:6651") is not None  # the web decision stays by origin
