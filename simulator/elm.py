@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 from pulsar_lb_operator.simulator.cluster import Broker, SimError, unexpected
 from pulsar_lb_operator.strategies import bundles as bundle_names
+from pulsar_lb_operator.strategies.errors import UserError
 from pulsar_lb_operator.strategies.policies import shedding_allowed
 from pulsar_lb_operator.strategies.shedding.transfer import compare_bundle_stats
 from pulsar_lb_operator.strategies.snapshots import BundleStats, ResourceUsage
@@ -66,7 +67,7 @@ TOP_BUNDLES_TOPIC = "non-persistent://pulsar/system/loadbalancer-top-bundles-loa
 TOPICS = (BROKER_LOAD_DATA_TOPIC, TOP_BUNDLES_TOPIC)
 
 
-class ElmError(OSError):
+class ElmError(UserError, OSError):
     """The system topics' broker could not be started or reached."""
 
 

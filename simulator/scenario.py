@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from pulsar_lb_operator.simulator.traffic import Pattern
+from pulsar_lb_operator.strategies.errors import UserError
 
 if TYPE_CHECKING:
     from pulsar_lb_operator.simulator.faults import FaultRule
@@ -28,7 +29,7 @@ PLACEMENTS = ("LeastLongTermMessageRate", "random")
 LOAD_MANAGERS = ("modular", "extensible")  # loadManager: extensible — simulator/elm.py
 
 
-class ScenarioError(ValueError):
+class ScenarioError(UserError, ValueError):
     """A scenario that cannot be loaded; the message names the key."""
 
 

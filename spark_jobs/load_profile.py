@@ -28,6 +28,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from pulsar_lb_operator.strategies.costs import RESOURCES, solve
+from pulsar_lb_operator.strategies.errors import UserError
 
 SHORT_SAMPLES = 10
 LONG_SAMPLES = 1000
@@ -55,7 +56,7 @@ BUNDLE_COLUMNS = (
 )
 
 
-class ProfileError(ValueError):
+class ProfileError(UserError, ValueError):
     """History that cannot be aggregated; the message says why."""
 
 

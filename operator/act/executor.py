@@ -31,6 +31,7 @@ from pulsar_lb_operator.adminapi.errors import already_on_destination
 from pulsar_lb_operator.collect.collector import read_isolation_policies
 from pulsar_lb_operator.strategies import bundles as bundle_names
 from pulsar_lb_operator.strategies import policies as ns_policies
+from pulsar_lb_operator.strategies.errors import UserError
 from pulsar_lb_operator.strategies.plans import Action, Plan, Split, Unload
 from pulsar_lb_operator.strategies.snapshots import SnapshotError
 
@@ -65,7 +66,7 @@ class Record:
         return {**self.action.to_json(), "outcome": self.outcome.value, "detail": self.detail, "at": self.at_ms}
 
 
-class ExecutorStateError(ValueError):
+class ExecutorStateError(UserError, ValueError):
     """An executor state document that cannot be read back (never silently reset)."""
 
 

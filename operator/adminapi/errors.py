@@ -1,6 +1,6 @@
 """Errors of admin API calls. Every error carries the URL and, when there was one, the HTTP status.
 
-AdminError
+AdminError (a ClusterError: exit 1)
 ├── TransportError        connection refused, reset, timed out (no HTTP answer)
 ├── RedirectError         a 307 loop or too many hops
 ├── BadResponse           a 2xx whose body is not what the endpoint returns
@@ -18,6 +18,8 @@ changing owner (TRANSITION_MARKERS): the executor still counts it as an unknown 
 """
 
 from __future__ import annotations
+
+from pulsar_lb_operator.strategies.errors import ClusterError
 
 # What Pulsar answers when an unload or split meets a bundle whose ownership is already changing:
 # - 500 "Namespace bundle <b> is being unloaded": NamespaceService.findBrokerServiceUrl, when the ownership
@@ -46,7 +48,7 @@ def in_transition(text: str) -> bool:
     return any(marker in lowered for marker in TRANSITION_MARKERS)
 
 
-class AdminError(Exception):
+class AdminError(ClusterError):
     status: int | None = None
     sent: bool = True  # False: the request never left this process
     in_transition: bool = False

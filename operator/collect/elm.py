@@ -62,6 +62,7 @@ from pulsar_lb_operator.collect.collector import Collection
 from pulsar_lb_operator.strategies import registry
 from pulsar_lb_operator.strategies.config import ConfigError, LoadBalancerConfig
 from pulsar_lb_operator.strategies.documents import MAX_BROKER_TOTAL, Reader, describe
+from pulsar_lb_operator.strategies.errors import ClusterError
 from pulsar_lb_operator.strategies.snapshots import BrokerLoad, ClusterSnapshot, SnapshotError, parse_broker_load
 from pulsar_lb_operator.strategies.state import StrategyState
 
@@ -100,7 +101,7 @@ def _quiet_logger() -> Any:
     return pulsar.FileLogger(pulsar.LoggerLevel.Error, os.devnull)
 
 
-class ElmDataUnreadable(ConnectionError):
+class ElmDataUnreadable(ClusterError, ConnectionError):
     """ELM's system topics could not be read: the message names what, where, and why. Nothing was done."""
 
 

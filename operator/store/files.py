@@ -22,11 +22,12 @@ import yaml
 
 from pulsar_lb_operator import hints
 from pulsar_lb_operator.strategies.documents import describe, type_name
+from pulsar_lb_operator.strategies.errors import UserError
 from pulsar_lb_operator.strategies.snapshots import ClusterSnapshot, SnapshotError, parse_snapshot
 from pulsar_lb_operator.strategies.state import StrategyState
 
 
-class FileError(ValueError):
+class FileError(UserError, ValueError):
     """A file that cannot be read or parsed; the message names the file."""
 
 
