@@ -347,6 +347,7 @@ def cmd_rebalance(args: argparse.Namespace) -> int:
 def cmd_snapshot(args: argparse.Namespace) -> int:
     from pulsar_lb_operator.run import live
 
+    files.check_output_file(args.out, "--out")  # before the cluster is asked anything
     return live.snapshot(args)
 
 

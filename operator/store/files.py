@@ -149,6 +149,22 @@ def snapshot_from_bytes(data: bytes, path: str | Path) -> ClusterSnapshot:
     return parse_snapshot(document)
 
 
+def check_output_file(path: str | Path, option: str) -> None:
+    """FileError, before any work is done, unless ``path`` can be written: its directory must exist (a typo in
+    a path must not create directories) and let this user write, and ``path`` must not be a directory."""
+    target = Path(path)
+    directory = target.parent
+    if target.is_dir():
+        raise FileError(f"{option} {_name(path)} is a directory: give a file name, e.g. {target / 'snapshot.json'}")
+    if not directory.is_dir():
+        raise FileError(f"{option} {_name(path)}: the directory {_name(directory)} does not exist: create it first")
+    if not os.access(directory, os.W_OK):
+        raise FileError(
+            f"{option} {_name(path)}: this user (uid {os.getuid()}) may not write in {_name(directory)}: "
+            "choose another path"
+        )
+
+
 def write_json_atomically(path: str | Path, document: Any) -> None:
     """Write to a temporary file in the same folder and rename, so a crash never leaves half a file."""
     target = Path(path)
