@@ -414,10 +414,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def cmd_benchmark(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from pulsar_lb_operator.sandbox import benchmark
-
     if args.jobs < 1 or args.target <= 0 or args.seeds < 1:
         raise UsageError("--jobs, --seeds and --target must be positive")
+    hints.require_extra("bench", "operator benchmark")  # its plots and progress bar are not in the daemon's image
+    from pulsar_lb_operator.sandbox import benchmark
+
     command = "operator " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["benchmark"] else "operator benchmark"
     seeds = range(args.seed, args.seed + args.seeds)
     options = (args.scenario, args.strategy, seeds, args.target, args.jobs, Path(args.out), not args.no_plots)

@@ -8,9 +8,15 @@ its value.
 from __future__ import annotations
 
 import errno
+import importlib.metadata
 import os
+import re
 from pathlib import Path
 from typing import Any
+
+from pulsar_lb_operator.strategies.errors import UserError
+
+DISTRIBUTION = "pulsar-lb-operator"
 
 
 def file_fix(exc: OSError, path: str | os.PathLike[str], writing: bool = False) -> str:
@@ -77,3 +83,31 @@ def admin_auth(exc: Any, settings: Any) -> str | None:
         f"accepted, but its role may not do this; {source}. Use a token of a role listed in superUserRoles "
         "(broker.conf)"
     )
+
+
+def require_extra(extra: str, what: str, distribution: str = DISTRIBUTION) -> None:
+    """UserError with the pip command when a requirement of ``distribution[extra]`` is not installed.
+
+    Read from the installed package's own metadata, so the list is pyproject.toml's and nowhere else. Run from
+    a source tree that was never installed (no metadata), nothing is checked."""
+    try:
+        requirements = importlib.metadata.requires(distribution) or []
+    except importlib.metadata.PackageNotFoundError:
+        return
+    missing = []
+    for requirement in requirements:
+        spec, _, marker = requirement.partition(";")
+        if not re.search(rf"""extra\s*==\s*["']{re.escape(extra)}["']""", marker):
+            continue
+        name = re.match(r"[A-Za-z0-9._-]+", spec.strip())
+        if name is None:
+            continue
+        try:
+            importlib.metadata.version(name.group(0))
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(name.group(0))
+    if missing:
+        raise UserError(
+            f"{what} needs {', '.join(missing)}, left out of the daemon's install: "
+            f"pip install '{distribution}[{extra}]'"
+        )
