@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import ssl
+import subprocess
 import threading
 import time
 
@@ -20,7 +21,7 @@ from pulsar_lb_operator.adminapi.errors import TransportError, transport_error
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.http import serve
 from pulsar_lb_operator.simulator.scenario import load_scenario
-from tests.builders import free_port
+from tests.builders import free_port, operator_script
 
 
 @pytest.fixture(autouse=True)
@@ -163,9 +164,9 @@ def test_a_certificate_for_another_name_and_a_missing_client_certificate_say_so(
 
 
 @pytest.mark.parametrize("url", ["http://h:1808O", "http://h:99999", "http://h:0", "https://h:"])
-@pytest.mark.parametrize("command", ["rebalance", "run", "snapshot"])
+@pytest.mark.parametrize("command", ["rebalance", "snapshot"])
 def test_a_malformed_admin_url_is_exit_2_before_anything_is_sent(capsys, url, command):
-    argv = [command, "--admin-url", url, "--cluster", "c", "--set", "metricsPort=0"]
+    argv = [command, "--admin-url", url, "--cluster", "c"]
     if command == "snapshot":
         argv += ["--out", "s.json"]
     started = time.monotonic()
@@ -173,6 +174,22 @@ def test_a_malformed_admin_url_is_exit_2_before_anything_is_sent(capsys, url, co
     assert code == 2 and line.startswith(f"operator: error: adminUrl: {url!r}: the port ")
     assert "is not a number from 1 to 65535" in line
     assert time.monotonic() - started < 5  # refused at validation, not after a connection attempt
+
+
+def test_the_daemon_with_a_malformed_admin_url_does_not_start(tmp_path):
+    """A process of its own: a daemon that did start would run until stopped."""
+    result = subprocess.run(
+        [operator_script(), "run", "--admin-url", "http://h:1808O", "--cluster", "c", "--set", "metricsPort=0"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (
+        "operator: error: adminUrl: 'http://h:1808O': the port '1808O' is not a number from 1 to 65535\n"
+    )
+    assert not (tmp_path / "state").exists()
 
 
 def test_the_same_port_check_holds_for_every_url_setting(capsys):
