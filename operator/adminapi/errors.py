@@ -213,7 +213,8 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
 
 
 def _innermost(causes: list[BaseException]) -> str:
-    """The deepest cause, as ``Type: first line`` (urllib3's wrappers repeat the URL; the root says why)."""
+    """The last cause found (the root of a chain), as ``Type: first line``: urllib3's wrappers repeat the URL,
+    the root says why."""
     root = causes[-1]
     text = str(root).strip().splitlines()[0] if str(root).strip() else ""
     return f"{type(root).__name__}: {text}" if text else type(root).__name__
@@ -237,7 +238,7 @@ def _certificate_problem(error: ssl.SSLCertVerificationError, host: str) -> str:
             "for (its subject alternative names)"
         )
     if "expired" in detail or "not yet valid" in detail:
-        return f"the broker's TLS certificate is {detail} — renew it (or check this machine's clock)"
+        return f"the broker's TLS certificate is not valid now ({detail}) — renew it, or check this machine's clock"
     return (
         f"the broker's TLS certificate is not trusted ({detail or 'verify failed'}) — give the CA that signed it "
         "with caBundle (--set caBundle=FILE, or in the settings file)"
