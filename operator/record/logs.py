@@ -76,4 +76,7 @@ def configure(level: str = "info", json: bool = False) -> None:
     logging.getLogger(OURS).setLevel(threshold)
     for name, quiet in ALWAYS_QUIET.items():
         logging.getLogger(name).setLevel(max(threshold, quiet))
-    logging.captureWarnings(True)  # warnings.warn(...) of any library: a record of py.warnings, not a raw line
+    # warnings.warn(...) of any library: a record of py.warnings, not a raw line. Off, then on: captureWarnings(True)
+    # does nothing if it was on once, even after something else (a test runner) set warnings.showwarning since.
+    logging.captureWarnings(False)
+    logging.captureWarnings(True)

@@ -7,13 +7,9 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import signal
-import subprocess
 import threading
 import time
 import warnings
-from pathlib import Path
 
 import pytest
 import structlog
@@ -23,7 +19,7 @@ from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.http import serve
 from pulsar_lb_operator.simulator.scenario import load_scenario
 from pulsar_lb_operator.spark_jobs import jvm
-from tests.builders import operator_script
+from tests.daemon_runs import ended, run_daemon
 
 
 @pytest.fixture
@@ -40,73 +36,23 @@ def restore_logging():
     structlog.reset_defaults()
 
 
-def children_of(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
-
-
-def running(pid: int) -> bool:
-    """Alive, not a zombie waiting for whoever adopted it to reap it."""
-    try:
-        return (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) != "Z"
-    except OSError:
-        return False
-
-
 def test_every_line_of_a_daemon_run_with_an_aggregation_is_one_json_object(tmp_path):
     scenario = load_scenario("demo")
     with serve(lambda allocate: SimulatedCluster(scenario, allocate, int(time.time() * 1000))) as sim:
-        env = {
-            **os.environ,
-            "PULSAR_ADMIN_URL": sim.admin_url,
-            "PULSAR_LB_LOG_JSON": "true",
-            "PULSAR_LB_LOG_LEVEL": "debug",  # the libraries' own records too
-            "PULSAR_LB_METRICS_PORT": "0",
-            "PULSAR_LB_STATE_FILE": str(tmp_path / "state.json"),
-            "PULSAR_LB_HISTORY_URI": str(tmp_path / "history"),
-            "PULSAR_LB_PROFILE_URI": str(tmp_path / "profile"),
-            "PULSAR_LB_CYCLE_INTERVAL_SECONDS": "1",
-            "PULSAR_LB_AGGREGATE_EVERY_MINUTES": "0.05",  # every 3 s: the first finds the cycles' history
-        }
-        lines: list[str] = []
-        written = threading.Event()
-        with subprocess.Popen(
-            [operator_script(), "run"],
-            env=env,
-            cwd=tmp_path,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        ) as proc:
-
-            def read() -> None:
-                for line in proc.stderr:
-                    lines.append(line)
-                    if '"load profile written"' in line:
-                        written.set()
-
-            reader = threading.Thread(target=read, daemon=True)
-            reader.start()
-            try:
-                written.wait(300)  # Spark's JVM takes 15-60 s to start on 2 busy cores
-                jvms = children_of(proc.pid)
-                proc.send_signal(signal.SIGTERM)
-                proc.wait(60)
-                reader.join(10)
-            finally:
-                proc.kill()
-    assert written.is_set(), "".join(lines[-20:])
-    assert proc.returncode == 0, "".join(lines[-20:])
+        run = run_daemon(
+            tmp_path,
+            sim.admin_url,
+            until=lambda line: '"load profile written"' in line,
+            timeout_s=300,  # Spark's JVM takes 15-60 s to start on 2 busy cores
+            env={
+                "PULSAR_LB_LOG_LEVEL": "debug",  # the libraries' own records too
+                "PULSAR_LB_CYCLE_INTERVAL_SECONDS": "1",
+                "PULSAR_LB_AGGREGATE_EVERY_MINUTES": "0.05",  # every 3 s: the first finds the cycles' history
+            },
+        )
+    assert run.reached and run.returncode == 0, "".join(run.lines[-20:])
     records = []
-    for number, line in enumerate(lines, 1):
+    for number, line in enumerate(run.lines, 1):
         try:
             record = json.loads(line)
         except ValueError:
@@ -118,10 +64,7 @@ def test_every_line_of_a_daemon_run_with_an_aggregation_is_one_json_object(tmp_p
     loggers = {r.get("logger", "").split(".")[0] for r in records}
     assert {"apscheduler", "urllib3"} <= loggers  # the libraries' records, in the same format
     # Spark's JVM ends with the daemon: it reads its stdin, a pipe from the daemon, and exits at its end
-    deadline = time.monotonic() + 60
-    while [pid for pid in jvms if running(pid)] and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert jvms and not [pid for pid in jvms if running(pid)]
+    assert run.children and ended(run.children, within_s=60)
 
 
 def test_json_lines_hold_tracebacks_warnings_and_the_jvm_s_records(restore_logging, capsys):

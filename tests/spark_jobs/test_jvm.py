@@ -7,10 +7,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -21,6 +19,7 @@ from pulsar_lb_operator.simulator.http import serve
 from pulsar_lb_operator.simulator.scenario import load_scenario
 from pulsar_lb_operator.spark_jobs import jvm
 from tests.builders import operator_script
+from tests.daemon_runs import run_daemon
 
 FIX = "install a JRE 17 (Debian/Ubuntu: apt-get install openjdk-17-jre-headless) on the PATH or in JAVA_HOME"
 WITHOUT_SPARK = "or set aggregateEveryMinutes: 0 to run the daemon without Spark"
@@ -91,45 +90,20 @@ def test_operator_aggregate_without_java_is_one_line_and_exit_2(tmp_path, where)
 def test_the_daemon_without_java_logs_the_same_line_and_goes_on(tmp_path):
     scenario = load_scenario("demo")
     with serve(lambda allocate: SimulatedCluster(scenario, allocate, int(time.time() * 1000))) as sim:
-        env = {
-            **os.environ,
-            "JAVA_HOME": str(tmp_path / "no-jre"),
-            "PULSAR_ADMIN_URL": sim.admin_url,
-            "PULSAR_LB_LOG_JSON": "true",
-            "PULSAR_LB_METRICS_PORT": "0",
-            "PULSAR_LB_STATE_FILE": str(tmp_path / "state.json"),
-            "PULSAR_LB_HISTORY_URI": str(tmp_path / "history"),
-            "PULSAR_LB_PROFILE_URI": str(tmp_path / "profile"),
-            "PULSAR_LB_CYCLE_INTERVAL_SECONDS": "0.5",
-            "PULSAR_LB_AGGREGATE_EVERY_MINUTES": "0.02",
-        }
-        records: list[dict] = []
-        skipped = threading.Event()
-        with subprocess.Popen(
-            [operator_script(), "run"],
-            env=env,
-            cwd=tmp_path,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        ) as proc:
-
-            def read() -> None:
-                for line in proc.stderr:
-                    records.append(json.loads(line))
-                    if records[-1]["event"] == "load profile not built" and len(records) > 3:
-                        skipped.set()
-
-            reader = threading.Thread(target=read, daemon=True)
-            reader.start()
-            try:
-                assert skipped.wait(120), records[-5:]
-                time.sleep(2)  # cycles go on after it
-                proc.send_signal(signal.SIGTERM)
-                assert proc.wait(60) == 0
-                reader.join(10)
-            finally:
-                proc.kill()
+        run = run_daemon(
+            tmp_path,
+            sim.admin_url,
+            until=lambda line: '"load profile not built"' in line,
+            timeout_s=120,
+            after_s=2,  # cycles go on after it
+            env={
+                "JAVA_HOME": str(tmp_path / "no-jre"),
+                "PULSAR_LB_CYCLE_INTERVAL_SECONDS": "0.5",
+                "PULSAR_LB_AGGREGATE_EVERY_MINUTES": "0.02",
+            },
+        )
+    assert run.reached and run.returncode == 0, run.lines[-5:]
+    records = [json.loads(line) for line in run.lines]
     started = next(i for i, r in enumerate(records) if r["event"] == "load profile not built")
     first = records[started]
     assert first["level"] == "warning" and "Spark needs Java" in first["reason"] and FIX in first["reason"]
