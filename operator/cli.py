@@ -416,7 +416,8 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
 
     if args.jobs < 1 or args.target <= 0 or args.seeds < 1:
         raise UsageError("--jobs, --seeds and --target must be positive")
-    hints.require_extra("bench", "operator benchmark")  # its plots and progress bar are not in the daemon's image
+    # its progress bar and plots are not in the daemon's image
+    hints.require_extra("bench", "operator benchmark", ["tqdm"] if args.no_plots else ["tqdm", "matplotlib"])
     from pulsar_lb_operator.sandbox import benchmark
 
     command = "operator " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["benchmark"] else "operator benchmark"

@@ -8,9 +8,9 @@ its value.
 from __future__ import annotations
 
 import errno
-import importlib.metadata
+import importlib.util
 import os
-import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -85,29 +85,9 @@ def admin_auth(exc: Any, settings: Any) -> str | None:
     )
 
 
-def require_extra(extra: str, what: str, distribution: str = DISTRIBUTION) -> None:
-    """UserError with the pip command when a requirement of ``distribution[extra]`` is not installed.
-
-    Read from the installed package's own metadata, so the list is pyproject.toml's and nowhere else. Run from
-    a source tree that was never installed (no metadata), nothing is checked."""
-    try:
-        requirements = importlib.metadata.requires(distribution) or []
-    except importlib.metadata.PackageNotFoundError:
-        return
-    missing = []
-    for requirement in requirements:
-        spec, _, marker = requirement.partition(";")
-        if not re.search(rf"""extra\s*==\s*["']{re.escape(extra)}["']""", marker):
-            continue
-        name = re.match(r"[A-Za-z0-9._-]+", spec.strip())
-        if name is None:
-            continue
-        try:
-            importlib.metadata.version(name.group(0))
-        except importlib.metadata.PackageNotFoundError:
-            missing.append(name.group(0))
+def require_extra(extra: str, what: str, modules: Sequence[str]) -> None:
+    """UserError with the pip command when a module ``what`` imports is not installed: it comes with ``extra``
+    (pyproject.toml's optional dependencies), which the daemon's image and a plain ``pip install .`` leave out."""
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
     if missing:
-        raise UserError(
-            f"{what} needs {', '.join(missing)}, left out of the daemon's install: "
-            f"pip install '{distribution}[{extra}]'"
-        )
+        raise UserError(f"{what} needs {', '.join(missing)} (the {extra} extra): pip install '{DISTRIBUTION}[{extra}]'")
