@@ -1,5 +1,6 @@
 # The operator's image: Python, the Java runtime Spark needs for the in-process aggregation, the
-# dependencies pinned in requirements.lock, and a non-root user. `operator run` is the entrypoint; the
+# dependencies pinned in requirements.lock (what the daemon and the CLI run: not the benchmark's plots,
+# which are the `bench` extra), and a non-root user. `operator run` is the entrypoint; the
 # Helm chart passes `--config /etc/pulsar-lb-operator/settings.yaml`.
 #   docker build -t pulsar-lb-operator .
 FROM python:3.11.7-slim-bookworm
@@ -8,7 +9,6 @@ FROM python:3.11.7-slim-bookworm
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    MPLCONFIGDIR=/tmp/matplotlib \
     PULSAR_LB_METRICS_HOST=0.0.0.0
 
 # Debian's JRE 17 for PySpark, and procps: Spark's launch scripts call ps. The man directory must

@@ -19,11 +19,12 @@ from pulsar_lb_operator.simulator.scenario import BrokerSpec, NamespaceSpec, Sce
 from pulsar_lb_operator.store.history import HistoryStore
 from pulsar_lb_operator.strategies import bundles as bundle_names
 from pulsar_lb_operator.strategies.costs import CostLearner
+from pulsar_lb_operator.strategies.errors import UserError
 
 MIN_FIT_R2 = 0.5  # below this the CPU model falls back to a proportional one
 
 
-class ReplayError(ValueError):
+class ReplayError(UserError, ValueError):
     """A history that cannot be replayed; the message says why."""
 
 

@@ -1,7 +1,9 @@
 """The ``operator`` command. Thin: it parses arguments and calls the functions that do the work.
 
 Exit codes: 0 ok, 1 some actions failed or had no clear answer, 2 bad input (with a one-line error, never
-a traceback), 3 another operator instance is active on the same state.
+a traceback), 3 another operator instance is active on the same state. An error's exit code is its
+class's ``exit_code`` in the tree under ``PulsarLbError`` (strategies/errors.py): a user error is 2, the
+cluster's is 1, another instance is 3; this module keeps no list of its own.
 """
 
 from __future__ import annotations
@@ -20,26 +22,22 @@ from pulsar_lb_operator.adminapi import AdminError
 from pulsar_lb_operator.collect import elm
 from pulsar_lb_operator.record import logs, render
 from pulsar_lb_operator.run.settings import resolve
-from pulsar_lb_operator.sandbox import ScenarioError, shipped_scenarios
+from pulsar_lb_operator.sandbox import shipped_scenarios
 from pulsar_lb_operator.store import files
-from pulsar_lb_operator.store.statefile import AnotherInstanceError
 from pulsar_lb_operator.strategies import (
     PLACEMENT,
     SHEDDING,
-    ConfigError,
+    InternalError,
     LoadBalancerConfig,
-    SnapshotError,
-    StateError,
+    PulsarLbError,
     StrategyState,
-    UnknownStrategyError,
+    UserError,
     plan_cycle,
 )
 from pulsar_lb_operator.strategies.rails import Rails
 
-INPUT_ERRORS = (files.FileError, SnapshotError, ConfigError, UnknownStrategyError, StateError, ScenarioError)
 
-
-class UsageError(Exception):
+class UsageError(UserError):
     """Bad command-line input."""
 
 
@@ -385,6 +383,7 @@ def cmd_rebalance(args: argparse.Namespace) -> int:
 def cmd_snapshot(args: argparse.Namespace) -> int:
     from pulsar_lb_operator.run import live
 
+    files.check_output_file(args.out, "--out")  # before the cluster is asked anything
     return live.snapshot(args)
 
 
@@ -403,7 +402,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_aggregate(args: argparse.Namespace) -> int:
     import time
 
-    from pulsar_lb_operator.spark_jobs.load_profile import ProfileError, ProfileOptions, build_profile
+    from pulsar_lb_operator.spark_jobs.load_profile import ProfileOptions, build_profile
     from pulsar_lb_operator.spark_jobs.session import build_session
 
     started = time.monotonic()
@@ -415,9 +414,6 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
     spark = build_session(args.master)
     try:
         summary = build_profile(spark, args.history, args.out, ProfileOptions(), progress, full=args.full)
-    except ProfileError as exc:
-        print(f"operator: error: {exc}", file=sys.stderr)
-        return 2
     finally:
         spark.stop()
     print(json.dumps(summary))
@@ -512,17 +508,16 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def cmd_benchmark(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from pulsar_lb_operator.sandbox import benchmark
-
     if args.jobs < 1 or args.target <= 0 or args.seeds < 1:
         raise UsageError("--jobs, --seeds and --target must be positive")
+    # its progress bar and plots are not in the daemon's image
+    hints.require_extra("bench", "operator benchmark", ["tqdm"] if args.no_plots else ["tqdm", "matplotlib"])
+    from pulsar_lb_operator.sandbox import benchmark
+
     command = "operator " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["benchmark"] else "operator benchmark"
     seeds = range(args.seed, args.seed + args.seeds)
     options = (args.scenario, args.strategy, seeds, args.target, args.jobs, Path(args.out), not args.no_plots)
-    try:
-        return benchmark.benchmark_command(*options, args.history, command)
-    except benchmark.USER_ERRORS as exc:
-        raise UsageError(str(exc)) from None
+    return benchmark.benchmark_command(*options, args.history, command)
 
 
 def cmd_rehearse(args: argparse.Namespace) -> int:
@@ -530,10 +525,7 @@ def cmd_rehearse(args: argparse.Namespace) -> int:
 
     if args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
-    try:
-        code, _ = rehearse.rehearse(args.scenario, args.quick, as_json=args.json, only=args.only, jobs=args.jobs)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    code, _ = rehearse.rehearse(args.scenario, args.quick, as_json=args.json, only=args.only, jobs=args.jobs)
     return code
 
 
@@ -563,18 +555,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             **control_cli.dispatch(),
         }
         return commands[args.command](args)
-    except UsageError as exc:
-        print(f"operator: error: {exc} (see 'operator --help')", file=sys.stderr)
-        return 2
-    except INPUT_ERRORS as exc:
-        print(f"operator: error: {exc}", file=sys.stderr)
-        return 2
-    except AdminError as exc:
-        print(f"operator: error: the cluster's admin API: {_admin_error(exc, args)}", file=sys.stderr)
-        return 1
-    except AnotherInstanceError as exc:
-        print(f"operator: error: {exc}", file=sys.stderr)
-        return 3
+    except PulsarLbError as exc:
+        if isinstance(exc, InternalError):
+            return _internal_error(exc)
+        print(f"operator: error: {_error_text(exc, args)}", file=sys.stderr)
+        return exc.exit_code
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `operator … | head`: the reader has gone; say nothing more
@@ -586,14 +571,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(hints.with_fix(f"operator: error: {exc.strerror or exc}{where}", fix), file=sys.stderr)
         return 2
     except Exception as exc:  # a bug: still one line for the user; PULSAR_LB_TRACEBACK=1 shows where
-        if os.environ.get("PULSAR_LB_TRACEBACK"):
-            raise
-        print(
-            f"operator: internal error: {type(exc).__name__}: {exc} — this is a bug; please report it with the "
-            "output of the same command run with PULSAR_LB_TRACEBACK=1",
-            file=sys.stderr,
-        )
-        return 1
+        return _internal_error(exc)
+
+
+def _internal_error(exc: Exception) -> int:
+    if os.environ.get("PULSAR_LB_TRACEBACK"):
+        raise exc
+    print(
+        f"operator: internal error: {type(exc).__name__}: {exc} — this is a bug; please report it with the "
+        "output of the same command run with PULSAR_LB_TRACEBACK=1",
+        file=sys.stderr,
+    )
+    return InternalError.exit_code
+
+
+def _error_text(exc: PulsarLbError, args: argparse.Namespace | None) -> str:
+    """The one line after "operator: error: ", with what only the CLI knows (the --help, the token's source)."""
+    if isinstance(exc, UsageError):
+        return f"{exc} (see 'operator --help')"
+    if isinstance(exc, AdminError):
+        return f"the cluster's admin API: {_admin_error(exc, args)}"
+    return str(exc)
 
 
 def _admin_error(exc: AdminError, args: argparse.Namespace | None) -> str:

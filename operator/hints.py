@@ -8,9 +8,15 @@ its value.
 from __future__ import annotations
 
 import errno
+import importlib.util
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from pulsar_lb_operator.strategies.errors import UserError
+
+DISTRIBUTION = "pulsar-lb-operator"
 
 
 def file_fix(exc: OSError, path: str | os.PathLike[str], writing: bool = False) -> str:
@@ -77,3 +83,11 @@ def admin_auth(exc: Any, settings: Any) -> str | None:
         f"accepted, but its role may not do this; {source}. Use a token of a role listed in superUserRoles "
         "(broker.conf)"
     )
+
+
+def require_extra(extra: str, what: str, modules: Sequence[str]) -> None:
+    """UserError with the pip command when a module ``what`` imports is not installed: it comes with ``extra``
+    (pyproject.toml's optional dependencies), which the daemon's image and a plain ``pip install .`` leave out."""
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
+    if missing:
+        raise UserError(f"{what} needs {', '.join(missing)} (the {extra} extra): pip install '{DISTRIBUTION}[{extra}]'")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 
 from pulsar_lb_operator.simulator.model import SimError, unexpected
+from pulsar_lb_operator.strategies.errors import ClusterError
 
 FULL_UPPER_BOUND = 0xFFFFFFFF  # NamespaceBundles.FULL_UPPER_BOUND
 LOAD_MANAGER_CLASSES = (  # what BrokerService's loadManagerClassName validator (Class.forName) finds
@@ -29,7 +30,7 @@ LOAD_MANAGER_CLASSES = (  # what BrokerService's loadManagerClassName validator 
 )
 
 
-class JavaException(Exception):
+class JavaException(ClusterError):
     """An exception a broker's code throws: its Java class name and message."""
 
     def __init__(self, java_class: str, message: str) -> None:

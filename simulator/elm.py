@@ -48,6 +48,7 @@ from pulsar_lb_operator.simulator.elm_reporters import (
     Outgoing,
     Reporter,
 )
+from pulsar_lb_operator.strategies.errors import UserError
 
 if TYPE_CHECKING:
     from pulsar_lb_operator.simulator.cluster import Broker, SimulatedCluster
@@ -58,7 +59,7 @@ __all__ = ["BROKER_LOAD_DATA_TOPIC", "TOPICS", "TOP_BUNDLES_TOPIC", "Cadence"]
 EXTENSIBLE = "org.apache.pulsar.broker.loadbalance.extensions.ExtensibleLoadManagerImpl"
 
 
-class ElmError(OSError):
+class ElmError(UserError, OSError):
     """The system topics' broker could not be started or reached."""
 
 

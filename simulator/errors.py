@@ -6,6 +6,8 @@ whose ``FaultSpecError`` is one), so that neither has to import the other to nam
 
 from __future__ import annotations
 
+from pulsar_lb_operator.strategies.errors import UserError
 
-class ScenarioError(ValueError):
+
+class ScenarioError(UserError, ValueError):
     """A scenario that cannot be loaded; the message names the key."""

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pulsar_lb_operator.simulator.scenario import BrokerSpec, Scenario
+from pulsar_lb_operator.strategies.errors import ClusterError
 from pulsar_lb_operator.strategies.snapshots import (
     BundleStats,
     TopicStats,
@@ -25,7 +26,7 @@ UNLOAD_WINDOW_S = 1.0
 LEADER_SAMPLE_S = 10.0
 
 
-class SimError(Exception):
+class SimError(ClusterError):
     """An admin call Pulsar would refuse; carries the HTTP status and Pulsar's reason."""
 
     def __init__(self, status: int, reason: str, text: str | None = None) -> None:

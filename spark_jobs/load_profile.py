@@ -40,6 +40,7 @@ from pulsar_lb_operator.spark_jobs.layout import DAY_MS, partition_span
 from pulsar_lb_operator.spark_jobs.sources import HistoryFiles
 from pulsar_lb_operator.spark_jobs.state import StateStore
 from pulsar_lb_operator.strategies.costs import RESOURCES, solve
+from pulsar_lb_operator.strategies.errors import UserError
 
 BROKER_COLUMNS = (
     "time",
@@ -65,7 +66,7 @@ BUNDLE_COLUMNS = (
 COLUMNS = {"broker_samples": BROKER_COLUMNS, "bundle_samples": BUNDLE_COLUMNS}
 
 
-class ProfileError(ValueError):
+class ProfileError(UserError, ValueError):
     """History that cannot be aggregated; the message says why."""
 
 

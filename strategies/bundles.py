@@ -15,6 +15,7 @@ import zlib
 from dataclasses import dataclass
 
 from pulsar_lb_operator.strategies.documents import describe
+from pulsar_lb_operator.strategies.errors import UserError
 
 FIRST_BOUNDARY = 0x00000000
 LAST_BOUNDARY = 0xFFFFFFFF
@@ -34,7 +35,7 @@ _SYSTEM_NAMESPACE = re.compile(
 )
 
 
-class BundleNameError(ValueError):
+class BundleNameError(UserError, ValueError):
     """A bundle name or range that Pulsar would reject."""
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pulsar_lb_operator.strategies.documents import MAX_AMOUNT, MAX_INTEGER, describe
+from pulsar_lb_operator.strategies.errors import UserError
 from pulsar_lb_operator.strategies.snapshots import ResourceWeights
 
 SPLIT_ALGORITHMS = (
@@ -35,7 +36,7 @@ ALIASES = {
 }
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A configuration key or value that cannot be used; the message names the key."""
 
 

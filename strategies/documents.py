@@ -22,6 +22,8 @@ import math
 import sys
 from typing import Any
 
+from pulsar_lb_operator.strategies.errors import UserError
+
 MAX_AMOUNT = 1e15
 MAX_BROKER_TOTAL = 5e307
 MIN_LIMIT = 1e-6
@@ -30,7 +32,7 @@ MAX_AVERAGE = 1e300
 MAX_FINITE = sys.float_info.max  # finite is all that is asked
 
 
-class StateError(ValueError):
+class StateError(UserError, ValueError):
     """A state document that cannot be read back."""
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from pulsar_lb_operator.strategies.config import LoadBalancerConfig
+from pulsar_lb_operator.strategies.errors import UserError
 from pulsar_lb_operator.strategies.loaddata import LoadData
 from pulsar_lb_operator.strategies.placement import avg as avg_placement
 from pulsar_lb_operator.strategies.placement import least_long_term_message_rate, least_resource_usage_with_weight
@@ -33,7 +34,7 @@ PLACEMENT: dict[str, Placer] = {
 SELF_PLACING = frozenset({transfer.NAME, predictive.NAME})
 
 
-class UnknownStrategyError(ValueError):
+class UnknownStrategyError(UserError, ValueError):
     """A strategy name that is not in the registry."""
 
 

@@ -36,6 +36,7 @@ from pulsar_lb_operator.strategies.documents import (
     Reader,
     describe,
 )
+from pulsar_lb_operator.strategies.errors import UserError
 from pulsar_lb_operator.strategies.heap import collector_paused
 from pulsar_lb_operator.strategies.index import SnapshotIndex
 from pulsar_lb_operator.strategies.policies import NO_POLICIES, NamespacePolicies, parse_policies
@@ -44,7 +45,7 @@ SNAPSHOT_FORMAT = "pulsar-lb-snapshot/1"
 RESOURCE_FIELDS = ("cpu", "memory", "directMemory", "bandwidthIn", "bandwidthOut")
 
 
-class SnapshotError(ValueError):
+class SnapshotError(UserError, ValueError):
     """A snapshot that cannot be planned from; the message names the offending field."""
 
 

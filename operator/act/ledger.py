@@ -11,10 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pulsar_lb_operator.strategies.errors import UserError
 from pulsar_lb_operator.strategies.plans import Action, Split, Unload
 
 
-class ExecutorStateError(ValueError):
+class ExecutorStateError(UserError, ValueError):
     """An executor state document that cannot be read back (never silently reset)."""
 
 

@@ -469,10 +469,8 @@ class AdminClient:
                         raise errors.TransportError(url, f"timed out: no complete answer within {budget:g} s")
                     chunks.append(chunk)
                 return response.status_code, response.headers, b"".join(chunks)
-        except requests.Timeout as exc:
-            raise errors.TransportError(url, f"timed out: {type(exc).__name__}") from None
-        except requests.RequestException as exc:
-            raise errors.TransportError(url, f"cannot reach: {type(exc).__name__}") from None
+        except requests.RequestException as exc:  # no HTTP answer: which failure, and its fix
+            raise errors.transport_error(url, exc, *timeout, admin_url=url.startswith(self.admin_url + "/")) from None
 
     def get_json(
         self,

@@ -34,6 +34,8 @@ from urllib.parse import unquote, urlsplit
 from urllib3.exceptions import LocationParseError
 from urllib3.util import parse_url
 
+from pulsar_lb_operator.strategies.errors import UserError
+
 DEFAULT_PORTS = {"http": 80, "https": 443}
 HOSTNAME = re.compile(r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*")
 IPV4ISH = re.compile(r"[0-9.]+")
@@ -62,7 +64,7 @@ class Parsed:
     userinfo: str | None
 
 
-class UnusableUrl(ValueError):
+class UnusableUrl(UserError, ValueError):
     """A URL no request is sent to: not http(s), no host, a bad port, or read differently by two parsers."""
 
 

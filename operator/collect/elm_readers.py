@@ -22,6 +22,7 @@ from urllib.parse import quote
 import structlog
 
 from pulsar_lb_operator.adminapi import AdminClient, AdminError
+from pulsar_lb_operator.strategies.errors import ClusterError
 
 log = structlog.get_logger(__name__)
 
@@ -32,7 +33,7 @@ CONNECT_TIMEOUT_S = 10.0  # at most this long to connect the readers (a dead add
 SERVICE_URL = re.compile(r"pulsar(\+ssl)?://([^/\s]+)/?")  # one host:port, or several separated by commas
 
 
-class ElmDataUnreadable(ConnectionError):
+class ElmDataUnreadable(ClusterError, ConnectionError):
     """ELM's system topics could not be read: the message names what, where, and why. Nothing was done."""
 
 

@@ -23,6 +23,7 @@ import structlog
 from pulsar_lb_operator.run import control_auth, workflows
 from pulsar_lb_operator.store import control as control_store
 from pulsar_lb_operator.store.control import ControlError
+from pulsar_lb_operator.strategies.errors import UserError
 
 if TYPE_CHECKING:
     from pulsar_lb_operator.run.daemon import Daemon
@@ -33,7 +34,7 @@ Answer = tuple[int, bytes, str, dict[str, str]]
 BROKER_ID = re.compile(r"^[^\s/:]+:\d{1,5}$")
 
 
-class Refused(Exception):
+class Refused(UserError):
     """A request not carried out: its HTTP status and one line saying why."""
 
     def __init__(self, status: int, reason: str) -> None:

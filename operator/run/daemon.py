@@ -47,7 +47,7 @@ from pulsar_lb_operator.store import statefile
 from pulsar_lb_operator.store.control import ControlFile
 from pulsar_lb_operator.store.history import HistoryStore
 from pulsar_lb_operator.store.profile import read_profile
-from pulsar_lb_operator.strategies import LoadBalancerConfig, StateError
+from pulsar_lb_operator.strategies import LoadBalancerConfig, StateError, UserError
 from pulsar_lb_operator.strategies.config import ConfigError
 from pulsar_lb_operator.strategies.snapshots import SnapshotError
 
@@ -318,7 +318,7 @@ class Daemon:
     def aggregate(self) -> None:
         """Update the load profile with the Spark job in-process (incremental: the samples since the last run and
         the job's state); failures are logged, the daemon goes on."""
-        from pulsar_lb_operator.spark_jobs.load_profile import ProfileError, ProfileOptions, build_profile
+        from pulsar_lb_operator.spark_jobs.load_profile import ProfileOptions, build_profile
         from pulsar_lb_operator.spark_jobs.session import build_session
 
         started = time.monotonic()
@@ -335,7 +335,7 @@ class Daemon:
                 broker_samples=summary["broker_samples"],
                 bundle_samples=summary["bundle_samples"],
             )
-        except ProfileError as exc:
+        except UserError as exc:  # no history yet, no Java runtime: one line that says so, the daemon goes on
             log.warning("load profile not built", reason=str(exc))
         except Exception:
             log.exception("load profile job failed")

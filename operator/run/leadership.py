@@ -52,6 +52,7 @@ import requests
 import structlog
 
 from pulsar_lb_operator.strategies.config import ConfigError
+from pulsar_lb_operator.strategies.errors import ClusterError
 
 log = structlog.get_logger(__name__)
 
@@ -64,7 +65,7 @@ COUNTERS_ANNOTATION = "pulsar-lb-operator/strategy-counters"  # written once a c
 MAX_ANNOTATIONS_BYTES = 256 * 1024  # the API server's limit on all of an object's annotations
 
 
-class LeaseApiError(Exception):
+class LeaseApiError(ClusterError):
     """A request to the API server failed: no answer, or an error status. The message holds no secret."""
 
     def __init__(self, message: str, status: int | None = None) -> None:

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pulsar_lb_operator import hints
 from pulsar_lb_operator.act.safety import KILL_SWITCH_ENV, Safety
@@ -50,6 +51,8 @@ OTHER_ENVIRONMENT = {
     "PULSAR_LB_TRACEBACK": "an internal error shows its traceback",
 }
 _SERVICE_LINK = re.compile(r"SERVICE_HOST|SERVICE_PORT(_\w+)?|PORT(_\d+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)?")
+HTTP_URL = r"^https?://[^/\s]+(/\S*)?$"
+PULSAR_URL = r"^pulsar(\+ssl)?://[^/\s]+/?$"
 
 
 @dataclass(frozen=True)
@@ -134,18 +137,18 @@ class OperatorSettings:
             raise ConfigError(f"approval: {self.approval!r} is not auto or manual")
         if self.logLevel.lower() not in ("debug", "info", "warning", "error"):
             raise ConfigError(f"logLevel: {self.logLevel!r} is not debug, info, warning or error")
-        if self.adminUrl is not None and not re.match(r"^https?://[^/\s]+/?$", self.adminUrl):
-            raise ConfigError(f"adminUrl: {self.adminUrl!r} is not an http(s)://host:port URL")
+        if self.adminUrl is not None:
+            _check_url("adminUrl", self.adminUrl, r"^https?://[^/\s]+/?$", "an http(s)://host:port URL")
         self._check_auth()
         self._check_broker_urls()
-        if self.auditServiceUrl is not None and not re.match(r"^pulsar(\+ssl)?://[^/\s]+/?$", self.auditServiceUrl):
-            raise ConfigError(f"auditServiceUrl: {self.auditServiceUrl!r} is not a pulsar:// or pulsar+ssl:// URL")
+        if self.auditServiceUrl is not None:
+            _check_url("auditServiceUrl", self.auditServiceUrl, PULSAR_URL, "a pulsar:// or pulsar+ssl:// URL")
         if not re.match(r"^(persistent|non-persistent)://[^/\s]+/[^/\s]+/[^/\s]+$", self.auditTopic):
             raise ConfigError(
                 f"auditTopic: {self.auditTopic!r} is not a full topic name (persistent://tenant/ns/topic)"
             )
-        if self.elmServiceUrl is not None and not re.match(r"^pulsar(\+ssl)?://[^/\s]+/?$", self.elmServiceUrl):
-            raise ConfigError(f"elmServiceUrl: {self.elmServiceUrl!r} is not a pulsar:// or pulsar+ssl:// URL")
+        if self.elmServiceUrl is not None:
+            _check_url("elmServiceUrl", self.elmServiceUrl, PULSAR_URL, "a pulsar:// or pulsar+ssl:// URL")
         if self.elmReadTimeoutSeconds < 0:
             raise ConfigError("elmReadTimeoutSeconds: must be >= 0 (0: one report interval)")
         if self.historyMaxMegabytes < 0:
@@ -186,8 +189,8 @@ class OperatorSettings:
                 raise ConfigError("oauth2IssuerUrl: authPlugin oauth2 needs the issuer's URL")
             if not self.oauth2CredentialsFile:
                 raise ConfigError("oauth2CredentialsFile: authPlugin oauth2 needs the client credentials file")
-        if self.oauth2IssuerUrl is not None and not re.match(r"^https?://[^/\s]+(/\S*)?$", self.oauth2IssuerUrl):
-            raise ConfigError(f"oauth2IssuerUrl: {self.oauth2IssuerUrl!r} is not an http(s):// URL")
+        if self.oauth2IssuerUrl is not None:
+            _check_url("oauth2IssuerUrl", self.oauth2IssuerUrl, HTTP_URL, "an http(s):// URL")
 
     def _check_broker_urls(self) -> None:
         template = self.brokerWebServiceUrlTemplate
@@ -202,7 +205,7 @@ class OperatorSettings:
                     f"brokerWebServiceUrlTemplate: unknown placeholder {{{sorted(unknown)[0]}}} (use {{id}}, {{host}}, "
                     "{port})"
                 )
-            if not re.match(r"^https?://[^/\s]+(/\S*)?$", rendered):
+            if not re.match(HTTP_URL, rendered) or _bad_port(rendered) is not None:
                 raise ConfigError(f"brokerWebServiceUrlTemplate: {template!r} does not make an http(s):// URL")
         self.broker_web_service_urls()
 
@@ -212,7 +215,7 @@ class OperatorSettings:
         for pair in self.brokerWebServiceUrls:
             broker_id, _, url = pair.partition("=")
             broker_id, url = broker_id.strip(), url.strip()
-            if not re.match(r"^[^\s/:]+:\d+$", broker_id) or not re.match(r"^https?://[^/\s]+(/\S*)?$", url):
+            if not re.match(r"^[^\s/:]+:\d+$", broker_id) or not re.match(HTTP_URL, url) or _bad_port(url) is not None:
                 raise ConfigError(f"brokerWebServiceUrls: {pair!r} is not brokerId=URL (host:port=http(s)://host:port)")
             urls[broker_id] = url
         return urls
@@ -328,3 +331,24 @@ def resolve(
         for k, v in ours.items()
     }
     return OperatorSettings(**converted), LoadBalancerConfig().replace(pulsar), set(pulsar)
+
+
+def _check_url(key: str, url: str, pattern: str, shape: str) -> None:
+    """ConfigError naming ``key`` unless ``url`` has the shape ``pattern`` and, if it has one, a port number."""
+    if not re.match(pattern, url):
+        raise ConfigError(f"{key}: {url!r} is not {shape}")
+    port = _bad_port(url)
+    if port is not None:
+        raise ConfigError(f"{key}: {url!r}: the port {port!r} is not a number from 1 to 65535")
+
+
+def _bad_port(url: str) -> str | None:
+    """The text after the host's colon when it is no port (``http://h:1808O``), else None.
+
+    Python's URL parsing reads the port only when a request is made: checked here, a typo is an error at
+    start instead of a failed call in the first cycle."""
+    address = urlsplit(url).netloc.rpartition("@")[2].rpartition("]")[2]  # past the login and an IPv6 host
+    if ":" not in address:
+        return None
+    port = address.rpartition(":")[2]
+    return None if port.isascii() and port.isdigit() and 1 <= int(port) <= 65535 else port

@@ -62,7 +62,7 @@ from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.http import Request, SimulatedPulsar, serve
 from pulsar_lb_operator.simulator.listeners import TLS
 from pulsar_lb_operator.simulator.scenario import IsolationPolicySpec, Scenario, load_scenario
-from pulsar_lb_operator.strategies import LoadBalancerConfig
+from pulsar_lb_operator.strategies import LoadBalancerConfig, UserError
 
 KINDS = (
     "status=500",
@@ -449,7 +449,7 @@ def rehearse(
     cluster = rehearsal_scenario(scenario_name).cluster
     cases = [c for c in matrix(cluster, quick) if not only or only in c.name]
     if not cases:
-        raise ValueError(f"no rehearsal case matches {only!r}")
+        raise UserError(f"no rehearsal case matches {only!r}")
     started = time.monotonic()
     tallies: dict[Case, Tally] = {}
     context = multiprocessing.get_context("spawn")

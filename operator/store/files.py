@@ -22,11 +22,12 @@ import yaml
 
 from pulsar_lb_operator import hints
 from pulsar_lb_operator.strategies.documents import describe, type_name
+from pulsar_lb_operator.strategies.errors import UserError
 from pulsar_lb_operator.strategies.snapshots import ClusterSnapshot, SnapshotError, parse_snapshot
 from pulsar_lb_operator.strategies.state import StrategyState
 
 
-class FileError(ValueError):
+class FileError(UserError, ValueError):
     """A file that cannot be read or parsed; the message names the file."""
 
 
@@ -146,6 +147,22 @@ def snapshot_from_bytes(data: bytes, path: str | Path) -> ClusterSnapshot:
     if not isinstance(document, dict):
         raise FileError(f"snapshot {_name(path)} must hold a JSON object, got {type_name(document)}")
     return parse_snapshot(document)
+
+
+def check_output_file(path: str | Path, option: str) -> None:
+    """FileError, before any work is done, unless ``path`` can be written: its directory must exist (a typo in
+    a path must not create directories) and let this user write, and ``path`` must not be a directory."""
+    target = Path(path)
+    directory = target.parent
+    if target.is_dir():
+        raise FileError(f"{option} {_name(path)} is a directory: give a file name, e.g. {target / 'snapshot.json'}")
+    if not directory.is_dir():
+        raise FileError(f"{option} {_name(path)}: the directory {_name(directory)} does not exist: create it first")
+    if not os.access(directory, os.W_OK):
+        raise FileError(
+            f"{option} {_name(path)}: this user (uid {os.getuid()}) may not write in {_name(directory)}: "
+            "choose another path"
+        )
 
 
 def write_json_atomically(path: str | Path, document: Any) -> None:

@@ -30,6 +30,7 @@ from pulsar_lb_operator import hints
 from pulsar_lb_operator.act.ledger import ExecutorState, ExecutorStateError
 from pulsar_lb_operator.store import files
 from pulsar_lb_operator.strategies import StateError, StrategyState
+from pulsar_lb_operator.strategies.errors import PulsarLbError
 
 log = structlog.get_logger(__name__)
 
@@ -66,8 +67,10 @@ class StateFileError(files.FileError):
     """A state file that exists but cannot be used; the message names the file and the fix."""
 
 
-class AnotherInstanceError(RuntimeError):
-    """Another operator process holds the state lock (exit code 3)."""
+class AnotherInstanceError(PulsarLbError, RuntimeError):
+    """Another operator process holds the state lock: neither a bad input nor the cluster's doing."""
+
+    exit_code = 3
 
 
 def load(path: str | Path, reset: bool = False) -> OperatorState:

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from pulsar_lb_operator.strategies import bundles as bundle_names
 from pulsar_lb_operator.strategies.bundles import BundleRange
+from pulsar_lb_operator.strategies.errors import UserError
 from pulsar_lb_operator.strategies.snapshots import TopicStats
 
 RANGE_EQUALLY_DIVIDE = "range_equally_divide"
@@ -18,7 +19,7 @@ FLOW_OR_QPS_EQUALLY_DIVIDE = "flow_or_qps_equally_divide"
 NEEDS_TOPICS = (TOPIC_COUNT_EQUALLY_DIVIDE, SPECIFIED_POSITIONS_DIVIDE, FLOW_OR_QPS_EQUALLY_DIVIDE)
 
 
-class SplitError(ValueError):
+class SplitError(UserError, ValueError):
     """Input Pulsar answers with 412 (IllegalArgumentException)."""
 
 

@@ -2,6 +2,7 @@
 commands, in a fresh virtual environment) gives a working ``operator``. No Docker engine runs here, so
 the image itself is not built; the apt layer (Java, procps) is checked by hadolint only."""
 
+import fnmatch
 import json
 import os
 import re
@@ -55,6 +56,41 @@ def test_the_image_is_non_root_pinned_and_runs_the_daemon_with_a_healthcheck():
     assert any("openjdk-17-jre-headless" in args for op, args in steps if op == "RUN")
     lock = [line for line in (ROOT / "requirements.lock").read_text().splitlines() if not line.startswith("#")]
     assert lock and all(re.fullmatch(r"[A-Za-z0-9_.\-]+==[A-Za-z0-9_.+\-]+", line) for line in lock)
+    # every COPY source is in the build context (.dockerignore would leave it out, and `docker build` fail)
+    ignored = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines() if line.strip()]
+    sources = [source for op, args in steps if op == "COPY" for source in shlex.split(args)[:-1]]
+    assert sources and not [s for s in sources if any(fnmatch.fnmatch(s.rstrip("/"), p) for p in ignored)]
+
+
+def locked_names() -> set[str]:
+    lines = (ROOT / "requirements.lock").read_text().splitlines()
+    return {_canonical(line.split("==")[0]) for line in lines if line and not line.startswith("#")}
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+BENCHMARK_ONLY = {"matplotlib", "pandas", "tqdm"}
+
+
+def test_pip_install_of_the_project_resolves_the_lock_without_the_benchmark_s_libraries(tmp_path):
+    """What a plain `pip install .` would install (pip's own resolver, dry run, in a fresh environment) is the
+    lock's list: the daemon's and the CLI's dependencies, none of the `bench` extra's."""
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    report = tmp_path / "report.json"
+    pip = [str(env_dir / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check"]
+    result = subprocess.run(
+        [*pip, "--dry-run", "--ignore-installed", "--report", str(report), str(ROOT)],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    resolved = {_canonical(item["metadata"]["name"]) for item in json.loads(report.read_text())["install"]}
+    assert resolved - {"pulsar-lb-operator"} == locked_names()
+    assert not resolved & BENCHMARK_ONLY
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +142,28 @@ def test_the_project_installed_as_the_dockerfile_does_answers_operator_help(imag
         text=True,
     )
     assert where.returncode == 0 and str(ROOT) not in where.stdout
+
+
+def test_the_image_has_no_benchmark_libraries_and_operator_benchmark_says_how_to_get_them(image_venv, tmp_path):
+    bin_dir, env = image_venv
+    listed = subprocess.run(
+        [str(bin_dir / "python"), "-m", "pip", "list", "--format=json"], env=env, capture_output=True, text=True
+    )
+    installed = {_canonical(item["name"]) for item in json.loads(listed.stdout)}
+    assert locked_names() <= installed and not installed & BENCHMARK_ONLY
+    result = subprocess.run(
+        [str(bin_dir / "operator"), "benchmark", "--scenario", "demo"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2 and result.stdout == "" and "Traceback" not in result.stderr
+    assert result.stderr.splitlines() == [
+        "operator: error: operator benchmark needs tqdm, matplotlib (the bench extra): "
+        "pip install 'pulsar-lb-operator[bench]'"
+    ]
+    assert not (tmp_path / "benchmark-report").exists()
 
 
 def test_the_healthcheck_command_passes_on_a_running_daemon_and_fails_without_one(image_venv, served, tmp_path):

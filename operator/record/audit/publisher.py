@@ -27,10 +27,10 @@ from pulsar_lb_operator.strategies.config import ConfigError
 
 log = structlog.get_logger(__name__)
 
-# pulsar-client's C++ core logs every refused reconnection; the sender logs each outage once instead.
+# pulsar-client's C++ core logs every refused reconnection; the sender logs each outage once instead. What it
+# logs at CRITICAL reaches the operator's log (record/logs.py) like any other record.
 _client_log = logging.getLogger("pulsar_lb_operator.pulsar_client")
 _client_log.setLevel(logging.CRITICAL)
-_client_log.propagate = False
 
 
 def from_settings(

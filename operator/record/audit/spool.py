@@ -19,6 +19,7 @@ from typing import Any
 import structlog
 
 from pulsar_lb_operator.store import files
+from pulsar_lb_operator.strategies.errors import ClusterError
 
 log = structlog.get_logger(__name__)
 
@@ -30,7 +31,7 @@ def _line(event: dict[str, Any]) -> str:
     return json.dumps(event, sort_keys=True, separators=(",", ":")) + "\n"
 
 
-class SpoolFullError(OSError):
+class SpoolFullError(ClusterError, OSError):
     """The spool reached its size cap; the event was not written."""
 
 
