@@ -27,13 +27,13 @@ from pulsar_lb_operator.strategies import (
     SHEDDING,
     ConfigError,
     LoadBalancerConfig,
+    Rails,
     SnapshotError,
     StateError,
     StrategyState,
     UnknownStrategyError,
     plan_cycle,
 )
-from pulsar_lb_operator.strategies.rails import Rails
 
 INPUT_ERRORS = (files.FileError, SnapshotError, ConfigError, UnknownStrategyError, StateError, ScenarioError)
 

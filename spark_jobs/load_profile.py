@@ -27,7 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from pulsar_lb_operator.strategies.costs import RESOURCES, solve
+from pulsar_lb_operator.strategies import COST_RESOURCES as RESOURCES
+from pulsar_lb_operator.strategies import fit_cost_model as solve
 
 SHORT_SAMPLES = 10
 LONG_SAMPLES = 1000

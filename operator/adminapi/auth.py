@@ -37,7 +37,7 @@ import requests
 import structlog
 
 from pulsar_lb_operator.adminapi.errors import AuthenticationError
-from pulsar_lb_operator.strategies.config import ConfigError
+from pulsar_lb_operator.strategies import ConfigError
 
 log = structlog.get_logger(__name__)
 

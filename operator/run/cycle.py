@@ -24,12 +24,12 @@ from pulsar_lb_operator.store.statefile import OperatorState
 from pulsar_lb_operator.strategies import (
     ClusterSnapshot,
     LoadBalancerConfig,
+    LoadProfile,
     Plan,
     Unload,
     plan_cycle,
+    plan_drain,
 )
-from pulsar_lb_operator.strategies.drain import plan_drain
-from pulsar_lb_operator.strategies.profile import LoadProfile
 
 log = structlog.get_logger(__name__)
 

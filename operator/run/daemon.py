@@ -46,9 +46,7 @@ from pulsar_lb_operator.store import statefile
 from pulsar_lb_operator.store.control import ControlFile
 from pulsar_lb_operator.store.history import HistoryStore
 from pulsar_lb_operator.store.profile import read_profile
-from pulsar_lb_operator.strategies import LoadBalancerConfig, StateError
-from pulsar_lb_operator.strategies.config import ConfigError
-from pulsar_lb_operator.strategies.snapshots import SnapshotError
+from pulsar_lb_operator.strategies import ConfigError, LoadBalancerConfig, SnapshotError, StateError
 
 log = structlog.get_logger(__name__)
 

@@ -23,8 +23,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import structlog
 
+from pulsar_lb_operator.strategies import RESOURCE_FIELDS, BundleStats, ClusterSnapshot
 from pulsar_lb_operator.strategies import bundles as bundle_names
-from pulsar_lb_operator.strategies.snapshots import RESOURCE_FIELDS, BundleStats, ClusterSnapshot
 
 log = structlog.get_logger(__name__)
 
