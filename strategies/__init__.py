@@ -15,7 +15,7 @@ does, passed to ``register_shedding`` (``register_placement``); see protocol.py.
 """
 
 from pulsar_lb_operator.strategies import bundles, policies, registry
-from pulsar_lb_operator.strategies.averages import MessageAverage
+from pulsar_lb_operator.strategies.averages import NUM_LONG_SAMPLES, MessageAverage
 from pulsar_lb_operator.strategies.config import ALIASES as CONFIG_ALIASES
 from pulsar_lb_operator.strategies.config import (
     ConfigError,
@@ -31,7 +31,6 @@ from pulsar_lb_operator.strategies.documents import MAX_BROKER_TOTAL, Reader, St
 from pulsar_lb_operator.strategies.drain import plan_drain
 from pulsar_lb_operator.strategies.heap import collector_paused
 from pulsar_lb_operator.strategies.loaddata import (
-    NUM_LONG_SAMPLES,
     BundleData,
     LoadData,
     build_load_data,

@@ -222,7 +222,7 @@ def _estimate_scores(load: LoadData, config: LoadBalancerConfig, actions: Sequen
     count = {b: len(brokers[b].bundles) for b in brokers}
     after_usage, after_rate, after_count = dict(usage), dict(rate), dict(count)
     for action in actions:
-        if not isinstance(action, Unload) or action.destination not in brokers:
+        if not isinstance(action, Unload) or action.destination is None or action.destination not in brokers:
             continue
         source, dest = action.source, action.destination
         data = load.bundle_or_default(action.bundle).short
