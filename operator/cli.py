@@ -11,10 +11,11 @@ import json
 import os
 import random
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from pulsar_lb_operator import __version__, control_cli, hints
+from pulsar_lb_operator import __version__, control_cli, hints, lifecycle
 from pulsar_lb_operator.adminapi import AdminError
 from pulsar_lb_operator.collect import elm
 from pulsar_lb_operator.record import logs, render
@@ -228,9 +229,10 @@ def build_parser() -> argparse.ArgumentParser:
         "rehearse",
         help="run the operator against a matrix of injected faults and count what went wrong",
         description="Serve a simulated cluster with faults (every kind on every admin endpoint the operator "
-        "calls, a broker crash mid-cycle, the kill switch, a dry run, kill -9 and restart, two instances) and run "
-        "the operator's cycles against each. Prints faults injected, daemon crashes, rail violations, double "
-        "actions, state lost and secrets in logs; exits 0 only if all but the first are 0. "
+        "calls, a broker crash mid-cycle, the kill switch, a dry run, kill -9 and restart, two instances, redirects "
+        "to origins it does not know, signals to commands that start processes) and run the operator's cycles "
+        "against each. Prints faults injected, daemon crashes, rail violations, double actions, state lost, secrets "
+        "in logs, sent astray and left behind; exits 0 only if all but the first are 0. "
         "Example: operator rehearse --quick",
     )
     rehearse.add_argument("--scenario", default="demo", help="a shipped scenario name or a file (default: demo)")
@@ -361,7 +363,13 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from pulsar_lb_operator.run import live
 
-    return live.run_daemon(args)
+    # until the daemon hears the signals itself, they end it in order too (and exit 0, as the daemon does);
+    # pyspark's temporary files go with ours
+    with lifecycle.exit_on_signals(), lifecycle.temp_files_inside("run"):
+        try:
+            return live.run_daemon(args)
+        except KeyboardInterrupt:
+            return 0
 
 
 def cmd_aggregate(args: argparse.Namespace) -> int:
@@ -393,16 +401,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     if args.audit_url and not args.audit_url.startswith(("pulsar://", "pulsar+ssl://")):
         raise UsageError(f"--audit-url {args.audit_url!r} is not a pulsar:// or pulsar+ssl:// URL")
-    return demo.run_demo(
-        args.scenario,
-        args.strategy,
-        args.placement,
-        args.minutes,
-        audit_url=args.audit_url,
-        audit_topic=args.audit_topic,
-        audit_spool=args.audit_spool,
-        load_manager=args.load_manager,
-    )
+    stop = threading.Event()  # SIGTERM, SIGINT, SIGHUP: the demo ends, what it started is stopped and removed
+    with lifecycle.exit_on_signals(stop):
+        return demo.run_demo(
+            args.scenario,
+            args.strategy,
+            args.placement,
+            args.minutes,
+            audit_url=args.audit_url,
+            audit_topic=args.audit_topic,
+            audit_spool=args.audit_spool,
+            load_manager=args.load_manager,
+            stop=stop,
+        )
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -410,15 +421,18 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     if args.speed <= 0:
         raise UsageError("--speed must be positive")
-    return demo.run_simulator(
-        args.scenario,
-        args.port,
-        args.speed,
-        args.token,
-        faults=args.fault,
-        request_log=args.request_log,
-        load_manager=args.load_manager,
-    )
+    stop = threading.Event()  # SIGTERM, SIGINT, SIGHUP: it stops, what it started is stopped and removed
+    with lifecycle.exit_on_signals(stop):
+        return demo.run_simulator(
+            args.scenario,
+            args.port,
+            args.speed,
+            args.token,
+            stop=stop,
+            faults=args.fault,
+            request_log=args.request_log,
+            load_manager=args.load_manager,
+        )
 
 
 def cmd_benchmark(args: argparse.Namespace) -> int:

@@ -31,15 +31,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import shutil
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pulsar_lb_operator import lifecycle
 from pulsar_lb_operator.simulator.cluster import SimError, unexpected
 from pulsar_lb_operator.simulator.elm_reporters import (
     BROKER_LOAD_DATA_TOPIC,
@@ -186,11 +185,14 @@ def _free_port() -> int:
 
 
 class LiteBroker:
-    """pulsar-lite's binary-protocol broker on a loopback port, with its storage in a directory of its own."""
+    """pulsar-lite's binary-protocol broker on a loopback port, with its storage in a directory of its own.
+
+    The process and the directory it makes are the lifecycle module's: stopped and removed at exit, on SIGTERM,
+    SIGINT and SIGHUP, and the process killed by the kernel if ours dies first."""
 
     def __init__(self, directory: Path | None = None, port: int | None = None) -> None:
         self._own_dir = directory is None
-        self.directory = directory or Path(tempfile.mkdtemp(prefix="pulsar-lb-sim-elm-"))
+        self.directory = directory or lifecycle.temp_dir("sim-elm")
         self.port = port or _free_port()
         self.url = f"pulsar://127.0.0.1:{self.port}"
         self._process: subprocess.Popen[bytes] | None = None
@@ -204,7 +206,7 @@ class LiteBroker:
             raise ElmError(f"pulsar-lite is needed for the extensible load manager's topics: {exc}") from None
         self.directory.mkdir(parents=True, exist_ok=True)
         with open(self.directory / "broker.log", "ab") as out:  # the child keeps its own copy
-            self._process = subprocess.Popen(
+            self._process = lifecycle.spawn(
                 [binary, "--addr", f"127.0.0.1:{self.port}", "--db-path", str(self.directory / "db")],
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -225,18 +227,13 @@ class LiteBroker:
 
     def stop(self) -> None:
         if self._process is not None:
-            self._process.terminate()
-            try:
-                self._process.wait(10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait(5)
+            lifecycle.stop(self._process)
             self._process = None
 
     def remove(self) -> None:
         self.stop()
         if self._own_dir:
-            shutil.rmtree(self.directory, ignore_errors=True)
+            lifecycle.remove(self.directory)
 
 
 class ElmBrokers:

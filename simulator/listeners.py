@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import shutil
 import socket
 import ssl
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
+
+from pulsar_lb_operator import lifecycle
 
 LOOPBACK = "127.0.0.1"
 ADVERTISED_WEB_PORT = 8080  # webServicePort in every advertised id, as in a Kubernetes deployment
@@ -62,7 +62,9 @@ class TLS:
         self.client_auth = client_auth
         self.super_users = frozenset(super_users)
         self._own_directory = directory is None
-        self.directory = Path(directory or tempfile.mkdtemp(prefix="sim-tls-"))
+        self.directory = (
+            Path(directory) if directory else lifecycle.temp_dir("sim-tls")
+        )  # removed at exit at the latest
         self.directory.mkdir(parents=True, exist_ok=True)
         self._ca_key = ec.generate_private_key(ec.SECP256R1())
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "pulsar-sim CA")])
@@ -156,7 +158,7 @@ class TLS:
 
     def close(self) -> None:
         if self._own_directory:
-            shutil.rmtree(self.directory, ignore_errors=True)
+            lifecycle.remove(self.directory)
 
 
 class AdvertisedIds:

@@ -37,7 +37,7 @@ from pulsar_lb_operator.strategies.loaddata import (
     update_bundle_data,
 )
 from pulsar_lb_operator.strategies.placement.common import PlacementContext
-from pulsar_lb_operator.strategies.planner import plan_cycle, select_broker
+from pulsar_lb_operator.strategies.planner import estimate_after, plan_cycle, select_broker
 from pulsar_lb_operator.strategies.plans import Action, BrokerScore, Plan, Split, Unload, action_from_json
 from pulsar_lb_operator.strategies.profile import CostModel, HotBundle, LoadProfile
 from pulsar_lb_operator.strategies.protocol import (
@@ -85,7 +85,7 @@ from pulsar_lb_operator.strategies.splitting.algorithms import (
 from pulsar_lb_operator.strategies.splitting.trigger import find_bundles_to_split
 from pulsar_lb_operator.strategies.state import StrategyState
 
-# planning: a cycle, a drain, one placement
+# planning: a cycle, a drain, one placement, the estimate of a plan's effect
 __all__ = [
     "Action",
     "BrokerScore",
@@ -93,6 +93,7 @@ __all__ = [
     "Split",
     "Unload",
     "action_from_json",
+    "estimate_after",
     "plan_cycle",
     "plan_drain",
     "select_broker",

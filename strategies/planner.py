@@ -246,6 +246,16 @@ def _estimate_scores(load: LoadData, config: LoadBalancerConfig, actions: Sequen
     )
 
 
+def estimate_after(
+    plan: Plan, snapshot: ClusterSnapshot, config: LoadBalancerConfig, state: StrategyState, actions: Sequence[Action]
+) -> Plan:
+    """The plan with every broker's 'after' estimated for ``actions`` alone — what the executor will send this
+    cycle once its caps and cooldowns have deferred the rest — on ``snapshot`` with the bundle averages of
+    ``state`` (the state ``plan_cycle`` returned with the plan)."""
+    load = LoadData(snapshot, state.bundle_data, {})
+    return replace(plan, brokers=_estimate_scores(load, config, actions))
+
+
 def plan_cycle(
     snapshot: ClusterSnapshot,
     config: LoadBalancerConfig,

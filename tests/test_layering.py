@@ -2,6 +2,8 @@
 
 Lowest first; a layer imports only those below it (and itself):
 
+0. ``lifecycle`` (``operator/lifecycle.py``) — that nothing started outlives the process: imports nothing of
+   ours, and any layer may import it (the simulator starts a broker, Spark's session a JVM).
 1. ``strategies`` — pure decisions over snapshots: nothing of ours.
 2. ``simulator`` (a fake Pulsar cluster) and ``spark_jobs`` (the aggregation): ``strategies`` only.
 3. ``operator`` — the daemon and the cycle: ``strategies`` and ``spark_jobs``, never the simulator.
@@ -30,6 +32,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "pulsar_lb_operator"
 SUBPACKAGES = ("strategies", "simulator", "spark_jobs", "benchmarks")
+FOUNDATION = f"{PACKAGE}.lifecycle"  # layer 0: imports nothing of ours, any layer may import it
 ALLOWED = {
     "strategies": {"strategies"},
     "simulator": {"strategies", "simulator"},
@@ -55,7 +58,7 @@ def layer_of_module(name: str) -> str | None:
     parts = name.split(".")
     if parts[0] in SUBPACKAGES:
         raise AssertionError(f"imports {name!r}: ours are imported as {PACKAGE}.{name}")
-    if parts[0] != PACKAGE:
+    if parts[0] != PACKAGE or name == FOUNDATION:
         return None
     if parts[1:2] and parts[1] in SUBPACKAGES:
         return parts[1]
@@ -103,11 +106,16 @@ def test_no_module_imports_against_the_layering() -> None:
     assert violations(files) == []
 
 
+def test_the_foundation_imports_nothing_of_ours() -> None:
+    path = ROOT / "operator" / "lifecycle.py"
+    assert [m for _, m in imported_modules(path) if m.split(".")[0] in (PACKAGE, *SUBPACKAGES)] == []
+
+
 # Inside the operator, the stages in the order their imports allow, lowest first: a stage imports only
 # stages before it. (The data flows collect → decide → act → store → record; the state file stores the
 # executor's record, so ``store`` sits above ``act``.)
 OPERATOR_STAGES = (
-    ("__init__", "hints"),  # the version; messages with their fixes
+    ("__init__", "hints", "lifecycle"),  # the version; messages with their fixes; child processes and temp dirs
     ("adminapi",),  # the admin REST client: the edge both collect and act talk through
     ("collect",),
     ("act",),

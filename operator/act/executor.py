@@ -12,6 +12,10 @@ invariants (README, "Safety"):
   the (interruptible) pause between actions.
 - Write-ahead: the attempt (cooldown and pending verification) is handed to ``persist`` — on disk —
   before the call is sent; if it cannot be persisted, nothing more is sent this cycle.
+- One function, ``_rail``, decides for the preview and the execution alike: ``preview`` is what this cycle's
+  execution would send and which rail defers the rest (caps counted as they would be at sending), and a dry run
+  reports exactly that; the execution checks every rail again right before each call.
+- While Pulsar's own balancer is on (``guard.py``) nothing is sent, unless a person said otherwise.
 - In dry-run mode every action is logged with its reason and no mutating endpoint is called.
 """
 
@@ -20,11 +24,13 @@ from __future__ import annotations
 import enum
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import structlog
 
+from pulsar_lb_operator.act.guard import BuiltinGuard
+from pulsar_lb_operator.act.ledger import ExecutorState, Ledger
 from pulsar_lb_operator.act.safety import Safety
 from pulsar_lb_operator.adminapi import AdminClient, AdminError, Conflict, ServerError, TransportError
 from pulsar_lb_operator.adminapi.errors import already_on_destination
@@ -64,69 +70,30 @@ class Record:
         return {**self.action.to_json(), "outcome": self.outcome.value, "detail": self.detail, "at": self.at_ms}
 
 
-class ExecutorStateError(ValueError):
-    """An executor state document that cannot be read back (never silently reset)."""
+class _Reads:
+    """What the destination rails read from the cluster: the active brokers and the isolation policies. Fresh for
+    each action when executing (the cluster moves during the pauses); read once per preview."""
 
+    def __init__(self, client: AdminClient, cluster: str, once: bool) -> None:
+        self.client, self.cluster, self.once = client, cluster, once
+        self.memo: dict[str, Any] = {}
 
-@dataclass(frozen=True)
-class ExecutorState:
-    """Carried across cycles and restarts: when each bundle was last moved, and actions to verify.
+    def _read(self, what: str, read: Callable[[], Any]) -> Any:
+        if what not in self.memo or not self.once:
+            try:
+                self.memo[what] = read()
+            except (AdminError, SnapshotError) as exc:
+                self.memo[what] = exc
+        value = self.memo[what]
+        if isinstance(value, Exception):
+            raise value
+        return value
 
-    A pending entry is ``{"type": "unload"|"split", "bundle", "source", "destination", "at"}``; it is
-    written before the call is sent, so a crash right after sending still leaves the bundle in
-    cooldown and awaiting verification.
-    """
+    def active_brokers(self) -> set[str]:
+        return self._read("active", lambda: set(self.client.active_brokers(self.cluster)))
 
-    last_moved: dict[str, int] = field(default_factory=dict)
-    pending: tuple[dict[str, Any], ...] = ()
-
-    def awaiting(self) -> set[str]:
-        return {p["bundle"] for p in self.pending}
-
-    def merged(self, other: ExecutorState) -> ExecutorState:
-        """Both records at once: the later move of each bundle, every pending action (a new leader
-        inheriting the previous leader's record must honour its cooldowns and verify what it sent)."""
-        moved = dict(self.last_moved)
-        for bundle, at in other.last_moved.items():
-            moved[bundle] = max(at, moved.get(bundle, at))
-        seen = {(p["bundle"], p["at"]) for p in self.pending}
-        pending = [*self.pending, *(p for p in other.pending if (p["bundle"], p["at"]) not in seen)]
-        return ExecutorState(moved, tuple(pending))
-
-    def recent(self, now_ms: int, keep_ms: float) -> ExecutorState:
-        """Only what still matters: cooldowns younger than ``keep_ms``, and every pending action."""
-        return ExecutorState({b: t for b, t in self.last_moved.items() if now_ms - t < keep_ms}, self.pending)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"lastMoved": dict(sorted(self.last_moved.items())), "pending": list(self.pending)}
-
-    @classmethod
-    def from_json(cls, doc: Any) -> ExecutorState:
-        if not isinstance(doc, dict):
-            raise ExecutorStateError(f"executor state: expected an object, got {type(doc).__name__}")
-        moved_doc = doc.get("lastMoved", {})
-        pending_doc = doc.get("pending", [])
-        if not isinstance(moved_doc, dict) or not isinstance(pending_doc, list):
-            raise ExecutorStateError("executor state: lastMoved must be an object and pending a list")
-        moved: dict[str, int] = {}
-        for bundle, at in moved_doc.items():
-            if not isinstance(at, int) or isinstance(at, bool):
-                raise ExecutorStateError(f"executor state: lastMoved[{bundle!r}] is not a time in ms")
-            moved[str(bundle)] = at
-        pending: list[dict[str, Any]] = []
-        for i, item in enumerate(pending_doc):
-            ok = (
-                isinstance(item, dict)
-                and isinstance(item.get("bundle"), str)
-                and isinstance(item.get("source"), str)
-                and isinstance(item.get("at"), int)
-                and isinstance(item.get("destination"), str | None)
-                and item.get("type", "unload") in ("unload", "split")
-            )
-            if not ok:
-                raise ExecutorStateError(f"executor state: pending[{i}] is not a pending action")
-            pending.append({"type": "unload", **item})
-        return cls(moved, tuple(pending))
+    def isolation(self) -> Any:
+        return self._read("isolation", lambda: read_isolation_policies(self.client, self.cluster))
 
 
 @dataclass
@@ -144,9 +111,31 @@ class Executor:
     draining: Callable[[], Collection[str]] = frozenset
     # the brokers' Pulsar version (run_cycle sets it from what it detects); None: unknown, treated as old
     broker_version: str | None = None
+    # Pulsar's own balancer (guard.py): while it is on, nothing is sent; None: not checked (tests of other rails)
+    guard: BuiltinGuard | None = None
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
+
+    # ------------------------------------------------------------------ preview
+
+    def preview(self, plan: Plan, state: ExecutorState) -> tuple[str | None, ...]:
+        """Per action of the plan: None when this cycle's execution would send it, else the rail that defers it.
+
+        The same rails, in the same order, as ``apply``, counting each action it would send toward the caps, its
+        cooldown and its pending verification as ``apply`` does before sending; nothing is sent. The destination
+        rails read the cluster once here, and again before each call when executing.
+        """
+        ledger, reads = Ledger.of(state), _Reads(self.client, self.cluster, once=True)
+        # asked every cycle (one read), so the status page and the metric always tell; nothing is changed here
+        held = self.guard.check(self.safety.dry_run).held if self.guard is not None else None
+        verdicts: list[str | None] = []
+        for action in plan.actions:
+            why = self._rail(action, ledger, reads) or held
+            if why is None:
+                ledger.count(action, self.now_ms())
+            verdicts.append(why)
+        return tuple(verdicts)
 
     # ------------------------------------------------------------------ apply
 
@@ -160,32 +149,34 @@ class Executor:
         """Carry out the plan; ``on_record`` hears of each outcome as it happens (the audit trail) and
         ``persist`` receives the state with each attempt before it is sent, and after its answer."""
         records: list[Record] = []
-        last_moved = dict(state.last_moved)
-        pending = list(state.pending)
-        per_broker: dict[str, int] = {}
-        sent = 0
 
         def done(record: Record) -> Record:
             records.append(record)
             on_record(record)
             return record
 
+        if self.safety.dry_run:  # the preview is what a dry run reports: nothing is sent
+            for action, why in zip(plan.actions, self.preview(plan, state)):
+                outcome, detail = (Outcome.SKIPPED, why) if why else (Outcome.DRY_RUN, "dry run: no call made")
+                done(self._record(action, outcome, detail))
+            return records, state
+
         def skip_rest(index: int, why: str) -> None:
             for rest in plan.actions[index:]:
                 done(self._record(rest, Outcome.SKIPPED, why))
 
+        ledger, reads = Ledger.of(state), _Reads(self.client, self.cluster, once=False)
+        held: str | None = None
+        engaged = False
         for index, action in enumerate(plan.actions):
             if self.stop_requested():
                 skip_rest(index, "shutting down")
                 break
-            why_not = self._rail(action, last_moved, pending, sent, per_broker)
+            why_not = self._rail(action, ledger, reads) or (held if engaged else None)
             if why_not:
                 done(self._record(action, Outcome.SKIPPED, why_not))
                 continue
-            if self.safety.dry_run:
-                done(self._record(action, Outcome.DRY_RUN, "dry run: no call made"))
-                continue
-            if sent and self.safety.pause_seconds and self.sleep(self.safety.pause_seconds):
+            if ledger.sent and self.safety.pause_seconds and self.sleep(self.safety.pause_seconds):
                 skip_rest(index, "shutting down")
                 break
             # Immediately before sending: the switches that may have flipped during the pause.
@@ -196,52 +187,31 @@ class Executor:
             if last_word:
                 skip_rest(index, last_word)
                 break
+            if not engaged:  # Pulsar's own balancer, once, right before the first call (guard.py)
+                held, engaged = (self.guard.engage().held if self.guard is not None else None), True
+                if held:
+                    done(self._record(action, Outcome.SKIPPED, held))
+                    continue
             # Counted, in cooldown and awaiting verification before it is sent (write-ahead).
-            sent += 1
-            per_broker[action.source] = per_broker.get(action.source, 0) + 1
-            at = self.now_ms()
-            previous = last_moved.get(action.bundle)
-            entry = {
-                "type": "split" if isinstance(action, Split) else "unload",
-                "bundle": action.bundle,
-                "source": action.source,
-                "destination": action.destination if isinstance(action, Unload) else None,
-                "at": at,
-            }
-            last_moved[action.bundle] = at
-            pending.append(entry)
+            entry, previous = ledger.count(action, self.now_ms())
             try:
-                persist(ExecutorState(dict(last_moved), tuple(pending)))
+                persist(ledger.state())
             except OSError as exc:
-                pending.pop()
-                if previous is None:
-                    last_moved.pop(action.bundle)
-                else:
-                    last_moved[action.bundle] = previous
+                ledger.undo(action, entry, previous)
                 skip_rest(index, f"state could not be written, nothing more is sent: {exc}")
                 break
             record = done(self._execute(action))
             if record.outcome in (Outcome.FAILED, Outcome.SKIPPED):  # refused: nothing happened
-                pending.remove(entry)
-                if previous is None:
-                    last_moved.pop(action.bundle)
-                else:
-                    last_moved[action.bundle] = previous
+                ledger.undo(action, entry, previous)
             try:
-                persist(ExecutorState(dict(last_moved), tuple(pending)))
+                persist(ledger.state())
             except OSError as exc:
                 skip_rest(index + 1, f"state could not be written, nothing more is sent: {exc}")
                 break
-        return records, ExecutorState(last_moved, tuple(pending))
+        return records, ledger.state()
 
-    def _rail(
-        self,
-        action: Action,
-        last_moved: dict[str, int],
-        pending: list[dict[str, Any]],
-        sent: int,
-        per_broker: dict[str, int],
-    ) -> str | None:
+    def _rail(self, action: Action, ledger: Ledger, reads: _Reads) -> str | None:
+        """Why ``action`` is not sent now (None: it may be), for the preview and the execution alike."""
         killed = self.safety.killed()
         if killed:
             return killed
@@ -252,16 +222,16 @@ class Executor:
             return f"namespace {namespace} is excluded"
         if action.source in self.safety.excluded_brokers:
             return f"broker {action.source} is excluded"
-        if any(p["bundle"] == action.bundle for p in pending):
+        if any(p["bundle"] == action.bundle for p in ledger.pending):
             return "an earlier action on this bundle awaits verification of where it went"
-        moved_at = last_moved.get(action.bundle)
+        moved_at = ledger.last_moved.get(action.bundle)
         cooldown_ms = self.safety.cooldown_minutes * 60_000
         if moved_at is not None and self.now_ms() - moved_at < cooldown_ms:
             minutes = (self.now_ms() - moved_at) / 60000
             return f"bundle moved {minutes:.1f} min ago (cooldown {self.safety.cooldown_minutes:g} min)"
-        if sent >= self.safety.max_unloads_per_cycle:
+        if ledger.sent >= self.safety.max_unloads_per_cycle:
             return f"max unloads per cycle ({self.safety.max_unloads_per_cycle}) reached"
-        if per_broker.get(action.source, 0) >= self.safety.max_unloads_per_broker:
+        if ledger.per_broker.get(action.source, 0) >= self.safety.max_unloads_per_broker:
             return f"max unloads per broker ({self.safety.max_unloads_per_broker}) reached for {action.source}"
         if isinstance(action, Unload):
             if action.destination is None:
@@ -272,7 +242,7 @@ class Executor:
                 return f"destination {action.destination} is excluded"
             if action.destination in self.draining():
                 return f"destination {action.destination} is being drained"
-            twin = self._same_range_in_flight(action, pending)
+            twin = self._same_range_in_flight(action, ledger.pending)
             if twin is not None:
                 version = self.broker_version or "of unknown version"
                 return (
@@ -280,20 +250,20 @@ class Executor:
                     f"yet, and Pulsar {version} keeps one destination per bundle range (fixed in 4.0.10)"
                 )
             try:
-                active = set(self.client.active_brokers(self.cluster))
+                active = reads.active_brokers()
             except AdminError as exc:
                 return f"cannot confirm the destination is active: {exc.reason}"
             if action.destination not in active:
                 return f"destination {action.destination} is not an active broker"
-            return self._isolation_rail(action, active)
+            return self._isolation_rail(action, active, reads)
         return None
 
-    def _isolation_rail(self, action: Unload, active: set[str]) -> str | None:
+    def _isolation_rail(self, action: Unload, active: set[str], reads: _Reads) -> str | None:
         """The cluster's isolation policies as they are now must allow the destination: one read right
         before the unload, applyNamespacePolicies over the active brokers (the topic-mode flags and the
         anti-affinity spread are the planner's). Policies that cannot be read refuse the unload."""
         try:
-            isolation = read_isolation_policies(self.client, self.cluster)
+            isolation = reads.isolation()
         except (AdminError, SnapshotError) as exc:
             reason = exc.reason if isinstance(exc, AdminError) else str(exc)
             return f"cannot confirm the namespace isolation policies allow {action.destination}: {reason}"

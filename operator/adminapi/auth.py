@@ -16,7 +16,12 @@ Pulsar's three client authentication plugins, as production clusters configure t
   post is ``grant_type=client_credentials``, ``client_id``, ``client_secret`` and, when set, ``audience`` and
   ``scope`` (Pulsar's TokenClient). The access token is cached and fetched again once 90 % of its
   ``expires_in`` has passed (Pulsar's default early refresh), or after a 401. The issuer is verified with the
-  system's CAs (``REQUESTS_CA_BUNDLE`` for a private one), not ``caBundle``, which is the brokers' CA.
+  system's CAs (``REQUESTS_CA_BUNDLE`` for a private one), not ``caBundle``, which is the brokers' CA. The
+  client secret goes only to the ``token_endpoint`` the issuer names: never over plain http when the issuer
+  is https, never to an endpoint with a user name or password in it, and never along a redirect (Pulsar's
+  TokenClient follows one, re-posting the secret to wherever it points; here a redirect is an error).
+
+The admin client sends these credentials only to origins it knows (adminapi/origins.py).
 
 The same object gives pulsar-client its ``Authentication`` (audit events), so both clients authenticate
 alike. Secrets never appear in a repr, a log line or an error message.
@@ -36,6 +41,7 @@ from urllib.parse import urlsplit
 import requests
 import structlog
 
+from pulsar_lb_operator.adminapi import origins
 from pulsar_lb_operator.adminapi.errors import AuthenticationError
 from pulsar_lb_operator.strategies import ConfigError
 
@@ -269,10 +275,21 @@ class OAuth2Credentials(Credentials):
             form["scope"] = self.scope
         try:
             response = self.session.post(
-                endpoint, data=form, headers={"Accept": "application/json"}, timeout=self.timeout_s
+                endpoint,
+                data=form,
+                headers={"Accept": "application/json"},
+                timeout=self.timeout_s,
+                allow_redirects=False,  # a redirect would take the secret along
             )
         except requests.RequestException as exc:
             raise AuthenticationError(endpoint, f"OAuth2 token endpoint unreachable: {type(exc).__name__}") from None
+        if response.is_redirect:
+            where = origins.describe(requests.compat.urljoin(endpoint, response.headers.get("Location", "")))
+            raise AuthenticationError(
+                endpoint,
+                f"OAuth2 token endpoint redirected to {where}: not followed (the client secret goes only to the "
+                "token_endpoint the issuer's metadata names)",
+            )
         if response.status_code != 200:
             raise AuthenticationError(endpoint, f"OAuth2 token endpoint refused: {_token_error(response)}")
         try:
@@ -298,6 +315,18 @@ class OAuth2Credentials(Credentials):
             endpoint = None
         if not isinstance(endpoint, str) or urlsplit(endpoint).scheme not in ("http", "https"):
             raise AuthenticationError(url, "oauth2IssuerUrl: no token_endpoint in the issuer's metadata")
+        try:
+            parsed = origins.parse(endpoint)
+        except origins.UnusableUrl as exc:
+            raise AuthenticationError(url, f"oauth2IssuerUrl: the issuer's token_endpoint is unusable: {exc}") from None
+        if parsed.userinfo is not None:
+            raise AuthenticationError(
+                url, "oauth2IssuerUrl: the issuer's token_endpoint carries a user name or password"
+            )
+        if parsed.origin.scheme == "http" and self.issuer_url.lower().startswith("https:"):
+            raise AuthenticationError(
+                url, f"oauth2IssuerUrl: the issuer's token_endpoint {parsed.origin} is plain http, the issuer https"
+            )
         self._token_endpoint = endpoint
         return endpoint
 

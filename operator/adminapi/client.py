@@ -1,11 +1,15 @@
 """The admin client: one request core (redirects, auth, deadlines, typed errors, GET retries) and thin verbs.
 
 Redirects are followed by hand because ``requests`` drops the Authorization header when a 307 goes
-to another host (pulsar-admin-api.md §1.5): every hop re-sends the method, body and token — but only
-to a host we know is part of the cluster (the admin URL's, or a broker the admin API listed); a
-redirect anywhere else is refused before anything is sent there. Only idempotent GETs are retried
-(tenacity, exponential backoff, on connection errors and 5xx); whether an unload or split may be
-repeated is the executor's decision, after it has checked the cluster.
+to another host (pulsar-admin-api.md §1.5): every hop re-sends the method, body and credentials — but only
+to an origin (scheme, host, port) the operator knows is part of the cluster (adminapi/origins.py: the admin
+URL's, the overrides', the brokers the admin API lists and the web URLs they give for themselves). A redirect
+anywhere else is refused before anything is sent there, with a one-line RedirectError saying why; one to
+another port of a listed broker's host is first checked against that broker's registration (a TLS broker
+redirects to its ``webServiceUrlTls``, learned from its load report or, failing that, from the admin API's
+307 to it), so real redirects between brokers keep working and no other port gets the token. Only
+idempotent GETs are retried (tenacity, exponential backoff, on connection errors and 5xx); whether an
+unload or split may be repeated is the executor's decision, after it has checked the cluster.
 
 Everything is bounded: each call has a deadline over all its hops (socket timeouts alone do not stop a
 broker that trickles bytes), and an answer larger than ``max_body_bytes`` is cut off with an error
@@ -43,7 +47,7 @@ import requests
 import structlog
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from pulsar_lb_operator.adminapi import errors
+from pulsar_lb_operator.adminapi import errors, origins
 from pulsar_lb_operator.adminapi.auth import Credentials, TokenCredentials
 
 log = structlog.get_logger(__name__)
@@ -118,7 +122,9 @@ class AdminClient:
         self.max_body_bytes = max_body_bytes
         self.broker_urls = {k: v.rstrip("/") for k, v in (broker_urls or {}).items()}
         self.broker_url_template = broker_url_template
-        self._known_hosts = {_host(self.admin_url)} | {_host(u) for u in self.broker_urls.values()}
+        self.known = origins.KnownOrigins(self.admin_url)
+        for url in self.broker_urls.values():
+            self.known.add(url, configured=True)
         self._lock = threading.RLock()  # the dicts below
         self._discovering = threading.Lock()  # one discovery at a time (it calls the admin API)
         self._answered_itself: set[str] = set()  # ids the admin URL answered for without a 307 (asked once)
@@ -134,17 +140,52 @@ class AdminClient:
         return self.credentials.bearer()
 
     def trust_brokers(self, broker_ids: list[str]) -> None:
-        """Hosts the admin API named as brokers of the cluster: redirects (and the token) may go there."""
+        """Brokers the admin API listed: ``<admin URL's scheme>://<id>`` (and their overrides) may get credentials."""
         with self._lock:
-            self._known_hosts.update(_host(f"{self.scheme}://{b}") for b in broker_ids)
             for broker_id in broker_ids:
+                self.known.add(f"{self.scheme}://{broker_id}")
                 self._published.setdefault(broker_id.lower(), broker_id)
                 override = self._override(broker_id)
                 if override:  # the operator's owner configured it: trusted like the admin URL
-                    self._known_hosts.add(_host(override))
+                    self.known.add(override, configured=True)
 
     def is_known(self, url: str) -> bool:
-        return _host(url) in self._known_hosts
+        """Whether a request to ``url`` may carry the operator's credentials (``origins.KnownOrigins.refusal``)."""
+        return self.known.refusal(url) is None
+
+    def _vouched(self, broker_id: str, url: str) -> bool:
+        """Whether ``url``, given by the cluster as ``broker_id``'s web URL (its load report, its registration),
+        may be used and get credentials: its id's own origin (what Pulsar makes ``webServiceUrl`` of), that
+        origin over TLS, or — under an https admin URL — an https port of its own host (a TLS broker's
+        ``webServiceUrlTls``: the certificate the host presents there vouches for the port). Never a user name
+        or password, never another host; under http, never another port (a process on that port of a
+        broker's host would get the token in clear)."""
+        own = self._own_origin(broker_id)
+        try:
+            given = origins.parse(url)
+        except origins.UnusableUrl:
+            return False
+        where = given.origin
+        if own is None or given.userinfo is not None or where.host != own.host:
+            return False
+        same_port_tls = where.scheme == "https" and where.port == own.port
+        return where == own or same_port_tls or (where.scheme == "https" and self.known.tls_only)
+
+    def _own_origin(self, broker_id: str) -> origins.Origin | None:
+        """``<admin URL's scheme>://<id>``'s origin (None for an id that is no host:port)."""
+        try:
+            return origins.parse(f"{self.scheme}://{broker_id}").origin
+        except origins.UnusableUrl:
+            return None
+
+    def _learn_url(self, broker_id: str, url: str) -> bool:
+        """Use ``url`` as ``broker_id``'s web URL from now on, if the cluster vouches for it (``_vouched``)."""
+        if not self._vouched(broker_id, url):
+            return False
+        with self._lock:
+            self._learned[broker_id] = url
+            self.known.add(url)
+        return True
 
     def __repr__(self) -> str:  # never show the token
         secret = "***" if self.credentials.plugin in ("token", "oauth2") else None
@@ -207,14 +248,13 @@ class AdminClient:
             chosen = (tls or plain) if self.scheme == "https" else (plain or tls)
             if not chosen or self._override(broker_id):
                 return
-            if self.is_known(chosen):
-                self._learned[broker_id] = chosen
-            elif f"untrusted {broker_id}" not in self._warned:
+            if not self._learn_url(broker_id, chosen) and f"untrusted {broker_id}" not in self._warned:
                 self._warned.add(f"untrusted {broker_id}")
                 log.warning(
-                    "broker publishes a web URL on a host the cluster does not list: not used",
+                    "broker publishes a web URL that is not on its own host (or is plain http under an https "
+                    "admin URL): not used",
                     broker=broker_id,
-                    url=chosen,
+                    url=origins.describe(chosen),
                 )
 
     def _discover(self, broker_id: str) -> str | None:
@@ -235,18 +275,16 @@ class AdminClient:
                         base = self._registered(self.admin_url, other)
                         if base == "":
                             self._answered_itself.add(other)
-                    if not base or not self.is_known(base):
+                    if not base or not self._learn_url(other, base):
                         continue
-                    with self._lock:
-                        self._learned.setdefault(other, base)
                     found = self._registered(base, broker_id) or None
                     if found:
                         break
                 if not others:  # a one-broker cluster: the admin URL is that broker (or reaches only it)
-                    found = self.admin_url
-            if found and self.is_known(found):
-                with self._lock:
-                    self._learned[broker_id] = found
+                    with self._lock:
+                        self._learned[broker_id] = self.admin_url
+                    return self.admin_url
+            if found and self._learn_url(broker_id, found):
                 return found
             if f"undiscovered {broker_id}" not in self._warned:
                 self._warned.add(f"undiscovered {broker_id}")
@@ -333,10 +371,12 @@ class AdminClient:
         seen: list[str] = []
         renewed = False
         for _ in range(MAX_REDIRECTS + 1):
-            if not self.is_known(url):
-                what = "follow a redirect" if seen else "call"
+            refusal = self._refusal(url, redirected=bool(seen))
+            if refusal is not None:
+                what = f"redirect from {origins.describe(seen[-1])}" if seen else "call"
                 raise errors.RedirectError(
-                    url, f"refused to {what} {_host(url)!r}: not the admin URL's host nor a broker the cluster lists"
+                    origins.describe(url),
+                    f"{what} refused: {refusal} — credentials go only to origins the operator knows",
                 )
             seen.append(url)
             while True:
@@ -366,6 +406,26 @@ class AdminClient:
             error.in_transition = errors.in_transition(error.reason) or errors.in_transition(answer.text[:65536])
             raise error
         raise errors.RedirectError(url, f"more than {MAX_REDIRECTS} redirects")
+
+    def _refusal(self, url: str, redirected: bool) -> str | None:
+        """Why no request may go to ``url`` (``origins.KnownOrigins.refusal``), or None.
+
+        Under an https admin URL, a redirect to another port of a listed broker's host is checked against the
+        registration of the brokers on that host first (asked once each, the 307 read and not followed): that
+        is where a TLS broker sends an https request — its ``webServiceUrlTls`` — before the operator has read
+        its load report. Under http a broker's web URL is its id, so there is nothing to learn.
+        """
+        refusal = self.known.refusal(url)
+        host = self.known.other_port_of_known_host(url) if refusal and redirected and self.known.tls_only else None
+        if host is None or self._cluster is None:
+            return refusal
+        with self._lock:
+            unlearned = [b for b in self._broker_ids if b not in self._learned and not self._override(b)]
+        for broker_id in unlearned:
+            own = self._own_origin(broker_id)
+            if own is not None and own.host == host:
+                self._discover(broker_id)
+        return self.known.refusal(url)
 
     def _send(
         self, method: str, url: str, data: str | None, headers: dict[str, str], deadline: float, budget: float
@@ -523,10 +583,6 @@ class AdminClient:
             params=params,
             body=list(boundaries) if boundaries else None,
         )
-
-
-def _host(url: str) -> str:
-    return (urlsplit(url).hostname or "").lower()
 
 
 def _base(url: Any) -> str | None:

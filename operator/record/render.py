@@ -5,7 +5,9 @@ from __future__ import annotations
 import datetime
 import re
 import textwrap
+from collections.abc import Sequence
 
+from pulsar_lb_operator.act.executor import Record
 from pulsar_lb_operator.strategies import Plan, Split, Unload
 
 # AvgShedder's note on a pair it is still counting (strategies/shedding/avg.py; PredictivePairingShedder falls
@@ -22,36 +24,44 @@ def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
     return [line] + ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
 
 
-def plan_table(plan: Plan, dry_run: bool = True) -> str:
+def plan_table(plan: Plan, dry_run: bool = True, deferred: Sequence[str | None] = ()) -> str:
+    """The plan for people. ``deferred`` (a live cycle's, per action: the executor's preview) marks the actions the
+    rails hold back this cycle, with which rail; the brokers' 'after' is then that of the actions sent."""
     taken = datetime.datetime.fromtimestamp(plan.taken_at / 1000, tz=datetime.timezone.utc)
     mode = "dry run" if dry_run else "live"
+    held = sum(1 for why in deferred if why)
+    this_cycle = f": {len(plan.actions) - held} this cycle, {held} deferred by the rails" if held else ""
     out = [
         f"Plan ({mode}): shedding {plan.shedding}, placement {plan.placement}, "
         f"snapshot taken {taken:%Y-%m-%d %H:%M:%S} UTC — "
-        f"{len(plan.unloads)} unload(s), {len(plan.splits)} split(s)",
+        f"{len(plan.unloads)} unload(s), {len(plan.splits)} split(s){this_cycle}",
         "",
     ]
     if plan.actions:
         rows = []
-        reasons = []
         for i, action in enumerate(plan.actions, 1):
             if isinstance(action, Unload):
                 rows.append([str(i), "unload", action.bundle, action.source, action.destination or "(placement)"])
             elif isinstance(action, Split):
                 where = ", ".join(f"0x{b:08x}" for b in action.boundaries) or "(owner computes)"
                 rows.append([str(i), "split", action.bundle, action.source, f"{action.algorithm} at {where}"])
-            reasons.append(action.reason)
         lines = _table(["#", "ACTION", "BUNDLE", "SOURCE", "DESTINATION / SPLIT"], rows)
         out.append(lines[0])
-        for line, reason in zip(lines[1:], reasons):
+        before = None
+        for line, action, why in zip(lines[1:], plan.actions, list(deferred) or [None] * len(plan.actions)):
             out.append(line)
-            out.extend(textwrap.wrap(reason, 108, initial_indent="     why: ", subsequent_indent="          "))
+            out.extend(textwrap.wrap(action.reason, 108, initial_indent="     why: ", subsequent_indent="          "))
+            if why:
+                text = "(as above)" if why == before else why
+                out.extend(textwrap.wrap(text, 108, initial_indent="     deferred: ", subsequent_indent="          "))
+            before = why
     else:
         out.append(counting_hits(plan) or "No action: the cluster is within the strategy's thresholds.")
     if plan.actions and not plan.unloads and counting_hits(plan):
         out.append(f"No unload yet: {counting_hits(plan, headline=False)}")
     out.append("")
-    out.append("Brokers (usage = weighted max resource usage in % of capacity; 'after' is an estimate):")
+    after = f"after the {len(plan.actions) - held} action(s) sent this cycle" if held else "after the plan"
+    out.append(f"Brokers (usage = weighted max resource usage in % of capacity; 'after': estimated {after}):")
     out.extend(
         _table(
             ["BROKER", "USAGE", "→ AFTER", "MSG/S", "→ AFTER", "BUNDLES", "→ AFTER"],
@@ -70,14 +80,23 @@ def plan_table(plan: Plan, dry_run: bool = True) -> str:
         )
     )
     if plan.brokers:
-        before = [b.usage_before for b in plan.brokers]
-        after = [b.usage_after for b in plan.brokers]
-        out.append(f"spread (max − min): {max(before) - min(before):.1f} → {max(after) - min(after):.1f} points")
+        usage_before = [b.usage_before for b in plan.brokers]
+        usage_after = [b.usage_after for b in plan.brokers]
+        out.append(
+            f"spread (max − min): {max(usage_before) - min(usage_before):.1f} → "
+            f"{max(usage_after) - min(usage_after):.1f} points"
+        )
     if plan.notes:
         out.append("")
         out.append("Notes:")
         out.extend(f"  - {n}" for n in plan.notes)
     return "\n".join(out)
+
+
+def outcome_line(record: Record) -> str:
+    """One action's outcome: ``unload BUNDLE: executed (accepted)``."""
+    kind = "split" if isinstance(record.action, Split) else "unload"
+    return f"{kind} {record.action.bundle}: {record.outcome.value} ({record.detail})"
 
 
 def counting_hits(plan: Plan, headline: bool = True) -> str | None:

@@ -1,14 +1,15 @@
-"""One balancing cycle: verify earlier moves → collect → plan → execute → record.
+"""One balancing cycle: verify earlier moves → collect → plan → preview → execute → record.
 
 The same function serves ``operator rebalance`` against a cluster, the daemon and the demo, so a dry
-run and a real run take the same path up to the executor.
+run and a real run take the same path up to the executor. The plan a cycle shows is the executor's
+preview of it: which actions this cycle sends, which rail defers each of the others, and the brokers'
+load as estimated after the actions sent — never after actions a cap or a cooldown will hold back.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import random
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -16,17 +17,21 @@ from typing import Any
 import structlog
 
 from pulsar_lb_operator.act.executor import Executor, ExecutorState, Outcome, Record
+from pulsar_lb_operator.act.guard import Verdict
 from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.collect import elm
 from pulsar_lb_operator.collect.collector import collect
 from pulsar_lb_operator.record import audit as audit_events
+from pulsar_lb_operator.record.ids import new_id
 from pulsar_lb_operator.store.statefile import OperatorState
 from pulsar_lb_operator.strategies import (
+    Action,
     ClusterSnapshot,
     LoadBalancerConfig,
     LoadProfile,
     Plan,
     Unload,
+    estimate_after,
     plan_cycle,
     plan_drain,
 )
@@ -46,11 +51,24 @@ class CycleResult:
     state: OperatorState
     snapshot: ClusterSnapshot | None = None
     load_manager: elm.LoadManager | None = None  # what the cluster runs (detected this cycle; None: not asked)
+    deferred: tuple[str | None, ...] = ()  # per plan action: None, sent this cycle; else the rail deferring it
+    action_ids: tuple[str, ...] = ()  # per plan action: its id, in the audit events and the JSON output
+    builtin: Verdict | None = None  # Pulsar's own balancer, as the conflict guard found it last (None: not asked)
 
     @property
     def failed(self) -> int:
         """Actions refused, or sent without a clear answer (they count as done, but a person should look)."""
         return sum(1 for r in self.records if r.outcome in (Outcome.FAILED, Outcome.UNKNOWN))
+
+    @property
+    def held(self) -> str | None:
+        """Why this cycle sent nothing because Pulsar's own balancer is on (guard.py); None otherwise."""
+        return self.builtin.held if self.builtin is not None else None
+
+    def action_id(self, action: Action) -> str | None:
+        """The id of one of the plan's actions (a record's ``action``), None for another (a verification's)."""
+        ids = dict(zip(self.plan.actions, self.action_ids)) if self.plan is not None else {}
+        return ids.get(action)
 
 
 def run_cycle(
@@ -70,18 +88,24 @@ def run_cycle(
     draining: frozenset[str] = frozenset(),
     propose_only: bool = False,
     load_manager: elm.Session | None = None,
+    on_plan: Callable[[CycleResult], None] | None = None,
+    on_outcome: Callable[[CycleResult, Record], None] | None = None,
 ) -> CycleResult:
     """``audit`` receives the cycle's audit events as they happen (verified, plan, planned, outcomes);
     ``save`` puts the operator state on disk, and is called before each action is sent (write-ahead).
+
+    ``on_plan`` hears of the previewed plan (``records`` still empty) before the first mutating call, and
+    ``on_outcome`` of each action's outcome as it happens: a person can read the plan, and interrupt.
 
     ``draining``: brokers being drained — the strategy plans without them (they give nothing and take
     nothing), and their bundles move first, placed among the others. ``propose_only``: plan, execute
     nothing (``approval: manual``: the plan becomes a proposal for a person to approve).
 
-    ``load_manager``: the session that detects the cluster's load manager this cycle, reads the load where it
-    runs (load reports, or the extensible load manager's topics: operator/collect/elm.py) and runs the conflict guard;
-    None: load reports, no detection, no guard."""
-    cycle_id = uuid.UUID(int=rng.getrandbits(128)).hex[:12]
+    ``load_manager``: the session that detects the cluster's load manager this cycle and reads the load where it
+    runs (load reports, or the extensible load manager's topics: operator/collect/elm.py); None: load reports, no
+    detection. The conflict guard is the executor's (``Executor.guard``), asked by its preview and its execution.
+    The cycle's id and its actions' ids are new ids (record/ids.py): ``rng`` serves the decisions only."""
+    cycle_id = new_id()
     detected, elm_notes = None, ()
     if load_manager is not None:
         detected = load_manager.begin(client)
@@ -90,12 +114,14 @@ def run_cycle(
     strategy = shedding or config.loadBalancerLoadSheddingStrategy
     context = audit_events.CycleContext(cycle_id, cluster, strategy, executor.safety.dry_run)
     publish = audit or (lambda _events: None)
+    verifications: list[Record] = []
 
-    def on_record(record: Record) -> None:
+    def on_verified(record: Record) -> None:
+        verifications.append(record)
         publish([audit_events.record_event(context, record)])
 
     with structlog.contextvars.bound_contextvars(cycle_id=cycle_id, strategy=strategy):
-        verifications, executor_state = executor.verify(state.executor, on_record)
+        _, executor_state = executor.verify(state.executor, on_verified)
         if load_manager is not None:
             collection = load_manager.collect(
                 client, cluster, config, detected, now_ms=now_ms, broker_timeout_s=broker_timeout_s
@@ -130,16 +156,42 @@ def run_cycle(
             moved = {m.bundle for m in moves}
             rest = tuple(a for a in plan.actions if a.bundle not in moved)
             plan = dataclasses.replace(plan, actions=moves + rest, notes=plan.notes + notes)
+        # What this cycle's execution will send, and the rail that defers each of the others; the estimate is of
+        # the actions sent (a proposal is executed behind the same rails).
+        deferred = executor.preview(plan, executor_state)
+        to_send = [action for action, why in zip(plan.actions, deferred) if not why]
+        plan = estimate_after(plan, snapshot, config, strategy_state, to_send)
+        result = CycleResult(
+            cycle_id,
+            plan,
+            (),
+            tuple(verifications),
+            collection.skipped,
+            OperatorState(strategy_state, executor_state),
+            snapshot,
+            detected,
+            deferred,
+            tuple(new_id() for _ in plan.actions),
+            executor.guard.last if executor.guard is not None else None,
+        )
         log.info(
             "plan",
             strategy=plan.shedding,
             placement=plan.placement,
             actions=len(plan.actions),
-            brokers=len(collection.snapshot.brokers),
+            deferred=sum(1 for d in deferred if d),
+            brokers=len(snapshot.brokers),
             skipped=len(collection.skipped),
         )
-        publish(audit_events.plan_events(context, plan, collection.skipped))
+        publish(audit_events.plan_events(context, plan, collection.skipped, deferred, result.action_ids))
+        if on_plan is not None:
+            on_plan(result)
         planned_unloads = {a.bundle for a in plan.actions if isinstance(a, Unload)}
+
+        def on_record(record: Record) -> None:
+            publish([audit_events.record_event(context, record, result.action_id(record.action))])
+            if on_outcome is not None:
+                on_outcome(result, record)
 
         def persist(attempted: ExecutorState) -> None:
             # Mid-cycle, only the unloads already attempted sit in the strategy's grace period.
@@ -157,13 +209,9 @@ def run_cycle(
         if propose_only:  # nothing was sent: a proposal's unloads enter the grace period when executed
             not_done = planned_unloads
         strategy_state = strategy_state.forget_unloads(not_done)
-        return CycleResult(
-            cycle_id,
-            plan,
-            tuple(records),
-            tuple(verifications),
-            collection.skipped,
-            OperatorState(strategy_state, executor_state),
-            collection.snapshot,
-            detected,
+        return dataclasses.replace(
+            result,
+            records=tuple(records),
+            state=OperatorState(strategy_state, executor_state),
+            builtin=executor.guard.last if executor.guard is not None else None,
         )

@@ -26,14 +26,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http.server import ThreadingHTTPServer
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import structlog
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from pulsar_lb_operator import hints
-from pulsar_lb_operator.act import guard
-from pulsar_lb_operator.act.executor import Executor, ExecutorState, ExecutorStateError
+from pulsar_lb_operator.act.executor import Executor
+from pulsar_lb_operator.act.guard import BuiltinGuard
+from pulsar_lb_operator.act.ledger import ExecutorState, ExecutorStateError
 from pulsar_lb_operator.adminapi import AdminClient, AdminError
 from pulsar_lb_operator.collect import elm
 from pulsar_lb_operator.record.audit import publisher as audit_publisher
@@ -101,6 +102,7 @@ class Daemon:
             stop_requested=self.stop.is_set,
             fence=self._fence,
             draining=lambda: self.draining,
+            guard=BuiltinGuard.from_settings(self.client, self.settings, self.config),  # asked before anything is sent
         )
         self.control = ControlFile(self.settings.stateFile)
         self.draining: frozenset[str] = frozenset()
@@ -108,14 +110,8 @@ class Daemon:
         self.usage: deque[tuple[int, dict[str, float]]] = deque(maxlen=USAGE_POINTS)
         # a state file that exists but is unusable stops the daemon here (StateFileError, exit 2)
         self.state = statefile.load(Path(self.settings.stateFile), reset=self.reset_state)
-        # detects the load manager every cycle, reads ELM's topics on ELM clusters, runs the conflict guard once
-        # (only the leader cycles, so only the leader touches the cluster's configuration)
-        self.load_manager = elm.Session.from_settings(
-            self.settings,
-            guard=lambda: guard.check_builtin_shedding(
-                self.client, self.settings.disableBuiltinShedding, self.settings.dryRun
-            ),
-        )
+        # detects the load manager every cycle and reads ELM's topics on ELM clusters
+        self.load_manager = elm.Session.from_settings(self.settings)
         self._was_leader: bool | None = None
         self._lock = threading.Lock()
         self.history = (
@@ -339,6 +335,12 @@ class Daemon:
             self.history.expire(result.snapshot.taken_at)
         except OSError as exc:  # the history is for later analysis; it never stops a cycle
             log.error("history not written", uri=self.settings.historyUri, reason=str(exc))
+
+    def builtin_balancer(self) -> dict[str, Any] | None:
+        """Pulsar's own balancer as the conflict guard last found it (status page, ``/api/status``); None before the
+        first cycle (every cycle asks it)."""
+        last = self.executor.guard.last if self.executor.guard is not None else None
+        return last.to_json() if last is not None else None
 
     def healthy(self) -> bool:
         return self.last_ok is None or time.monotonic() - self.last_ok < 3 * self.period_s + 60

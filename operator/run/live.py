@@ -3,26 +3,31 @@
 from __future__ import annotations
 
 import argparse
+import concurrent.futures.thread
+import contextlib
 import json
 import os
 import random
+import signal
 import sys
 import threading
+from collections.abc import Iterator
+from typing import Any
 
-from pulsar_lb_operator import hints
+from pulsar_lb_operator import hints, lifecycle
 from pulsar_lb_operator.act import guard
-from pulsar_lb_operator.act.executor import Executor
+from pulsar_lb_operator.act.executor import Executor, Outcome, Record
 from pulsar_lb_operator.adminapi import AdminClient, auth
 from pulsar_lb_operator.collect import elm
 from pulsar_lb_operator.collect.collector import with_namespaces_and_topics
 from pulsar_lb_operator.record import render
 from pulsar_lb_operator.record.audit import publisher as audit_publisher
 from pulsar_lb_operator.run import daemon as daemon_module
-from pulsar_lb_operator.run.cycle import OperatorState, run_cycle
+from pulsar_lb_operator.run.cycle import CycleResult, OperatorState, run_cycle
 from pulsar_lb_operator.run.settings import OperatorSettings, resolve
 from pulsar_lb_operator.store import files, statefile
 from pulsar_lb_operator.store.control import ControlFile
-from pulsar_lb_operator.strategies import ConfigError, LoadBalancerConfig, Split
+from pulsar_lb_operator.strategies import ConfigError, LoadBalancerConfig
 
 
 def settings_from(args: argparse.Namespace, **flags: object) -> tuple[OperatorSettings, LoadBalancerConfig, set[str]]:
@@ -62,19 +67,44 @@ def connect(settings: OperatorSettings) -> tuple[AdminClient, str]:
 
 def rebalance(args: argparse.Namespace) -> int:
     """One live cycle. Dry run unless dryRun is false (file, environment or --no-dry-run), like the daemon;
-    it shares the daemon's state (cooldowns, pending verifications) and its lock."""
+    it shares the daemon's state (cooldowns, pending verifications) and its lock.
+
+    The plan is printed before the first mutating call, then each outcome as it happens. Ctrl-C (SIGINT) stops
+    before the next call — what was sent is on disk, as the daemon's SIGTERM — and exits 130; a second Ctrl-C
+    quits at once (a call in flight was recorded before it was sent)."""
     settings, config, explicit = settings_from(args, dryRun=args.dry_run)
     state_path = args.state or settings.stateFile
     with statefile.InstanceLock(state_path):
         state = statefile.load(state_path, reset=args.reset_state)
         client, cluster = connect(settings)
         try:
-            return _rebalance(args, settings, config, explicit, client, cluster, state, state_path)
+            with _interruptible() as stop:
+                return _rebalance(args, settings, config, explicit, client, cluster, state, state_path, stop)
         except elm.ElmDataUnreadable as exc:  # what could not be read, in one line; nothing was changed
             print(f"operator: error: {exc}", file=sys.stderr)
             return 1
         finally:
             client.close()
+
+
+@contextlib.contextmanager
+def _interruptible() -> Iterator[threading.Event]:
+    """The first SIGINT sets the event (the executor sends nothing more), the next one interrupts as usual."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def first(_sig: int, _frame: object) -> None:
+        stop.set()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        print("interrupted: no further call is sent (Ctrl-C again to quit at once)", file=sys.stderr, flush=True)
+
+    previous = signal.signal(signal.SIGINT, first)
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _rebalance(
@@ -86,19 +116,24 @@ def _rebalance(
     cluster: str,
     state: OperatorState,
     state_path: str,
+    stop: threading.Event,
 ) -> int:
-    # the conflict guard runs in the cycle: at once on a modular cluster, after the load was read otherwise (elm.py)
-    session = elm.Session.from_settings(
-        settings,
-        guard=lambda: guard.check_builtin_shedding(client, settings.disableBuiltinShedding, settings.dryRun),
-        tell=sys.stderr,  # on ELM: how long the first read may wait, and why
-    )
+    session = elm.Session.from_settings(settings, tell=sys.stderr)  # on ELM: how long the first read may wait
     placement = args.placement
     if placement is None and "loadBalancerLoadPlacementStrategy" in explicit:
         placement = config.loadBalancerLoadPlacementStrategy
     draining = frozenset(ControlFile(state_path).read().drains)  # `operator drain` requests
-    executor = Executor(client, cluster, settings.safety(config), draining=lambda: draining)
+    executor = Executor(
+        client,
+        cluster,
+        settings.safety(config),
+        sleep=stop.wait,
+        stop_requested=stop.is_set,
+        draining=lambda: draining,
+        guard=guard.BuiltinGuard.from_settings(client, settings, config),
+    )
     audit = audit_publisher.from_settings(settings)
+    report = _JsonLines(settings.dryRun) if args.output == "json" else _Text(settings.dryRun)
     try:
         result = run_cycle(
             client,
@@ -114,6 +149,8 @@ def _rebalance(
             save=lambda s: statefile.save(state_path, s),
             draining=draining,
             load_manager=session,
+            on_plan=report.plan,
+            on_outcome=report.outcome,
         )
     finally:
         session.close()
@@ -124,22 +161,71 @@ def _rebalance(
                 file=sys.stderr,
             )
     statefile.save(state_path, result.state)
-    if args.output == "json":
+    report.end(result, interrupted=stop.is_set(), state_path=state_path)
+    if stop.is_set():
+        return 130
+    return 1 if result.failed or result.held else 0
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)  # as it happens, also through a pipe
+
+
+class _Text:
+    """For people: the plan, then one line per outcome as it comes."""
+
+    def __init__(self, dry_run: bool) -> None:
+        self.dry_run = dry_run
+
+    def plan(self, result: CycleResult) -> None:
+        if result.plan is not None:
+            _print(render.plan_table(result.plan, dry_run=self.dry_run, deferred=result.deferred))
+        for broker, why in sorted(result.skipped_brokers.items()):
+            _print(f"left out of this cycle: {broker}: {why}")
+        if result.plan is not None and result.plan.actions:
+            _print("\nOutcomes:")
+
+    def outcome(self, _result: CycleResult, record: Record) -> None:
+        _print(f"  {render.outcome_line(record)}")
+
+    def end(self, result: CycleResult, interrupted: bool, state_path: str) -> None:
+        if result.held:  # one line: why, and the fix
+            _print(f"\n{result.held[0].upper()}{result.held[1:]}")
+        if interrupted:
+            unsent = sum(1 for r in result.records if r.outcome is Outcome.SKIPPED and r.detail == "shutting down")
+            _print(f"\nInterrupted: {unsent} action(s) not sent; what was sent is recorded in {state_path}")
+
+
+class _JsonLines:
+    """For programs: one JSON object a line — ``plan`` (before the first call), one ``outcome`` per action as it
+    happens, then ``result``: the whole cycle (plan, outcomes, …), the one line to read for a summary."""
+
+    def __init__(self, dry_run: bool) -> None:
+        self.dry_run = dry_run
+
+    @staticmethod
+    def document(result: CycleResult) -> dict[str, Any]:
         doc = result.plan.to_json() if result.plan else {"actions": []}
-        doc["outcomes"] = [r.to_json() for r in result.records]
+        for action, action_id, why in zip(doc["actions"], result.action_ids, result.deferred):
+            action.update(actionId=action_id, deferred=why)
+        doc["cycleId"] = result.cycle_id
         doc["skippedBrokers"] = result.skipped_brokers
         doc["loadManager"] = result.load_manager.to_json() if result.load_manager else None
-        print(json.dumps(doc, indent=2))
-    else:
-        print(render.plan_table(result.plan, dry_run=settings.dryRun))
-        for broker, why in sorted(result.skipped_brokers.items()):
-            print(f"left out of this cycle: {broker}: {why}")
-        if result.records:
-            print("\nOutcomes:")
-            for record in result.records:
-                kind = "split" if isinstance(record.action, Split) else "unload"
-                print(f"  {kind} {record.action.bundle}: {record.outcome.value} ({record.detail})")
-    return 1 if result.failed else 0
+        doc["builtinBalancer"] = result.builtin.to_json() if result.builtin else None
+        return doc
+
+    def plan(self, result: CycleResult) -> None:
+        _print(json.dumps({"kind": "plan", "dryRun": self.dry_run, **self.document(result)}))
+
+    def outcome(self, result: CycleResult, record: Record) -> None:
+        doc = {"kind": "outcome", "cycleId": result.cycle_id, "actionId": result.action_id(record.action)}
+        _print(json.dumps({**doc, **record.to_json()}))
+
+    def end(self, result: CycleResult, interrupted: bool, state_path: str) -> None:
+        doc = {"kind": "result", "dryRun": self.dry_run, **self.document(result)}
+        doc["outcomes"] = [{"actionId": result.action_id(r.action), **r.to_json()} for r in result.records]
+        doc["interrupted"] = interrupted
+        _print(json.dumps(doc))
 
 
 def snapshot(args: argparse.Namespace) -> int:
@@ -204,10 +290,16 @@ def _elector(settings: OperatorSettings) -> daemon_module.Elector | None:
 
 def _exit_now_if_threads_linger(code: int, abandoned: bool) -> None:
     """A call that hung past the shutdown timeout lives on in a worker thread; the process must still end
-    (its attempt is on disk). Python would join every non-daemon thread, and every executor's worker,
+    (its attempt is on disk). Python would join every non-daemon thread, and every executor's worker — a
+    daemon thread too (the scheduler's are: an aggregation in flight would hold the exit for its whole run) —
     at exit, so end here."""
-    lingering = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    workers = set(getattr(concurrent.futures.thread, "_threads_queues", ()))
+    lingering = [
+        t
+        for t in threading.enumerate()
+        if t is not threading.main_thread() and t.is_alive() and (not t.daemon or t in workers)
+    ]
     if abandoned or lingering:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        lifecycle.quiet()  # what the abandoned threads say from here on is noise: a call, a job failing as it ends
+        lifecycle.finish()  # os._exit runs no atexit: Spark's JVM and the temporary directories, now
         os._exit(code)

@@ -81,6 +81,12 @@ class Metrics:
             Counter, "audit_events_dropped", "Audit events lost: the spool was full or not writable"
         )
         self.audit_backlog = metric(Gauge, "audit_events_spooled", "Audit events waiting in the spool for the broker")
+        self.held_by_builtin = metric(
+            Gauge,
+            "held_by_builtin_balancer",
+            "1 while Pulsar's own shedder or splitter is on and the operator therefore sends nothing (the status page "
+            "and /api/status say why); 0 otherwise",
+        )
         self.load_manager = metric(
             Gauge,
             "load_manager_info",
@@ -98,6 +104,8 @@ class Metrics:
         self.last_success.set(time.time())
         plan = result.plan
         self.brokers_skipped.set(len(result.skipped_brokers))
+        if result.builtin is not None:  # the conflict guard's verdict (every cycle asks it)
+            self.held_by_builtin.set(1 if result.held else 0)
         if plan is None:
             return
         self.brokers_seen.set(len(plan.brokers))

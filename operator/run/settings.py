@@ -91,7 +91,8 @@ class OperatorSettings:
     metricsHost: str = "127.0.0.1"  # local runs stay on loopback; the chart (and the image) set 0.0.0.0
     cycleIntervalSeconds: float = 0.0  # 0: loadBalancerSheddingIntervalMinutes
     approval: str = "auto"  # "manual": each cycle's plan waits as a proposal for `operator approve`
-    disableBuiltinShedding: bool = False  # set loadBalancerSheddingEnabled=false on the cluster at start
+    disableBuiltinShedding: bool = False  # turn Pulsar's own shedder (and splitter) off before the first action
+    coexistWithBuiltinShedding: bool = False  # act while Pulsar's own balancer is on (a person chose both)
     auditEnabled: bool = False  # publish every plan and action outcome to auditTopic
     auditServiceUrl: str | None = None  # pulsar:// or pulsar+ssl:// URL; default: adminUrl's host on 6650/6651
     auditTopic: str = "persistent://public/default/pulsar-lb-operator-audit"
@@ -125,6 +126,8 @@ class OperatorSettings:
                 raise ConfigError(f"{key}: must be > 0")
         if not 0 <= self.metricsPort <= 65535:
             raise ConfigError("metricsPort: must be a port number (0 disables)")
+        if self.disableBuiltinShedding and self.coexistWithBuiltinShedding:
+            raise ConfigError("coexistWithBuiltinShedding: contradicts disableBuiltinShedding: true; choose one")
         if self.approval not in ("auto", "manual"):
             raise ConfigError(f"approval: {self.approval!r} is not auto or manual")
         if self.logLevel.lower() not in ("debug", "info", "warning", "error"):

@@ -86,6 +86,7 @@ def status(daemon: Daemon, controls: bool | None = None) -> dict[str, Any]:
         "leader": daemon.elector is None or daemon.elector.is_leader(),
         "killSwitch": switch.to_json() if switch else {"on": False},
         "controls": "enabled" if (_control_token(daemon) if controls is None else controls) else "read-only",
+        "builtinBalancer": daemon.builtin_balancer(),
         "brokers": {
             b: {"usage": round(u, 1), "hour": [round(h.get(b, 0.0), 1) for _, h in history]}
             for b, u in sorted(usage_now.items())
@@ -181,6 +182,7 @@ def render(daemon: Daemon, caller: control_auth.Caller, control_token: str | Non
         or '<tr><td colspan="3">none yet</td></tr>'
     )
     mode = "dry run" if data["dryRun"] else "acting"
+    builtin = data["builtinBalancer"] or {"state": "not read yet", "held": None}
     role = "leader" if data["leader"] else "standby"
     drain_form = _button("/drains", "Drain", csrf, '<input name="broker" placeholder="host:port" required> ')
     return PAGE.format(
@@ -188,6 +190,7 @@ def render(daemon: Daemon, caller: control_auth.Caller, control_token: str | Non
         mode=mode,
         role=role,
         approval=e(data["approval"]),
+        builtin=e(builtin["held"] or f"Pulsar's own balancer: {builtin['state']}"),
         spread=data["spread"],
         switch=_switch(data["killSwitch"], csrf),
         access=_access(control_token, caller, csrf),
@@ -272,6 +275,7 @@ PAGE = (
 {access}
 <h2>Kill switch</h2>
 {switch}
+<p id="builtin">{builtin}</p>
 <h2>Brokers</h2>
 <table id="brokers"><tr><th>broker</th><th>usage</th><th>last hour</th></tr>{brokers}</table>
 <h2>Proposals</h2>

@@ -17,6 +17,7 @@ from typing import TextIO
 
 from pulsar_lb_operator import hints
 from pulsar_lb_operator.act.executor import Executor, Outcome, Safety
+from pulsar_lb_operator.act.guard import BuiltinGuard
 from pulsar_lb_operator.adminapi import AdminClient, AdminError
 from pulsar_lb_operator.benchmarks.metrics import RunMetrics
 from pulsar_lb_operator.collect import elm
@@ -47,11 +48,13 @@ def run_demo(
     audit_topic: str = "persistent://public/default/pulsar-lb-operator-audit",
     audit_spool: str = "state/audit-spool",
     load_manager: str | None = None,
+    stop: threading.Event | None = None,
 ) -> int:
     """With ``audit_url`` (a pulsar:// URL), every cycle's audit events go to ``audit_topic`` as well.
 
     ``load_manager``: ``extensible`` serves the brokers as the extensible load manager's (no load report; their
     load on its system topics, on a pulsar-lite broker on loopback, read with pulsar-client); None: the scenario's.
+    ``stop`` (set by a signal: see lifecycle.exit_on_signals) ends it after the cycle in progress, with 130.
     """
     own = load_scenario(scenario_name)
     scenario = sim_elm.with_load_manager(own, load_manager)
@@ -87,7 +90,9 @@ def run_demo(
             raise
     sim_clock = lambda: cluster.now_ms / 1000  # noqa: E731 - the executor runs on simulated time
     safety = Safety(dry_run=False, cooldown_minutes=config.loadBalancerSheddingGracePeriodMinutes)
-    executor = Executor(client, scenario.cluster, safety, clock=sim_clock, sleep=lambda _s: None)
+    # as a person going live does (disableBuiltinShedding: true): Pulsar's own balancer off before the first action
+    guard = BuiltinGuard(client, disable=True, splits=config.loadBalancerAutoBundleSplitEnabled)
+    executor = Executor(client, scenario.cluster, safety, clock=sim_clock, sleep=lambda _s: None, guard=guard)
     names = {b.id: b.name for b in cluster.brokers.values()}
     interval_s = config.loadBalancerSheddingIntervalMinutes * 60
     total_s = (minutes or scenario.duration_s / 60) * 60
@@ -109,6 +114,7 @@ def run_demo(
             f"and {safety.max_unloads_per_broker} per broker; usage = weighted max resource usage, true value.\n",
             file=out,
         )
+        print(f"{_builtin_line(guard)}\n", file=out)
         if reporters is not None:
             print(
                 f"Load manager: extensible (ExtensibleLoadManagerImpl): no load reports; each broker's load is read "
@@ -118,7 +124,7 @@ def run_demo(
         print(_row(["cycle", "time", *shown, "spread", "moves"], widths), file=out)
         calm = 0
         cycle = 0
-        while cluster.now_s < total_s:
+        while cluster.now_s < total_s and not (stop is not None and stop.is_set()):
             cycle += 1
             if reporters is not None:  # what the brokers published has reached the operator's readers
                 session.connect(client).caught_up(reporters.sent, 10.0)
@@ -164,14 +170,18 @@ def run_demo(
             calm = calm + 1 if sample.spread < CONVERGED_SPREAD else 0
             if calm >= CONVERGED_CYCLES and minutes is None:
                 break
-        summary = metrics.summary(cluster)
-        first = metrics.samples[0]
-        print(
-            f"\nSpread {first.spread:.0f} → {summary['final_spread']:.0f} points after {cycle} cycles; "
-            f"{summary['unloads']} unloads, {summary['topics_disconnected']} topic reconnects, "
-            f"{summary['flapping_bundles']} bundles moved twice within 30 min.",
-            file=out,
-        )
+        if metrics.samples:
+            summary = metrics.summary(cluster)
+            first = metrics.samples[0]
+            print(
+                f"\nSpread {first.spread:.0f} → {summary['final_spread']:.0f} points after {cycle} cycles; "
+                f"{summary['unloads']} unloads, {summary['topics_disconnected']} topic reconnects, "
+                f"{summary['flapping_bundles']} bundles moved twice within 30 min.",
+                file=out,
+            )
+        if stop is not None and stop.is_set():
+            print("Stopped by a signal.", file=out)
+            return 130  # interrupted, as a Ctrl-C has always ended it
         if audit is not None:
             sent = audit.flush(10.0)
             print(
@@ -188,6 +198,20 @@ def run_demo(
             reporters.close()
         client.close()
         sim.stop()
+
+
+def _builtin_line(guard: BuiltinGuard) -> str:
+    """What the demo does about the simulated cluster's own balancer, in one line."""
+    keys, _ = guard.read()
+    if not keys:
+        return (
+            "Pulsar's own balancer is off on the simulated cluster where it would meet the operator (its scenario "
+            "turns it off): the operator acts alone."
+        )
+    return (
+        f"Pulsar's own balancer is on ({', '.join(f'{k}=true' for k in keys)}): the operator turns it off before its "
+        "first action, as disableBuiltinShedding: true does."
+    )
 
 
 def run_simulator(

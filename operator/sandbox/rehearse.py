@@ -14,9 +14,14 @@ operator's log lines — never from what the operator says about itself:
 - **double actions**: a bundle called again within the grace period after a call that may have
   acted (2xx, 5xx, 409, or no answer), or mutating calls from two instances;
 - **state lost**: a bundle such a call went to that is not in the state file afterwards;
-- **secrets in logs**: the token anywhere in what the operator printed.
+- **secrets in logs**: the token anywhere in what the operator printed;
+- **sent astray**: requests that reached an origin the operator must not call — a redirect to another port
+  of the admin URL's host, to plain http from https, to a URL with a user name (``redirected_astray``);
+- **left behind**: processes and temporary directories still there the moment a command ended on a signal
+  (``operator simulate`` and ``demo`` with their pulsar-lite broker, ``operator run`` with Spark's JVM).
 
-Like ``demo`` and ``simulate``, this is a command above both the operator and the simulator.
+Judging lives in judging.py, the cases that need the operator as a process in processes.py. Like ``demo``
+and ``simulate``, this is a command above both the operator and the simulator.
 """
 
 from __future__ import annotations
@@ -24,32 +29,40 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
+import http.server
 import io
 import json
 import multiprocessing
-import os
 import secrets
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from pulsar_lb_operator.adminapi import AdminClient, Timeouts
 from pulsar_lb_operator.record import logs
-from pulsar_lb_operator.run.cycle import OperatorState
 from pulsar_lb_operator.run.daemon import Daemon
 from pulsar_lb_operator.run.settings import OperatorSettings
+from pulsar_lb_operator.sandbox import processes
+from pulsar_lb_operator.sandbox.judging import (
+    Tally,
+    Window,
+    calls,
+    double_actions,
+    rail_violations,
+    secrets_in,
+    state_lost,
+)
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.http import Request, SimulatedPulsar, serve
+from pulsar_lb_operator.simulator.listeners import TLS
 from pulsar_lb_operator.simulator.scenario import IsolationPolicySpec, Scenario, load_scenario
-from pulsar_lb_operator.store import files
-from pulsar_lb_operator.strategies import LoadBalancerConfig, StateError
+from pulsar_lb_operator.strategies import LoadBalancerConfig
 
 KINDS = (
     "status=500",
@@ -63,8 +76,6 @@ KINDS = (
     "html401",
 )
 QUICK_KINDS = ("status-after=500", "reset-after", "garbage", "delay=1.2@3")
-MAYBE_ACTED = (0, 409)  # no answer, or a conflict: as unknown as a 5xx
-MUTATING = ("/unload", "/split")
 
 
 def endpoints(cluster: str) -> tuple[tuple[str, str, str], ...]:
@@ -81,124 +92,6 @@ def endpoints(cluster: str) -> tuple[tuple[str, str, str], ...]:
         ("unload", "PUT", "/unload"),
         ("split", "PUT", "/split"),
     )
-
-
-@dataclass
-class Tally:
-    """One row of the table."""
-
-    case: str
-    faults_injected: int = 0
-    daemon_crashes: int = 0
-    rail_violations: int = 0
-    double_actions: int = 0
-    state_lost: int = 0
-    secrets_in_logs: int = 0
-    notes: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-
-    COLUMNS = (
-        "faults_injected",
-        "daemon_crashes",
-        "rail_violations",
-        "double_actions",
-        "state_lost",
-        "secrets_in_logs",
-    )
-
-    @property
-    def clean(self) -> bool:
-        return not any(getattr(self, c) for c in self.COLUMNS[1:])
-
-    def add(self, other: Tally) -> None:
-        for column in self.COLUMNS:
-            setattr(self, column, getattr(self, column) + getattr(other, column))
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "case": self.case,
-            **{c: getattr(self, c) for c in self.COLUMNS},
-            "notes": self.notes,
-            "seconds": self.seconds,
-        }
-
-
-# ---------------------------------------------------------------------------------------------- judging
-
-
-@dataclass(frozen=True)
-class Window:
-    """The requests one cycle made: indices into the request log, simulated time, owners at its start."""
-
-    start: int
-    end: int
-    at_ms: int
-    owners: dict[str, str]
-
-
-def bundle_of(request: Request) -> str | None:
-    for suffix in MUTATING:
-        if request.method == "PUT" and request.path.endswith(suffix):
-            return request.path.removeprefix("/admin/v2/namespaces/").removesuffix(suffix)
-    return None
-
-
-def calls(requests: Iterable[Request]) -> list[Request]:
-    """Logical mutating calls: the last hop of each redirect chain (a reset hop is logged with status 0)."""
-    return [r for r in requests if bundle_of(r) is not None and r.status != 307]
-
-
-def maybe_acted(request: Request) -> bool:
-    """Anything but an explicit refusal may have acted: a 2xx, a 5xx, a 409, or no answer at all."""
-    return request.status in MAYBE_ACTED or 200 <= request.status < 300 or request.status >= 500
-
-
-def rail_violations(requests: list[Request], windows: list[Window], per_cycle: int, per_broker: int) -> list[str]:
-    found: list[str] = []
-    for number, window in enumerate(windows, 1):
-        made = calls(requests[window.start : window.end])
-        if len(made) > per_cycle:
-            found.append(f"cycle {number}: {len(made)} mutating calls (cap {per_cycle})")
-        sources: dict[str, int] = {}
-        for request in made:
-            source = window.owners.get(bundle_of(request) or "", "?")
-            sources[source] = sources.get(source, 0) + 1
-        for source, count in sorted(sources.items()):
-            if count > per_broker:
-                found.append(f"cycle {number}: {count} mutating calls on bundles of {source} (cap {per_broker})")
-    return found
-
-
-def double_actions(requests: list[Request], windows: list[Window], grace_ms: float) -> list[str]:
-    found: list[str] = []
-    acted_at: dict[str, int] = {}
-    for window in windows:
-        for request in calls(requests[window.start : window.end]):
-            bundle = bundle_of(request) or ""
-            before = acted_at.get(bundle)
-            if before is not None and window.at_ms - before < grace_ms:
-                found.append(
-                    f"{bundle}: called again {(window.at_ms - before) / 60000:.0f} min after a call that may have acted"
-                )
-            if maybe_acted(request):
-                acted_at[bundle] = window.at_ms
-    return found
-
-
-def state_lost(requests: list[Request], state_file: Path) -> list[str]:
-    """Bundles a call that may have acted went to, missing from the cooldowns on disk."""
-    acted = {bundle_of(r) for r in calls(requests) if maybe_acted(r)}
-    if not acted:
-        return []
-    try:
-        remembered = set(OperatorState.from_json(files.read_json(state_file, "state file")).executor.last_moved)
-    except (files.FileError, StateError) as exc:
-        return [f"state file unreadable: {exc}"]
-    return [f"{b}: not in the state file" for b in sorted(acted - remembered)]
-
-
-def secrets_in(text: str, token: str) -> int:
-    return text.count(token)
 
 
 # ---------------------------------------------------------------------------------------------- cases
@@ -258,18 +151,26 @@ def run_case(
     settings: dict[str, Any] | None = None,
     during: Callable[[int, SimulatedPulsar, Path], None] | None = None,
     forbidden: Callable[[list[Request], SimulatedPulsar], list[str]] | None = None,
+    tls: bool = False,
+    entry: Callable[[SimulatedPulsar], str] | None = None,
 ) -> Tally:
-    """One in-process case: the daemon's own cycles on simulated time, judged from the outside."""
+    """One in-process case: the daemon's own cycles on simulated time, judged from the outside.
+
+    ``tls``: the brokers serve https too, and the operator calls them over it; ``entry``: the admin URL (by
+    default the first broker's)."""
     tally = Tally(label)
     token = "rehearsal-" + secrets.token_hex(12)
     logs.configure("debug", json=True)  # every line, so a secret in any of them is found
     with tempfile.TemporaryDirectory(prefix="pulsar-lb-rehearse-") as tmp_dir:
         tmp = Path(tmp_dir)
         captured = io.StringIO()
-        with serve(lambda allocate: SimulatedCluster(scenario, allocate), token=token, faults=faults) as sim:
+        cluster = lambda allocate: SimulatedCluster(scenario, allocate)  # noqa: E731
+        with serve(cluster, token=token, faults=faults, tls=tls) as sim:
             config = LoadBalancerConfig().replace(scenario.config)
             options = _settings(tmp, **(settings or {}))
-            client = AdminClient(sim.admin_url, token=token, timeouts=Timeouts(1.0, 1.0, 2.0), retries=2)
+            admin_url = entry(sim) if entry else sim.admin_url
+            ca = sim.tls.ca_file if sim.tls is not None else None
+            client = AdminClient(admin_url, token=token, timeouts=Timeouts(1.0, 1.0, 2.0), retries=2, ca_bundle=ca)
             windows: list[Window] = []
             with contextlib.redirect_stderr(captured):
                 try:
@@ -378,166 +279,82 @@ def kill_switch(scenario: Scenario) -> Tally:
     return tally
 
 
-# ---------------------------------------------------------------------------------------------- processes
+class Stray:
+    """An origin the operator does not know, on loopback: it answers 204 to anything and keeps what it got."""
+
+    def __init__(self, host: str, tls: TLS | None = None) -> None:
+        self.seen: list[tuple[str, str, str | None]] = []  # method, path, Authorization
+        stray = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _record(self) -> None:
+                stray.seen.append((self.command, self.path, self.headers.get("Authorization")))
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.send_response(204)
+                self.end_headers()
+
+            do_GET = do_PUT = do_POST = do_DELETE = _record
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer((host, 0), Handler)
+        if tls is not None:
+            self.server.socket = tls.context.wrap_socket(self.server.socket, server_side=True)
+        self.origin = f"{'https' if tls is not None else 'http'}://{host}:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
-class _Clock(threading.Thread):
-    """Advances a served cluster's simulated time with the wall clock × ``speed`` (as ``simulate`` does)."""
-
-    def __init__(self, sim: SimulatedPulsar, speed: float) -> None:
-        super().__init__(daemon=True)
-        self.sim, self.speed, self.stop = sim, speed, threading.Event()
-
-    def run(self) -> None:
-        last = time.monotonic()
-        while not self.stop.wait(0.1):
-            now = time.monotonic()
-            self.sim.cluster.advance((now - last) * self.speed)
-            last = now
+# Where the leader's registration sends the entry broker's redirects: (scheme of the stray, user name and password)
+STRAYS = {
+    "redirect-port": ("https", ""),  # another port of the admin URL's host, over TLS with the cluster's certificate
+    "redirect-http": ("http", ""),  # plain http, while the admin URL is https
+    "redirect-userinfo": ("https", "rehearsal:s3cret@"),  # a user name and password the operator was never given
+}
 
 
-def _operator(sim: SimulatedPulsar, tmp: Path, token: str, *args: str) -> subprocess.Popen[str]:
-    env = {
-        **os.environ,
-        "PULSAR_ADMIN_URL": sim.admin_url,
-        "PULSAR_LB_TOKEN": token,
-        "PULSAR_LB_STATE_FILE": str(tmp / "state.json"),
-        "PULSAR_LB_LOG_JSON": "true",
-        "PULSAR_LB_LOG_LEVEL": "debug",
-    }
-    command = [sys.executable, "-m", "pulsar_lb_operator.cli", "run", "--no-dry-run", *args]
-    for key, value in {
-        "pauseSeconds": 0,
-        "cycleIntervalSeconds": 1,
-        "metricsPort": 0,
-        "historyUri": "",
-        "profileUri": "",
-        "aggregateEveryMinutes": 0,
-        "loadBalancerAvgShedderHitCountHighThreshold": 1,
-        "shutdownTimeoutSeconds": 5,
-    }.items():
-        command += ["--set", f"{key}={value}"]
-    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp)
+def redirected_astray(scenario: Scenario, how: str) -> Tally:
+    """From the second cycle on, the leader's lookup data names a stray origin as its https web URL (see
+    STRAYS), so every unload — sent to a broker that is not the leader, which redirects it to the leader, as
+    the modular load manager does with a destination — is redirected there. The brokers serve TLS and the
+    admin URL is that other broker's https URL. ``sent astray`` counts the requests the stray got: none may."""
+    scheme, userinfo = STRAYS[how]
+    state: dict[str, Any] = {}
 
+    def entry(sim: SimulatedPulsar) -> str:
+        leader = sim.cluster.leader
+        state["entry"] = next(b for b in sim.cluster.alive_brokers() if b.id != leader)
+        return sim.reachable_url(state["entry"])
 
-def wait_until(condition: Callable[[], Any], timeout_s: float) -> Any:
-    """The condition's first true value within ``timeout_s``, else None."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    return None
+    def during(number: int, sim: SimulatedPulsar, _tmp: Path) -> None:
+        if number == 0:  # the operator learns the brokers' real https URLs in its first cycle
+            state["stray"] = Stray(state["entry"].host, sim.tls if scheme == "https" else None)
+        elif number == 1:
+            stray = state["stray"].origin.replace("://", f"://{userinfo}", 1)
+            sim.cluster.brokers[sim.cluster.leader or ""].web_url_tls = stray
+            state["at"] = len(sim.requests)
 
+    def redirects(requests: list[Request], _sim: SimulatedPulsar) -> list[str]:
+        after = requests[state.get("at", len(requests)) :]
+        state["redirected"] = sum(1 for r in after if r.method == "PUT" and r.status == 307)
+        return []  # what went astray is a column of its own
 
-def pending_on_disk(path: Path) -> list[dict[str, Any]] | None:
     try:
-        return json.loads(path.read_text())["executor"]["pending"] or None
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def _finish(proc: subprocess.Popen[str], sig: int | None, timeout_s: float = 30.0) -> tuple[int, str]:
-    if sig is not None and proc.poll() is None:
-        proc.send_signal(sig)
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-    return proc.returncode, out + err
-
-
-def _wall_clock_scenario(scenario: Scenario) -> Callable[[Callable[[str], str]], SimulatedCluster]:
-    epoch_ms = int(time.time() * 1000)
-    return lambda allocate: SimulatedCluster(scenario, allocate, epoch_ms)
-
-
-def sigkill_and_restart(scenario: Scenario) -> Tally:
-    """``kill -9`` while an unload hangs on the broker, then a restart: nothing sent may be forgotten."""
-    tally = Tally(SPECIAL_NAMES["sigkill"])
-    token = "rehearsal-" + secrets.token_hex(12)
-    hang = tuple(f"{name}:PUT:/unload:delay=30@1" for name in sorted(scenario.broker_names))
-    with (
-        tempfile.TemporaryDirectory(prefix="pulsar-lb-rehearse-") as tmp_dir,
-        serve(_wall_clock_scenario(scenario), token=token, faults=hang) as sim,
-    ):
-        tmp = Path(tmp_dir)
-        clock = _Clock(sim, 60.0)
-        clock.start()
-        try:
-            first = _operator(sim, tmp, token)
-            in_flight = wait_until(lambda: pending_on_disk(tmp / "state.json"), 60)
-            time.sleep(0.3)  # the call has reached the broker, which sits on it
-            code, text = _finish(first, signal.SIGKILL)
-            if code != -signal.SIGKILL:
-                tally.daemon_crashes += 1
-                tally.notes.append(f"first process ended with {code} before the kill")
-            if not in_flight:
-                tally.notes.append("no unload was in flight when the process was killed")
-                tally.rail_violations += 1  # the rehearsal itself did not happen: never report a clean row
-            sim.clear_faults()
-            second = _operator(sim, tmp, token)
-            time.sleep(6)  # a few cycles after the restart
-            code2, text2 = _finish(second, signal.SIGTERM)
-            if code2 != 0:
-                tally.daemon_crashes += 1
-                tally.notes.append(f"restarted process exited {code2}")
-            text += text2
-        finally:
-            clock.stop.set()
-        requests = list(sim.requests)
-        tally.faults_injected = sim.faults_fired + 1  # the hangs, plus the SIGKILL itself
-        doc = json.loads((tmp / "state.json").read_text()) if (tmp / "state.json").exists() else {}
-    sent = {p["bundle"] for p in in_flight or []}
-    remembered = set(doc.get("executor", {}).get("lastMoved", {}))
-    lost = sorted(sent - remembered)
-    tally.state_lost = len(lost)
-    tally.notes += [f"{b}: forgotten after the restart" for b in lost]
-    per_bundle: dict[str, int] = {}
-    for request in calls(requests):
-        per_bundle[bundle_of(request) or ""] = per_bundle.get(bundle_of(request) or "", 0) + 1
-    doubles = [b for b in sent if per_bundle.get(b, 0) > 1]
-    tally.double_actions = len(doubles)
-    tally.notes += [f"{b}: moved again after the restart" for b in doubles]
-    tally.daemon_crashes += text.count("Traceback")
-    tally.secrets_in_logs = secrets_in(text, token)
-    return tally
-
-
-def two_instances(scenario: Scenario) -> Tally:
-    """Two ``operator run`` on one state at once (a second replica, a CronJob beside the daemon)."""
-    tally = Tally(SPECIAL_NAMES["twins"])
-    token = "rehearsal-" + secrets.token_hex(12)
-    with (
-        tempfile.TemporaryDirectory(prefix="pulsar-lb-rehearse-") as tmp_dir,
-        serve(_wall_clock_scenario(scenario), token=token, faults=()) as sim,
-    ):
-        tmp = Path(tmp_dir)
-        clock = _Clock(sim, 60.0)
-        clock.start()
-        try:
-            first = _operator(sim, tmp, token)
-            second = _operator(sim, tmp, token)
-            time.sleep(5)  # both run for a few cycles, or one is refused at once
-            code2, text2 = _finish(second, signal.SIGTERM)
-            code1, text1 = _finish(first, signal.SIGTERM)
-        finally:
-            clock.stop.set()
-        requests = list(sim.requests)
-    codes = sorted((code1, code2))
-    if codes != [0, 3]:
-        tally.notes.append(f"exit codes {code1} and {code2} (expected one 0, one 3: the lock refused it)")
-        tally.daemon_crashes += sum(1 for c in codes if c not in (0, 3))
-    agents = {r.user_agent for r in calls(requests)}
-    if len(agents) > 1:
-        tally.double_actions += len(agents) - 1
-        tally.notes.append(f"mutating calls from {len(agents)} instances")
-    tally.faults_injected = 1  # the twin
-    text = text1 + text2
-    tally.daemon_crashes += text.count("Traceback")
-    tally.secrets_in_logs = secrets_in(text, token)
+        tally = run_case(scenario, how, during=during, forbidden=redirects, tls=True, entry=entry)
+    finally:
+        if "stray" in state:
+            state["stray"].close()
+    tally.faults_injected += state.get("redirected", 0)
+    seen = state["stray"].seen if "stray" in state else []
+    tally.sent_astray = len(seen)
+    tally.notes += [
+        f"{method} {path} reached {state['stray'].origin} ({auth or 'no'} credentials)"[:200]
+        for method, path, auth in seen[:3]
+    ]
     return tally
 
 
@@ -550,13 +367,23 @@ SPECIAL_NAMES = {
     "kill-switch": "kill switch set after two cycles",
     "sigkill": "kill -9 mid-unload, then restart",
     "twins": "two instances at once",
+    "redirect-port": "redirect to another port of the admin host",
+    "redirect-http": "redirect from https to plain http",
+    "redirect-userinfo": "redirect to a URL with a user name",
+    "simulate-sigterm": "SIGTERM to simulate (extensible)",
+    "demo-sigint": "SIGINT to demo (extensible)",
+    "run-sigterm": "SIGTERM to run mid-aggregation",
 }
 SPECIALS: dict[str, Callable[[Scenario], Tally]] = {
     "crash": crash_mid_cycle,
     "dry-run": dry_run,
     "kill-switch": kill_switch,
-    "sigkill": sigkill_and_restart,
-    "twins": two_instances,
+    "sigkill": processes.sigkill_and_restart,
+    "twins": processes.two_instances,
+    **{key: functools.partial(redirected_astray, how=key) for key in STRAYS},
+    "simulate-sigterm": processes.simulate_signalled,
+    "demo-sigint": processes.demo_signalled,
+    "run-sigterm": processes.run_signalled_mid_aggregation,
 }
 
 
@@ -584,13 +411,14 @@ def run(scenario_name: str, case: Case) -> Tally:
     scenario = rehearsal_scenario(scenario_name)
     started = time.monotonic()
     tally = SPECIALS[case.special](scenario) if case.special else run_case(scenario, case.name, case.faults)
+    tally.case = case.name
     tally.seconds = round(time.monotonic() - started, 1)
     return tally
 
 
 def render(tallies: list[Tally]) -> str:
     headers = ("case", "faults injected", "daemon crashes", "rail violations", "double actions", "state lost")
-    headers += ("secrets in logs",)
+    headers += ("secrets in logs", "sent astray", "left behind")
     total = Tally("total")
     for tally in tallies:
         total.add(tally)

@@ -148,6 +148,7 @@ def test_default_is_one_replica_leader_elected_dry_run_hardened_and_probed():
     assert "emptyDir" in volume(manifests, "data") and "emptyDir" in volume(manifests, "tmp")
     assert "DRY RUN" in notes and "--set dryRun=false" in notes
     assert "loadBalancerSheddingEnabled --value false" in notes
+    assert "--set dryRun=false --set settings.disableBuiltinShedding=true" in notes  # the go-live path offers it
 
 
 def test_the_rendered_settings_file_is_read_by_the_operator_with_every_setting_in_it():
@@ -443,7 +444,7 @@ def test_the_operator_runs_a_cycle_from_the_rendered_settings_file(live_served, 
     config.write_text(manifests["ConfigMap"]["data"]["settings.yaml"])
     argv = ["rebalance", "--config", str(config), "--admin-url", live_served.admin_url, "--dry-run", "--output", "json"]
     assert main(argv) == 0
-    plan = json.loads(capsys.readouterr().out)
+    plan = json.loads(capsys.readouterr().out.splitlines()[-1])  # the "result" line
     assert plan["shedding"] == "AvgShedder" and len(plan["brokers"]) == 4
 
 

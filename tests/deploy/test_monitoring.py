@@ -165,6 +165,7 @@ def test_every_alert_is_a_valid_prometheus_rule_on_exported_metrics(docs, export
     assert "3 * pulsar_lb_operator_cycle_interval_seconds" in exprs["PulsarLbOperatorNoSuccessfulCycle"]
     assert "> 30" in exprs["PulsarLbOperatorSpreadHigh"]
     assert "pulsar_lb_operator_kill_switch" in exprs["PulsarLbOperatorKillSwitchOn"]
+    assert "pulsar_lb_operator_held_by_builtin_balancer" in exprs["PulsarLbOperatorHeldByBuiltinBalancer"]
     assert 'outcome=~"failed|unknown"' in exprs["PulsarLbOperatorActionsFailing"]
 
 

@@ -107,10 +107,10 @@ def test_the_token_goes_only_to_the_admin_host_and_listed_brokers():
         headers={"Location": "http://evil.example:8080/admin/v2/namespaces/t/ns/0x0_0x1/unload"},
     )
     fresh = AdminClient(A, token="s3cr3t-value", retries=1)
-    with pytest.raises(RedirectError, match=r"refused to follow a redirect 'evil\.example'"):
+    with pytest.raises(RedirectError, match=r"redirect from http://broker-a:8080 refused: host evil\.example is not"):
         fresh.unload("t/ns/0x0_0x1")
     assert [c.request.url.split("/")[2] for c in responses.calls] == ["broker-a:8080"]
-    with pytest.raises(RedirectError, match=r"refused to call 'broker-b'"):  # not listed yet
+    with pytest.raises(RedirectError, match=r"call refused: host broker-b is not"):  # not listed yet
         fresh.load_report("broker-b:8080")
     fresh.active_brokers("c1")  # now it is
     responses.get(f"{B}/admin/v2/broker-stats/load-report", json={})
@@ -187,6 +187,7 @@ def test_end_to_end_unload_through_leader_and_owner_with_token():
     with serve(lambda alloc: SimulatedCluster(parse_scenario(SMALL), alloc), token="s3cret") as sim:
         entry = sim.url_of("broker-2")  # not the leader, not the owner
         admin = AdminClient(entry, token="s3cret")
+        admin.active_brokers(sim.cluster.scenario.cluster)  # as a cycle does first: the hops go to listed brokers
         bundle = sim.cluster.owned_by(sim.cluster.by_name("broker-1").id)[0]
         dest = sim.cluster.by_name("broker-2").id
         admin.unload(bundle, dest)

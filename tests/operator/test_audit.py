@@ -203,5 +203,14 @@ def test_a_manual_rebalance_publishes_its_cycle_when_audit_is_on(live_served, tm
     assert main(argv) == 0
     received = broker.read_all(TOPIC)
     assert received[0]["kind"] == "plan" and received[0]["strategy"] == "UniformLoadShedder"
-    assert {e["kind"] for e in received[1:]} == {"planned", "dry_run"}
+    assert {e["kind"] for e in received[1:]} == {"planned", "dry_run", "skipped"}  # the per-broker cap holds 6
     assert all(e["dryRun"] is True for e in received)
+    planned = {e["actionId"]: e for e in received if e["kind"] == "planned"}
+    outcomes = [e for e in received if e["kind"] in ("dry_run", "skipped")]
+    assert len(planned) == len(outcomes) == received[0]["plan"]["actionCount"]
+    for outcome in outcomes:  # each outcome names its planned action, which said in advance whether it would wait
+        deferred = planned[outcome["actionId"]]["deferred"]
+        assert (outcome["kind"], outcome["detail"]) == (
+            ("skipped", deferred) if deferred else ("dry_run", outcome["detail"])
+        )
+    assert received[0]["plan"]["deferredCount"] == sum(1 for e in outcomes if e["kind"] == "skipped") == 6

@@ -95,7 +95,8 @@ def _in_tmp(tmp_path, monkeypatch):
 def rebalance(capsys, sim, *args):
     code = cli.main(["rebalance", "--admin-url", sim.admin_url, "--output", "json", *args])
     out, err = capsys.readouterr()
-    return code, (json.loads(out) if out.strip().startswith("{") else {}), err
+    lines = out.strip().splitlines()
+    return code, (json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}), err  # the "result" line
 
 
 def posts(sim):
@@ -685,7 +686,8 @@ def test_a_dry_run_records_no_cooldown():
     a dry run plans, sends nothing, and leaves both empty — the next cycle may act on the same brokers."""
     with transfer_cycles(dry_run=True) as (sim, _session, cycle):
         result = cycle()
-        assert result.plan.actions and {r.outcome for r in result.records} == {Outcome.DRY_RUN}
+        outcomes = {r.outcome for r in result.records}  # what would be sent, and what the per-broker cap defers
+        assert result.plan.actions and Outcome.DRY_RUN in outcomes and outcomes <= {Outcome.DRY_RUN, Outcome.SKIPPED}
         assert dict(result.state.strategy.transfer_recent_brokers) == {}
         assert dict(result.state.strategy.recently_unloaded) == {}
         again = cycle()

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from pulsar_lb_operator.sandbox.rehearse import pending_on_disk, wait_until
+from pulsar_lb_operator.sandbox.processes import pending_on_disk, wait_until
 from tests.builders import operator_script
 
 ACT = [
@@ -40,6 +40,7 @@ def env_for(sim, tmp_path, **extra):
         "PULSAR_ADMIN_URL": sim.admin_url,
         "PULSAR_LB_STATE_FILE": str(tmp_path / "state.json"),
         "PULSAR_LB_LOG_JSON": "true",
+        "TMPDIR": str(tmp_path),  # what a process killed with SIGKILL cannot remove stays in the test's directory
         **extra,
     }
 

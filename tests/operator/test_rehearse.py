@@ -99,11 +99,57 @@ def test_a_dry_run_that_sends_is_caught(scenario, monkeypatch):
     assert tally.rail_violations > 0 and "sent in a dry run" in tally.notes[0]
 
 
+def _pre_fix_origin_check(monkeypatch):
+    """The admin client as it was before origins were compared: any port and scheme of a known host."""
+    from pulsar_lb_operator.adminapi import origins
+
+    def host_only(self, url):
+        host = origins.parse(url).origin.host
+        return (None, None) if host in self._hosts else (f"host {host} is not known", None)
+
+    monkeypatch.setattr(origins.KnownOrigins, "_judge", host_only)
+
+
+@pytest.mark.parametrize("how", sorted(rehearse.STRAYS))
+def test_a_client_that_follows_redirects_anywhere_on_a_known_host_is_caught(scenario, monkeypatch, how):
+    tally = rehearse.redirected_astray(scenario, how)
+    assert tally.sent_astray == 0 and tally.faults_injected > 0  # with the origin check
+    _pre_fix_origin_check(monkeypatch)
+    tally = rehearse.redirected_astray(scenario, how)
+    assert tally.sent_astray > 0 and "reached" in tally.notes[0]
+    if how != "redirect-userinfo":  # there requests sends the URL's user name and password in place of the token
+        assert "Bearer rehearsal-" in tally.notes[0]
+
+
+# The lifecycle module as if it were not there: children started plainly and never stopped, directories never
+# removed, signals left to kill the process outright.
+WITHOUT_LIFECYCLE = """
+import atexit, contextlib, runpy, subprocess, sys
+from pulsar_lb_operator import lifecycle
+atexit.unregister(lifecycle.finish)
+lifecycle.spawn = lambda argv, **popen: subprocess.Popen(argv, **popen)
+lifecycle.stop = lifecycle.remove = lambda *args, **kwargs: None
+lifecycle.cleanup = lifecycle.finish = lambda: None
+lifecycle.exit_on_signals = contextlib.nullcontext
+sys.argv = ["operator", *sys.argv[1:]]
+runpy.run_module("pulsar_lb_operator.cli", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("special", ["simulate-sigterm", "demo-sigint", "run-sigterm"])
+def test_an_operator_that_leaves_processes_or_directories_behind_is_caught(scenario, monkeypatch, special):
+    from pulsar_lb_operator.sandbox import processes
+
+    monkeypatch.setattr(processes, "OPERATOR", [sys.executable, "-c", WITHOUT_LIFECYCLE])
+    tally = rehearse.SPECIALS[special](scenario)
+    assert tally.left_behind > 0 and any(n.startswith(("still running", "left in")) for n in tally.notes)
+
+
 def test_the_command_prints_the_table_and_exits_0(capsys):
     code = cli.main(["rehearse", "--only", "unload (PUT) status-after=500"])
     out, err = capsys.readouterr()
     assert code == 0, err
     header, row = out.splitlines()[:2]
-    assert header.split("  ")[0] == "case" and "secrets in logs" in header
-    assert row.startswith("unload (PUT) status-after=500") and row.split()[-5:] == ["0"] * 5
+    assert header.split("  ")[0] == "case" and header.endswith("secrets in logs  sent astray  left behind")
+    assert row.startswith("unload (PUT) status-after=500") and row.split()[-7:] == ["0"] * 7
     assert cli.main(["rehearse", "--only", "no such case"]) == 2

@@ -157,7 +157,7 @@ def test_operator_simulate_load_manager_extensible_then_operator_rebalance_moves
         code = cli.main([*args, *(arg for s in settings for arg in ("--set", s))])
         printed = capsys.readouterr()
         assert code == 0, printed.err
-        doc = json.loads(printed.out)
+        doc = json.loads(printed.out.splitlines()[-1])  # the "result" line
         assert doc["loadManager"]["kind"] == "extensible" and doc["shedding"] == "AvgShedder"
         assert doc["skippedBrokers"] == {}
         sent = [o for o in doc["outcomes"] if o["outcome"] == "executed"]

@@ -4,11 +4,14 @@ Kinds, in the order a cycle produces them: ``verified`` (where an earlier unload
 (the cycle's decision with every broker's numbers), ``planned`` (one per action), then one outcome per
 action: ``executed``, ``unknown`` (sent, no clear answer: counted as done and verified later),
 ``failed``, ``skipped`` (a safety rail stopped it) or ``dry_run``. Every event
-carries the cycle id, so a consumer can put a cycle back together; the spool adds ``seq``.
+carries the cycle id, so a consumer can put a cycle back together; the spool adds ``seq``. A ``planned``
+event and its outcome carry the same ``actionId``; a ``planned`` event whose action a rail defers this
+cycle says which (``deferred``), and the plan's brokers are estimated after the actions sent.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,20 +54,33 @@ class CycleContext:
         }
 
 
-def plan_events(context: CycleContext, plan: Plan, skipped_brokers: dict[str, str]) -> list[dict[str, Any]]:
+def plan_events(
+    context: CycleContext,
+    plan: Plan,
+    skipped_brokers: dict[str, str],
+    deferred: Sequence[str | None],
+    action_ids: Sequence[str],
+) -> list[dict[str, Any]]:
     summary = plan.to_json()
     actions = summary.pop("actions")
     summary["actionCount"] = len(actions)
+    summary["deferredCount"] = sum(1 for d in deferred if d)
     summary["skippedBrokers"] = dict(sorted(skipped_brokers.items()))
     events = [context.event("plan", plan.taken_at, plan=summary)]
-    events.extend(context.event("planned", plan.taken_at, index=i, action=a) for i, a in enumerate(actions))
+    events.extend(
+        context.event("planned", plan.taken_at, index=i, actionId=action_id, action=a, deferred=why)
+        for i, (a, why, action_id) in enumerate(zip(actions, deferred, action_ids))
+    )
     return events
 
 
-def record_event(context: CycleContext, record: Record) -> dict[str, Any]:
+def record_event(context: CycleContext, record: Record, action_id: str | None = None) -> dict[str, Any]:
+    """An outcome; ``action_id`` that of its ``planned`` event (None for a verification of an earlier cycle's)."""
+    ids = {"actionId": action_id} if action_id else {}
     return context.event(
         KIND_OF_OUTCOME[record.outcome],
         record.at_ms,
+        **ids,
         action=record.action.to_json(),
         outcome=record.outcome.value,
         detail=record.detail,

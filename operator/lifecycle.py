@@ -1,0 +1,287 @@
+"""Nothing we start outlives us: child processes and temporary directories, ended at exit and on signals.
+
+Every child process the operator or the simulator starts (``spawn``: the pulsar-lite broker behind the
+extensible load manager's topics) and every temporary directory (``temp_dir``: ``pulsar-lb-<purpose>-…`` in the
+system's temporary directory, a prefix anyone can look for) is registered here until it is stopped or removed;
+``cleanup`` ends what is left. ``finish`` — at exit (atexit), or before ``os._exit`` — ends, after that, every
+other child process still running: Spark's JVM, which pyspark starts for an in-process aggregation and which
+would otherwise notice our end only when its stdin closes, after us. SIGTERM lets Spark's own shutdown hooks
+remove its scratch directories (``spark-…``, ``blockmgr-…``) before it exits. ``exit_on_signals`` makes SIGTERM
+and SIGHUP raise ``Interrupted`` in the main thread, as Ctrl-C raises KeyboardInterrupt, so every ``finally`` on
+the way out runs, and then the exit.
+
+A child we spawn cannot outlive us when we die without cleaning up (SIGKILL, a crash) either: the kernel kills
+it when its parent dies (Linux's PR_SET_PDEATHSIG, set between fork and exec). The parent the kernel watches is
+the *thread* that forked, so every child is forked by one thread that lives as long as the process. The child
+also leads a process group of its own: a terminal's Ctrl-C reaches us, not it, and we stop it in order (SIGTERM
+to its group, SIGKILL after a grace period). A directory cannot be removed by a process killed with SIGKILL.
+
+This module imports nothing of ours, so the simulator and Spark's session use it as the operator does.
+"""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures
+import contextlib
+import ctypes
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+PREFIX = "pulsar-lb-"
+STOP_GRACE_S = 10.0  # SIGTERM → SIGKILL
+SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised in the main thread as SIGINT raises KeyboardInterrupt (and caught alike)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+_lock = threading.RLock()
+_children: dict[int, subprocess.Popen[Any]] = {}  # pid → a child ``spawn`` started (it leads its own group)
+_directories: list[Path] = []
+
+
+def temp_dir(purpose: str) -> Path:
+    """A new directory ``pulsar-lb-<purpose>-…``, removed at exit unless ``remove`` did it before."""
+    path = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{purpose}-"))
+    with _lock:
+        _directories.append(path)
+    return path
+
+
+@contextlib.contextmanager
+def temp_files_inside(purpose: str) -> Iterator[Path]:
+    """Meanwhile Python's ``tempfile`` makes everything — ours and every library's (pyspark's connection file,
+    which it removes only once its JVM has started) — inside one ``temp_dir(purpose)``, removed after."""
+    path, before = temp_dir(purpose), tempfile.tempdir
+    tempfile.tempdir = str(path)
+    try:
+        yield path
+    finally:
+        tempfile.tempdir = before
+        remove(path)
+
+
+def remove(path: Path) -> None:
+    """Remove a directory ``temp_dir`` made (and forget it)."""
+    shutil.rmtree(path, ignore_errors=True)
+    with _lock, contextlib.suppress(ValueError):
+        _directories.remove(path)
+
+
+def spawn(argv: Sequence[str], **popen: Any) -> subprocess.Popen[Any]:
+    """``subprocess.Popen(argv, **popen)`` in a process group of its own, killed by the kernel if we die first,
+    and stopped by ``cleanup`` unless ``stop`` did it before."""
+    process = _launcher.run(
+        lambda: subprocess.Popen(argv, start_new_session=True, preexec_fn=_die_with(os.getpid()), **popen)
+    )
+    with _lock:
+        _children[process.pid] = process
+    return process
+
+
+def stop(process: subprocess.Popen[Any], grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM (to its whole group, when ``spawn`` started it), SIGKILL after ``grace_s``; then forgotten."""
+    with _lock:
+        own_group = process.pid in _children
+    if process.poll() is None:
+        _signal(process, signal.SIGTERM, own_group)
+        try:
+            process.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            _signal(process, signal.SIGKILL, own_group)
+            process.wait(5)
+    with _lock:
+        _children.pop(process.pid, None)
+
+
+def cleanup() -> None:
+    """Stop every child still registered (the newest first) and remove every directory. Safe to call again.
+
+    SIGTERM, SIGINT and SIGHUP are ignored meanwhile (a second Ctrl-C must not cut the cleanup short)."""
+    with _handlers(dict.fromkeys(SIGNALS, signal.SIG_IGN)):
+        with _lock:
+            children = list(reversed(_children.values()))
+            directories = list(reversed(_directories))
+        for process in children:
+            stop(process)
+        for path in directories:
+            remove(path)
+
+
+def finish() -> None:
+    """``cleanup``, then every other process this one started, directly or not, still running (SIGTERM, then
+    SIGKILL after the grace period): for the end of the process only — what someone else started ends too."""
+    cleanup()
+    with _handlers(dict.fromkeys(SIGNALS, signal.SIG_IGN)):
+        others = _descendants()
+        if others:  # what our threads print as these end under them (pyspark's, of its JVM) is noise
+            quiet()
+        for pid in others:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        while others and time.monotonic() < deadline:
+            time.sleep(0.05)
+            others = [pid for pid in others if pid in _processes()]
+        for pid in others:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def quiet() -> None:
+    """From now on nothing more reaches our stdout and stderr (flushed first): for the very end of the process,
+    when threads left behind would only report their own ending."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+            os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+
+
+def _descendants() -> list[int]:
+    """The processes this one started, and theirs, that still run (Linux: /proc; elsewhere none are found)."""
+    parents = _processes()
+    found, frontier = [], {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier and pid not in found}
+        found += sorted(frontier)
+    return found
+
+
+def _processes() -> dict[int, int]:
+    """Every running process (a zombie has ended) and its parent."""
+    running = {}
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:  # /proc/<pid>/stat: "pid (comm) state ppid …"
+                state, ppid = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()[:2]
+            except (OSError, ValueError):
+                continue
+            if state not in ("Z", "X"):
+                running[int(entry.name)] = int(ppid)
+    return running
+
+
+@contextlib.contextmanager
+def exit_on_signals(stop: threading.Event | None = None) -> Iterator[None]:
+    """Meanwhile SIGTERM, SIGINT and SIGHUP end the command in order. With ``stop``, they set it and the command's
+    loop ends at its next look: nothing is raised, so nothing can swallow it (an exception a signal handler raises
+    surfaces wherever the main thread happens to be, a ``__del__`` included, which only prints it). Without, they
+    raise ``Interrupted`` (SIGINT: KeyboardInterrupt) in the main thread, so every ``finally`` runs. In another
+    thread nothing changes. A signal the process was started ignoring stays ignored (``nohup`` ignores SIGHUP; a
+    shell starts a background job ignoring SIGINT)."""
+    if stop is not None:
+        wanted: dict[int, Any] = dict.fromkeys(SIGNALS, lambda *_: stop.set())
+    else:
+        wanted = {s: signal.default_int_handler if s == signal.SIGINT else _interrupt for s in SIGNALS}
+    with _handlers({s: handler for s, handler in wanted.items() if signal.getsignal(s) != signal.SIG_IGN}):
+        yield
+
+
+def _interrupt(signum: int, _frame: Any) -> None:
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def _handlers(handlers: dict[int, Any]) -> Iterator[None]:
+    """Signal handlers set meanwhile, the previous ones after (only the main thread may set them: elsewhere,
+    nothing changes)."""
+    main = threading.current_thread() is threading.main_thread()
+    previous = {signum: signal.signal(signum, handler) for signum, handler in handlers.items()} if main else {}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _signal(process: subprocess.Popen[Any], signum: int, own_group: bool) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        if own_group:
+            os.killpg(process.pid, signum)
+        else:
+            process.send_signal(signum)
+
+
+def _prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return prctl
+
+
+_PRCTL = _prctl()  # looked up once, before any fork: the child only calls it
+
+
+def _die_with(parent: int) -> Callable[[], None]:
+    """Between fork and exec: SIGKILL when the forking thread ends; and end at once if the parent already has."""
+
+    def preexec() -> None:
+        if _PRCTL is not None:
+            _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the line above: no signal would ever come
+            os._exit(1)
+
+    return preexec
+
+
+class _Launcher:
+    """The one thread that forks every child, alive as long as the process (PR_SET_PDEATHSIG watches the
+    forking thread: a child forked by a short-lived worker would be killed when that worker ends)."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any]]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def run(self, job: Callable[[], Any]) -> Any:
+        with _lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="pulsar-lb-launcher", daemon=True)
+                self._thread.start()
+        done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._jobs.put((job, done))
+        return done.result()
+
+    def _loop(self) -> None:
+        while True:
+            job, done = self._jobs.get()
+            try:
+                done.set_result(job())
+            except BaseException as exc:
+                done.set_exception(exc)
+
+
+_launcher = _Launcher()
+
+
+def _forget_in_child() -> None:
+    """A forked copy of this process owns none of its parent's children or directories."""
+    _children.clear()
+    _directories.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+atexit.register(finish)

@@ -1,0 +1,139 @@
+"""Nothing the operator or the simulator starts outlives it: each command, each signal, real subprocesses.
+
+``processes.left_behind`` (the rehearsal's judge) starts the command with a mark in its environment —
+inherited by whatever it starts: pulsar-lite, Spark's JVM — and a temporary directory of its own (``TMPDIR``;
+Spark's scratch space through ``SPARK_LOCAL_DIRS`` and ``java.io.tmpdir``), sends the signal once it is up, and
+counts, the moment it has exited, the marked processes still running and what is left in that directory.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pulsar_lb_operator.sandbox.processes import MARK, left_behind, processes_marked
+
+SIGNALS = [pytest.param(signal.SIGTERM, id="SIGTERM"), pytest.param(signal.SIGINT, id="SIGINT")]
+
+
+def up_for(seconds: float, condition):
+    """A ``ready`` that holds once ``condition(output, others)`` has held for ``seconds``."""
+    since: list[float] = []
+
+    def ready(output: str, others: str) -> bool:
+        if not condition(output, others):
+            return False
+        since[:] = since or [time.monotonic()]
+        return time.monotonic() - since[0] >= seconds
+
+    return ready
+
+
+def assert_nothing_left(tally) -> None:
+    assert tally.daemon_crashes == 0 and tally.left_behind == 0, tally.notes
+
+
+@pytest.mark.parametrize("signum", [*SIGNALS, pytest.param(signal.SIGHUP, id="SIGHUP")])  # HUP: its terminal closed
+@pytest.mark.parametrize("load_manager", ["modular", "extensible"])
+def test_operator_simulate_leaves_nothing_behind(signum, load_manager):
+    started = "pulsar-lite" if load_manager == "extensible" else ""
+    ready = lambda output, others: "Ctrl-C stops" in output and started in others  # noqa: E731
+    # stopping is how it ends: exit 0
+    assert_nothing_left(left_behind(["simulate", "demo", "--load-manager", load_manager], signum, ready, 0))
+
+
+@pytest.mark.parametrize("signum", SIGNALS)
+def test_operator_demo_leaves_nothing_behind(signum):
+    cycles = lambda output, others: sum(line.strip()[:1].isdigit() for line in output.splitlines()) >= 2  # noqa: E731
+    args = ["demo", "--load-manager", "extensible", "--minutes", "100000"]
+    assert_nothing_left(left_behind(args, signum, cycles, 130))  # interrupted, as Ctrl-C has always said
+
+
+@pytest.mark.parametrize("signum", SIGNALS)
+def test_operator_run_leaves_no_spark_jvm_during_an_aggregation(live_served, tmp_path, signum):
+    """The daemon's in-process aggregation starts Spark's JVM (pyspark launches it); a signal while the job
+    runs ends it too, and Spark's scratch directories with it."""
+    settings = {
+        "cycleIntervalSeconds": 1,
+        "metricsPort": 0,
+        "historyUri": str(tmp_path / "history"),
+        "profileUri": str(tmp_path / "profile"),
+        "aggregateEveryMinutes": 0.05,
+        "stateFile": str(tmp_path / "state.json"),
+        "shutdownTimeoutSeconds": 10,
+    }
+    args = ["run", "--dry-run", *(part for key, value in settings.items() for part in ("--set", f"{key}={value}"))]
+    jvm = up_for(2.0, lambda _output, others: "java" in others)  # the job is under way
+    assert_nothing_left(left_behind(args, signum, jvm, 0, env={"PULSAR_ADMIN_URL": live_served.admin_url}))
+
+
+def test_a_child_dies_with_its_parent_even_when_the_parent_is_killed():
+    """SIGKILL runs no cleanup: the kernel ends pulsar-lite (PR_SET_PDEATHSIG). Only its directory stays."""
+    ready = lambda output, others: "pulsar-lite" in others  # noqa: E731
+    args = ["simulate", "demo", "--load-manager", "extensible"]
+    tally = left_behind(args, signal.SIGKILL, ready, -signal.SIGKILL, settle_s=5.0)
+    assert tally.daemon_crashes == 0 and tally.left_behind == 1, tally.notes
+    (note,) = tally.notes
+    assert note.startswith("left in its temporary directory: pulsar-lb-sim-elm-")
+
+
+SHORT_LIVED_THREAD = """
+import sys, threading, time
+from pulsar_lb_operator import lifecycle
+started = []
+worker = threading.Thread(target=lambda: started.append(lifecycle.spawn(["sleep", "60"])))
+worker.start()
+worker.join()
+time.sleep(0.5)
+print(started[0].pid, started[0].poll(), lifecycle.temp_dir("test"), flush=True)
+"""
+
+
+def test_a_child_forked_by_a_short_lived_thread_outlives_that_thread_but_not_the_process(tmp_path):
+    """PR_SET_PDEATHSIG watches the forking thread: children are forked by one long-lived thread instead, and
+    a normal exit ends them (atexit) and removes the directories."""
+    mark = secrets.token_hex(8)
+    env = {**os.environ, MARK: mark, "TMPDIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", SHORT_LIVED_THREAD], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    pid, poll, directory = done.stdout.split()
+    assert poll == "None"  # alive after the thread that asked for it ended
+    assert processes_marked(mark) == [] and not Path(f"/proc/{pid}").exists() and list(tmp_path.iterdir()) == []
+    assert Path(directory).name.startswith("pulsar-lb-test-")
+
+
+def test_a_signal_the_command_was_started_ignoring_stays_ignored(tmp_path):
+    """``nohup operator simulate …``: SIGHUP stays ignored; SIGTERM still stops it, in order."""
+    from tests.builders import operator_script
+
+    proc = subprocess.Popen(
+        [operator_script(), "simulate", "demo"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp_path,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),  # as nohup starts it
+    )
+    try:
+        assert proc.stdout is not None
+        while "Ctrl-C stops" not in proc.stdout.readline():
+            assert proc.poll() is None
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(1)
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
