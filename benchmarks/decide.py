@@ -52,13 +52,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pulsar_lb_operator.strategies import LoadBalancerConfig, StrategyState, plan_cycle
+from pulsar_lb_operator.strategies import (
+    ClusterSnapshot,
+    CostModel,
+    LoadBalancerConfig,
+    LoadData,
+    LoadProfile,
+    StrategyState,
+    build_load_data,
+    find_bundles_to_split,
+    plan_cycle,
+    update_bundle_data,
+)
 from pulsar_lb_operator.strategies.bundles import default_boundaries, format_boundary
-from pulsar_lb_operator.strategies.loaddata import LoadData, build_load_data, update_bundle_data
-from pulsar_lb_operator.strategies.profile import CostModel, LoadProfile
 from pulsar_lb_operator.strategies.registry import SHEDDING
-from pulsar_lb_operator.strategies.snapshots import ClusterSnapshot
-from pulsar_lb_operator.strategies.splitting.trigger import find_bundles_to_split
 
 NOW = 1_750_000_000_000
 BUNDLES_PER_NAMESPACE = 100

@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from pulsar_lb_operator.simulator.cluster import MIB, SimulatedCluster, Topic
 from pulsar_lb_operator.simulator.scenario import BrokerSpec, NamespaceSpec, Scenario
 from pulsar_lb_operator.store.history import HistoryStore
+from pulsar_lb_operator.strategies import CostLearner, UserError
 from pulsar_lb_operator.strategies import bundles as bundle_names
-from pulsar_lb_operator.strategies.costs import CostLearner
-from pulsar_lb_operator.strategies.errors import UserError
 
 MIN_FIT_R2 = 0.5  # below this the CPU model falls back to a proportional one
 

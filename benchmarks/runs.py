@@ -25,9 +25,16 @@ from pulsar_lb_operator.benchmarks.metrics import FLAP_WINDOW_S, OVERLOAD_PERCEN
 from pulsar_lb_operator.benchmarks.warmup import day_of_history_profile
 from pulsar_lb_operator.simulator.cluster import SimError, SimulatedCluster
 from pulsar_lb_operator.simulator.scenario import Scenario
-from pulsar_lb_operator.strategies import LoadBalancerConfig, Split, StrategyState, Unload, plan_cycle
-from pulsar_lb_operator.strategies.profile import LoadProfile
-from pulsar_lb_operator.strategies.rails import DEFAULT_RAILS, Rails
+from pulsar_lb_operator.strategies import (
+    DEFAULT_RAILS,
+    LoadBalancerConfig,
+    LoadProfile,
+    Rails,
+    Split,
+    StrategyState,
+    Unload,
+    plan_cycle,
+)
 
 TARGET_SPREAD = 10.0  # points of usage: "balanced" means max − min below this
 COTENANT_BACKGROUND = 0.25  # a broker whose machine gives a quarter of its CPU to other processes

@@ -233,9 +233,15 @@ def _measure(conn: Any, info: dict[str, Any], scenario: dict[str, Any], options:
 
     from pulsar_lb_operator.adminapi import AdminClient
     from pulsar_lb_operator.collect.collector import collect, concurrency
-    from pulsar_lb_operator.strategies import LoadBalancerConfig, StrategyState, plan_cycle
-    from pulsar_lb_operator.strategies.heap import collector_paused
-    from pulsar_lb_operator.strategies.snapshots import DecodedReport, decode_load_report, parse_broker_load
+    from pulsar_lb_operator.strategies import (
+        DecodedReport,
+        LoadBalancerConfig,
+        StrategyState,
+        collector_paused,
+        decode_load_report,
+        parse_broker_load,
+        plan_cycle,
+    )
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))  # errors only
     brokers: list[str] = info["brokers"]

@@ -19,7 +19,7 @@ from pulsar_lb_operator.benchmarks import runs as benchmark
 from pulsar_lb_operator.benchmarks.runs import BASELINE, Combination, RunResult
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.scenario import Scenario, load_scenario, shipped_scenarios
-from pulsar_lb_operator.strategies.errors import UserError
+from pulsar_lb_operator.strategies import UserError
 
 # shipped for scale (benchmarks/scale.py, operator simulate), too large to simulate once per strategy here;
 # ``--scenario large-1000`` still runs it

@@ -16,8 +16,7 @@ from collections.abc import Callable
 
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.scenario import Scenario
-from pulsar_lb_operator.strategies.costs import RESOURCES, CostLearner
-from pulsar_lb_operator.strategies.profile import LoadProfile
+from pulsar_lb_operator.strategies import COST_RESOURCES, CostLearner, LoadProfile
 
 SAMPLES = 48
 AMPLITUDE = 0.3
@@ -41,5 +40,5 @@ def day_of_history_profile(
             }
             usage = cluster.host_usage(broker, stats, noise.gauss(0, broker.spec.jitter))
             traffic = tuple(sum(column) for column in zip((0.0, 0.0, 0.0), *(s.traffic for s in stats.values())))
-            learner.add(broker.id, traffic, {r: usage[r][0] / usage[r][1] * 100 for r in RESOURCES})
+            learner.add(broker.id, traffic, {r: usage[r][0] / usage[r][1] * 100 for r in COST_RESOURCES})
     return LoadProfile(cost_models=learner.models())

@@ -30,11 +30,11 @@ from pulsar_lb_operator.strategies import (
     InternalError,
     LoadBalancerConfig,
     PulsarLbError,
+    Rails,
     StrategyState,
     UserError,
     plan_cycle,
 )
-from pulsar_lb_operator.strategies.rails import Rails
 
 
 class UsageError(UserError):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 
 from pulsar_lb_operator.simulator.model import SimError, unexpected
-from pulsar_lb_operator.strategies.errors import ClusterError
+from pulsar_lb_operator.strategies import ClusterError
 
 FULL_UPPER_BOUND = 0xFFFFFFFF  # NamespaceBundles.FULL_UPPER_BOUND
 LOAD_MANAGER_CLASSES = (  # what BrokerService's loadManagerClassName validator (Class.forName) finds

@@ -7,8 +7,7 @@ from pulsar_lb_operator.simulator.model import (
     SimError,
 )
 from pulsar_lb_operator.simulator.scenario import EventSpec
-from pulsar_lb_operator.strategies.planner import plan_cycle
-from pulsar_lb_operator.strategies.plans import Split, Unload
+from pulsar_lb_operator.strategies import Split, Unload, plan_cycle
 
 
 class Clock:

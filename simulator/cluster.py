@@ -39,14 +39,8 @@ from pulsar_lb_operator.simulator.physics import Physics
 from pulsar_lb_operator.simulator.reports import Reports
 from pulsar_lb_operator.simulator.scenario import Scenario
 from pulsar_lb_operator.simulator.splits import Splits
+from pulsar_lb_operator.strategies import BrokerLoad, BundleData, ClusterSnapshot, LoadBalancerConfig, StrategyState
 from pulsar_lb_operator.strategies import policies as ns_policies
-from pulsar_lb_operator.strategies.config import LoadBalancerConfig
-from pulsar_lb_operator.strategies.loaddata import BundleData
-from pulsar_lb_operator.strategies.snapshots import (
-    BrokerLoad,
-    ClusterSnapshot,
-)
-from pulsar_lb_operator.strategies.state import StrategyState
 
 __all__ = [
     "EPOCH_MS",

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from pulsar_lb_operator.strategies.config import ALIASES, ConfigError, LoadBalancerConfig
+from pulsar_lb_operator.strategies import CONFIG_ALIASES, ConfigError, LoadBalancerConfig
 
 
 def effective_config(config: LoadBalancerConfig, name: str, value: str) -> LoadBalancerConfig:
     """``config`` with the stored ``value`` of ``name`` applied as a broker applies it (unchanged when it
     does not parse or is out of the setting's range)."""
-    key = ALIASES.get(name, name)
+    key = CONFIG_ALIASES.get(name, name)
     fields = {f.name: f for f in dataclasses.fields(LoadBalancerConfig)}
     if key in fields and str(fields[key].type) == "bool":
         value = "true" if value.lower() == "true" else "false"  # Boolean.valueOf: no trim, any case

@@ -48,7 +48,7 @@ from pulsar_lb_operator.simulator.elm_reporters import (
     Outgoing,
     Reporter,
 )
-from pulsar_lb_operator.strategies.errors import UserError
+from pulsar_lb_operator.strategies import UserError
 
 if TYPE_CHECKING:
     from pulsar_lb_operator.simulator.cluster import Broker, SimulatedCluster

@@ -33,10 +33,9 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pulsar_lb_operator.strategies import BundleStats, ResourceUsage, compare_bundle_stats
 from pulsar_lb_operator.strategies import bundles as bundle_names
 from pulsar_lb_operator.strategies.policies import shedding_allowed
-from pulsar_lb_operator.strategies.shedding.transfer import compare_bundle_stats
-from pulsar_lb_operator.strategies.snapshots import BundleStats, ResourceUsage
 
 if TYPE_CHECKING:
     from pulsar_lb_operator.simulator.cluster import Broker, SimulatedCluster

@@ -6,7 +6,7 @@ whose ``FaultSpecError`` is one), so that neither has to import the other to nam
 
 from __future__ import annotations
 
-from pulsar_lb_operator.strategies.errors import UserError
+from pulsar_lb_operator.strategies import UserError
 
 
 class ScenarioError(UserError, ValueError):

@@ -7,11 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pulsar_lb_operator.simulator.scenario import BrokerSpec, Scenario
-from pulsar_lb_operator.strategies.errors import ClusterError
-from pulsar_lb_operator.strategies.snapshots import (
-    BundleStats,
-    TopicStats,
-)
+from pulsar_lb_operator.strategies import BundleStats, ClusterError, TopicStats
 
 EPOCH_MS = 1_750_000_000_000  # simulated time 0
 

@@ -22,12 +22,9 @@ from pulsar_lb_operator.simulator.model import (
     SimError,
     unexpected,
 )
+from pulsar_lb_operator.strategies import PLACEMENT, LoadData, PlacementContext, Reader, select_broker
 from pulsar_lb_operator.strategies import bundles as bundle_names
-from pulsar_lb_operator.strategies import planner, registry
 from pulsar_lb_operator.strategies import policies as ns_policies
-from pulsar_lb_operator.strategies.documents import Reader
-from pulsar_lb_operator.strategies.loaddata import LoadData
-from pulsar_lb_operator.strategies.placement.common import PlacementContext
 
 
 class Ownership(dict[str, str]):
@@ -213,7 +210,7 @@ class OwnershipJobs:
             self.rng,
             preallocated={b: list(v) for b, v in self.preallocated.items() if b in view.brokers},
         )
-        chosen = planner.select_broker(bundle, registry.PLACEMENT["LeastLongTermMessageRate"], ctx)
+        chosen = select_broker(bundle, PLACEMENT["LeastLongTermMessageRate"], ctx)
         return chosen or self.rng.choice(alive)
 
     def bundle_of_topic(self, topic: str) -> str:

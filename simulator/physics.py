@@ -17,11 +17,8 @@ from pulsar_lb_operator.simulator.model import (
     Topic,
 )
 from pulsar_lb_operator.simulator.traffic import Pattern
+from pulsar_lb_operator.strategies import BundleStats, TopicStats
 from pulsar_lb_operator.strategies import bundles as bundle_names
-from pulsar_lb_operator.strategies.snapshots import (
-    BundleStats,
-    TopicStats,
-)
 
 
 class Physics:

@@ -13,13 +13,8 @@ from pulsar_lb_operator.simulator.model import (
     LEADER_SAMPLE_S,
     Broker,
 )
+from pulsar_lb_operator.strategies import BrokerLoad, ClusterSnapshot, parse_broker_load, update_bundle_data
 from pulsar_lb_operator.strategies import bundles as bundle_names
-from pulsar_lb_operator.strategies.loaddata import update_bundle_data
-from pulsar_lb_operator.strategies.snapshots import (
-    BrokerLoad,
-    ClusterSnapshot,
-    parse_broker_load,
-)
 
 
 class Reports:

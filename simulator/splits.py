@@ -7,8 +7,17 @@ import itertools
 from pulsar_lb_operator.simulator.model import (
     SimError,
 )
+from pulsar_lb_operator.strategies import (
+    RANGE_EQUALLY_DIVIDE,
+    SPECIFIED_POSITIONS_DIVIDE,
+    TOPIC_COUNT_EQUALLY_DIVIDE,
+    SplitError,
+    flow_or_qps_equally_divide,
+    range_equally_divide,
+    specified_positions_divide,
+    topic_count_equally_divide,
+)
 from pulsar_lb_operator.strategies import bundles as bundle_names
-from pulsar_lb_operator.strategies.splitting import algorithms
 
 
 class Splits:
@@ -35,20 +44,20 @@ class Splits:
                 raise SimError(412, "Split bundle failed due to invalid request: bundle can't be split further")
             _, per_topic = self.bundle_stats(bundle)
             try:
-                if name == algorithms.RANGE_EQUALLY_DIVIDE:
-                    cuts = algorithms.range_equally_divide(bundle_range)
-                elif name == algorithms.TOPIC_COUNT_EQUALLY_DIVIDE:
-                    cuts = algorithms.topic_count_equally_divide(sorted(per_topic))
-                elif name == algorithms.SPECIFIED_POSITIONS_DIVIDE:
-                    cuts = algorithms.specified_positions_divide(bundle_range, sorted(per_topic), positions or [])
+                if name == RANGE_EQUALLY_DIVIDE:
+                    cuts = range_equally_divide(bundle_range)
+                elif name == TOPIC_COUNT_EQUALLY_DIVIDE:
+                    cuts = topic_count_equally_divide(sorted(per_topic))
+                elif name == SPECIFIED_POSITIONS_DIVIDE:
+                    cuts = specified_positions_divide(bundle_range, sorted(per_topic), positions or [])
                 else:
-                    cuts = algorithms.flow_or_qps_equally_divide(
+                    cuts = flow_or_qps_equally_divide(
                         per_topic,
                         self.config.loadBalancerNamespaceBundleMaxMsgRate,
                         self.config.loadBalancerNamespaceBundleMaxBandwidthMbytes,
                         self.config.flowOrQpsDifferenceThresholdPercentage,
                     )
-            except algorithms.SplitError as exc:
+            except SplitError as exc:
                 raise SimError(412, str(exc)) from None
             cuts = [c for c in cuts if bundle_range.lower < c < bundle_range.upper]
             if not cuts:

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
 
-from pulsar_lb_operator.strategies.errors import UserError
+from pulsar_lb_operator.strategies import UserError
 
 LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 JAVA_MAJOR = 17  # Spark 4's minimum, and the Java the Docker image ships

@@ -39,8 +39,9 @@ from pulsar_lb_operator.spark_jobs import fold
 from pulsar_lb_operator.spark_jobs.layout import DAY_MS, partition_span
 from pulsar_lb_operator.spark_jobs.sources import HistoryFiles
 from pulsar_lb_operator.spark_jobs.state import StateStore
-from pulsar_lb_operator.strategies.costs import RESOURCES, solve
-from pulsar_lb_operator.strategies.errors import UserError
+from pulsar_lb_operator.strategies import COST_RESOURCES as RESOURCES
+from pulsar_lb_operator.strategies import UserError
+from pulsar_lb_operator.strategies import fit_cost_model as solve
 
 BROKER_COLUMNS = (
     "time",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from pulsar_lb_operator.strategies.documents import MAX_AVERAGE, Reader, StateError
-from pulsar_lb_operator.strategies.snapshots import BundleStats, MessageTotals
+from pulsar_lb_operator.strategies.snapshots import BundleStats
 
 NUM_SHORT_SAMPLES = 10
 NUM_LONG_SAMPLES = 1000
@@ -32,9 +32,18 @@ class MessageAverage(NamedTuple):
     msgThroughputIn: float = DEFAULT_MSG_THROUGHPUT
     msgThroughputOut: float = DEFAULT_MSG_THROUGHPUT
 
-    msg_rate = MessageTotals.msg_rate
-    msg_throughput = MessageTotals.msg_throughput
-    traffic = MessageTotals.traffic
+    # MessageTotals' three (snapshots.py), written out: a named tuple takes no other base class
+    @property
+    def msg_rate(self) -> float:
+        return self.msgRateIn + self.msgRateOut
+
+    @property
+    def msg_throughput(self) -> float:
+        return self.msgThroughputIn + self.msgThroughputOut
+
+    @property
+    def traffic(self) -> tuple[float, float, float]:
+        return (self.msg_rate, self.msgThroughputIn, self.msgThroughputOut)
 
     def update(self, stats: BundleStats) -> MessageAverage:
         max_samples, samples, rate_in, rate_out, thr_in, thr_out = self

@@ -36,6 +36,9 @@ class StateError(UserError, ValueError):
     """A state document that cannot be read back."""
 
 
+_JSON_TYPE_NAMES: dict[type, str] = {dict: "object", list: "list", str: "string"}
+
+
 def type_name(value: Any) -> str:
     if value is None:
         return "null"
@@ -43,7 +46,7 @@ def type_name(value: Any) -> str:
         return "boolean"
     if isinstance(value, int | float):
         return "number"
-    return {dict: "object", list: "list", str: "string"}.get(type(value), type(value).__name__)
+    return _JSON_TYPE_NAMES.get(type(value), type(value).__name__)
 
 
 def describe(value: Any, limit: int = 60) -> str:

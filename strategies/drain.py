@@ -12,7 +12,7 @@ load the remaining brokers must absorb is spread while the most capacity is free
 from __future__ import annotations
 
 import random
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from pulsar_lb_operator.strategies import bundles as bundle_names
 from pulsar_lb_operator.strategies import registry
@@ -21,7 +21,7 @@ from pulsar_lb_operator.strategies.loaddata import build_load_data
 from pulsar_lb_operator.strategies.placement.common import PlacementContext
 from pulsar_lb_operator.strategies.planner import select_broker_for_assignment
 from pulsar_lb_operator.strategies.plans import Unload
-from pulsar_lb_operator.strategies.snapshots import ClusterSnapshot
+from pulsar_lb_operator.strategies.snapshots import BundleStats, ClusterSnapshot
 from pulsar_lb_operator.strategies.state import StrategyState
 
 
@@ -58,7 +58,7 @@ def plan_drain(
         ]
         stats = report.lastStats
 
-        def heat(bundle: str, stats=stats) -> tuple[float, str]:
+        def heat(bundle: str, stats: Mapping[str, BundleStats] = stats) -> tuple[float, str]:
             data = stats.get(bundle)
             return (-(data.msg_rate if data else 0.0), bundle)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Hashable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from pulsar_lb_operator.strategies import bundles as bundle_names
 
@@ -98,4 +98,4 @@ class SnapshotIndex:
         everything it depends on (e.g. the placement candidates of one isolation policy)."""
         if key not in self._memo:
             self._memo[key] = compute()
-        return self._memo[key]
+        return cast(T, self._memo[key])

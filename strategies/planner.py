@@ -31,11 +31,9 @@ from pulsar_lb_operator.strategies.loaddata import LoadData, build_load_data
 from pulsar_lb_operator.strategies.placement.common import PlacementContext
 from pulsar_lb_operator.strategies.plans import Action, BrokerScore, Plan, Split, Unload
 from pulsar_lb_operator.strategies.profile import LoadProfile
+from pulsar_lb_operator.strategies.protocol import PlacementStrategy, SheddingStrategy
 from pulsar_lb_operator.strategies.rails import DEFAULT_RAILS, Rails
-from pulsar_lb_operator.strategies.shedding import predictive
-from pulsar_lb_operator.strategies.shedding.transfer import NAME as TRANSFER_SHEDDER
 from pulsar_lb_operator.strategies.snapshots import ClusterSnapshot
-from pulsar_lb_operator.strategies.splitting.trigger import find_bundles_to_split
 from pulsar_lb_operator.strategies.state import StrategyState
 
 
@@ -175,7 +173,7 @@ def destination_refused(
     return None
 
 
-def select_broker(bundle: str, placer: registry.Placer, ctx: PlacementContext) -> str | None:
+def select_broker(bundle: str, placer: PlacementStrategy, ctx: PlacementContext) -> str | None:
     """ModularLoadManagerImpl.selectBroker: filters, the placement strategy, and the overload re-check.
 
     Each filter that would leave no broker is skipped, and an empty result falls back to the brokers
@@ -204,7 +202,7 @@ def select_broker(bundle: str, placer: registry.Placer, ctx: PlacementContext) -
     return chosen
 
 
-def select_broker_for_assignment(bundle: str, placer: registry.Placer, ctx: PlacementContext) -> str | None:
+def select_broker_for_assignment(bundle: str, placer: PlacementStrategy, ctx: PlacementContext) -> str | None:
     """ModularLoadManagerImpl.selectBrokerForAssignment (a lookup): an already preallocated bundle keeps
     its broker; otherwise ``select_broker``, and the bundle is preallocated to the broker chosen."""
     for broker, preallocated in ctx.preallocated.items():
@@ -224,7 +222,7 @@ def _estimate_scores(load: LoadData, config: LoadBalancerConfig, actions: Sequen
     count = {b: len(brokers[b].bundles) for b in brokers}
     after_usage, after_rate, after_count = dict(usage), dict(rate), dict(count)
     for action in actions:
-        if not isinstance(action, Unload) or action.destination not in brokers:
+        if not isinstance(action, Unload) or action.destination is None or action.destination not in brokers:
             continue
         source, dest = action.source, action.destination
         data = load.bundle_or_default(action.bundle).short
@@ -277,6 +275,66 @@ def plan_cycle(
         return _plan_cycle(snapshot, config, state, rng, shedding, placement, profile, rails)
 
 
+def _strategies(
+    config: LoadBalancerConfig, shedding: str | None, placement: str | None
+) -> tuple[SheddingStrategy, PlacementStrategy, list[str]]:
+    """The cycle's shedding and placement strategies, by name or from the configuration, paired as Pulsar pairs
+    them (``registry.paired_placement``), and a note when the placement asked for is not the one used."""
+    shedder = registry.SHEDDING[registry.shedding_name(shedding or config.loadBalancerLoadSheddingStrategy)]
+    asked = registry.placement_name(placement or shedder.default_placement)
+    paired = registry.paired_placement(shedder.name, asked)
+    notes = []
+    if paired != asked:
+        notes.append(
+            f"loadBalancerLoadPlacementStrategy {asked} works only with the {asked} shedder "
+            f"(its destinations are the shedder's plan); with {shedder.name} Pulsar places with {paired}, "
+            "and so do we (ModularLoadManagerImpl.createLoadBalanceStrategies)"
+        )
+    return shedder, registry.PLACEMENT[paired], notes
+
+
+def _checked_split(load: LoadData, split: Split, ctx: PlacementContext, notes: list[str]) -> Split:
+    """checkNamespaceBundleSplit: a split's halves are unloaded only if the namespace policies allow it."""
+    kept = policies_keep(load, split.bundle, split.source, ctx) if split.unload else None
+    if kept is None:
+        return split
+    notes.append(f"split {split.bundle}: its halves stay on {split.source}: {kept}")
+    return replace(split, unload=False)
+
+
+def _placed(
+    load: LoadData,
+    unload: Unload,
+    own: str | None,
+    refused: str | None,
+    placer: PlacementStrategy,
+    ctx: PlacementContext,
+    notes: list[str],
+) -> Unload | None:
+    """The unload with its destination, as ModularLoadManagerImpl.doLoadShedding places it; None: it stays.
+
+    ``own``: the destination its shedder chose and the policies allow; else it is placed by ``placer`` among the
+    brokers the policies allow, behind the same checks as any other unload (``refused``: why the shedder's own
+    choice was not allowed, as when AvgShedder's planned broker is not a candidate).
+    """
+    if own is not None:
+        destination: str | None = own
+        how = "destination chosen by the shedder"
+    else:
+        kept = policies_keep(load, unload.bundle, unload.source, ctx)
+        if kept is not None:  # ModularLoadManagerImpl.doLoadShedding's policy checks
+            notes.append(f"keep {unload.bundle}: {kept}")
+            return None
+        destination = select_broker(unload.bundle, placer, ctx)
+        how = f"destination by {placer.name}"
+        if refused is not None:
+            how = f"{how} (the shedder's own choice {unload.destination} refused: {refused})"
+    if destination is None or destination == unload.source:
+        notes.append(f"skip {unload.bundle}: {placer.name} found no broker other than its owner {unload.source}")
+        return None
+    return Unload(unload.bundle, unload.source, destination, f"{unload.reason}; {how}")
+
+
 def _plan_cycle(
     snapshot: ClusterSnapshot,
     config: LoadBalancerConfig,
@@ -287,17 +345,7 @@ def _plan_cycle(
     profile: LoadProfile | None,
     rails: Rails,
 ) -> tuple[Plan, StrategyState]:
-    shedding_name = registry.shedding_name(shedding or config.loadBalancerLoadSheddingStrategy)
-    placement_name = registry.placement_name(placement or registry.default_placement(shedding_name))
-    notes: list[str] = []
-    paired = registry.paired_placement(shedding_name, placement_name)
-    if paired != placement_name:
-        notes.append(
-            f"loadBalancerLoadPlacementStrategy {placement_name} works only with the {placement_name} shedder "
-            f"(its destinations are the shedder's plan); with {shedding_name} Pulsar places with {paired}, "
-            "and so do we (ModularLoadManagerImpl.createLoadBalanceStrategies)"
-        )
-        placement_name = paired
+    shedder, placer, notes = _strategies(config, shedding, placement)
     load, bundle_data, recent = build_load_data(
         snapshot, state.bundle_data, state.recently_unloaded, config.grace_period_ms
     )
@@ -306,24 +354,21 @@ def _plan_cycle(
     if rails != load.rails:
         load = replace(load, rails=rails)
     sustained = None if profile is None else profile.hot
-    # Ours plans the split trigger's splits together with its unloads (their halves placed the same cycle);
-    # every Pulsar strategy gets the trigger after shedding, as Pulsar runs it.
-    splits_first = shedding_name == predictive.NAME and len(snapshot.brokers) > 1
-    early: list[Split] = []
-    if splits_first:
-        early, split_notes = find_bundles_to_split(load, config, sustained=sustained)
+    split_strategy = registry.SPLIT_STRATEGY
+    several = len(snapshot.brokers) > 1
+    # A shedder that plans splits gets the split strategy's picks first (ours: their halves placed the same
+    # cycle); every other gets the split strategy after shedding, as Pulsar runs it.
+    picked: list[Split] = []
+    if several and shedder.plans_splits:
+        picked, split_notes = split_strategy(load, config, sustained=sustained)
         notes.extend(split_notes)
-    if not splits_first or len(snapshot.brokers) <= 1:
-        result = registry.SHEDDING[shedding_name](load, config, state) if len(snapshot.brokers) > 1 else None
-    else:
-        result = predictive.shed(load, config, state, early)
-    if result is None:
-        notes.append(f"{len(snapshot.brokers)} broker(s): nothing to balance")
-        shed_state, unloads = state, ()
-    else:
-        shed_state, unloads = result.state, result.unloads
+    if several:
+        result = shedder(load, config, state, picked)
+        shed_state, unloads, planned_splits = result.state, result.unloads, result.splits
         notes.extend(result.notes)
-    self_placing = shedding_name in registry.SELF_PLACING
+    else:
+        notes.append(f"{len(snapshot.brokers)} broker(s): nothing to balance")
+        shed_state, unloads, planned_splits = state, (), ()
     ctx = PlacementContext(
         load,
         config,
@@ -331,61 +376,33 @@ def _plan_cycle(
         placement_ema={b: v for b, v in state.placement_ema.items() if b in snapshot.brokers},
         planned={u.bundle: u.destination for u in unloads if u.destination is not None},
     )
-    placer = registry.PLACEMENT[placement_name]
-    actions: list[Action] = []
-    seen: set[str] = set()
-    for split in result.splits if result is not None else ():
-        kept = policies_keep(load, split.bundle, split.source, ctx) if split.unload else None
-        if kept is not None:  # checkNamespaceBundleSplit: unload the halves only if the policies allow
-            split = Split(split.bundle, split.source, split.algorithm, split.boundaries, split.reason, False)
-            notes.append(f"split {split.bundle}: its halves stay on {split.source}: {kept}")
-        actions.append(split)
-        seen.add(split.bundle)
+    actions: list[Action] = [_checked_split(load, split, ctx, notes) for split in planned_splits]
+    seen = {split.bundle for split in planned_splits}
     for unload in unloads:
         if unload.bundle in seen:
             continue
         seen.add(unload.bundle)
-        refused = None
-        if self_placing and unload.destination is not None:
-            destination: str | None = unload.destination
-            how = "destination chosen by the shedder"
-            refused = destination_refused(load, unload.bundle, destination, ctx)
-            if refused is not None and shedding_name == TRANSFER_SHEDDER:
-                notes.append(f"skip {unload.bundle}: {refused}")  # TransferShedder.isTransferable: not transferable
-                shed_state = shed_state.forget_unloads({unload.bundle})  # no cooldown for an unload never planned
-                continue
-        if not self_placing or unload.destination is None or refused is not None:
-            # ours (PredictivePairingShedder), like AvgShedder whose planned broker is not a candidate: placed
-            # among the brokers the policies allow, behind the same checks as any other unload
-            kept = policies_keep(load, unload.bundle, unload.source, ctx)
-            if kept is not None:  # ModularLoadManagerImpl.doLoadShedding's policy checks
-                notes.append(f"keep {unload.bundle}: {kept}")
-                continue
-            destination = select_broker(unload.bundle, placer, ctx)
-            how = f"destination by {placement_name}"
-            if refused is not None:
-                how = f"{how} (the shedder's own choice {unload.destination} refused: {refused})"
-        if destination is None or destination == unload.source:
-            notes.append(f"skip {unload.bundle}: {placement_name} found no broker other than its owner {unload.source}")
+        own = unload.destination if shedder.places_itself else None
+        refused = destination_refused(load, unload.bundle, own, ctx) if own is not None else None
+        if refused is not None and shedder.refused_destination == "skip":
+            notes.append(f"skip {unload.bundle}: {refused}")  # TransferShedder.isTransferable: not transferable
+            shed_state = shed_state.forget_unloads({unload.bundle})  # no cooldown for an unload never planned
             continue
-        actions.append(Unload(unload.bundle, unload.source, destination, f"{unload.reason}; {how}"))
-        recent[unload.bundle] = snapshot.taken_at
-    if len(snapshot.brokers) > 1 and not splits_first:
-        splits, split_notes = find_bundles_to_split(load, config, skip=frozenset(seen), sustained=sustained)
-        for split in splits:
-            kept = policies_keep(load, split.bundle, split.source, ctx) if split.unload else None
-            if kept is not None:  # checkNamespaceBundleSplit: unload the halves only if the policies allow
-                split = Split(split.bundle, split.source, split.algorithm, split.boundaries, split.reason, False)
-                notes.append(f"split {split.bundle}: its halves stay on {split.source}: {kept}")
-            actions.append(split)
+        placed = _placed(load, unload, own if refused is None else None, refused, placer, ctx, notes)
+        if placed is not None:
+            actions.append(placed)
+            recent[unload.bundle] = snapshot.taken_at
+    if several and not shedder.plans_splits:
+        splits, split_notes = split_strategy(load, config, skip=frozenset(seen), sustained=sustained)
+        actions.extend(_checked_split(load, split, ctx, notes) for split in splits)
         notes.extend(split_notes)
-    elif len(snapshot.brokers) <= 1 and config.loadBalancerAutoBundleSplitEnabled:
+    elif not several and config.loadBalancerAutoBundleSplitEnabled:
         # ModularLoadManagerImpl.checkNamespaceBundleSplit returns early with one broker (PR #20190):
         # a split would only unload the halves back onto the same broker.
         notes.append(f"split: skipped with {len(snapshot.brokers)} broker(s) (Pulsar splits only with more than one)")
     plan = Plan(
-        shedding=shedding_name,
-        placement="(transfer)" if self_placing else placement_name,
+        shedding=shedder.name,
+        placement="(transfer)" if shedder.places_itself else placer.name,
         taken_at=snapshot.taken_at,
         actions=tuple(actions),
         brokers=_estimate_scores(load, config, actions),

@@ -36,10 +36,14 @@ import re
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pulsar_lb_operator.strategies import bundles as bundle_names
 from pulsar_lb_operator.strategies.documents import Reader, describe
+
+if TYPE_CHECKING:  # both read a snapshot's policies from here: named for the checker only
+    from pulsar_lb_operator.strategies.config import LoadBalancerConfig
+    from pulsar_lb_operator.strategies.snapshots import ClusterSnapshot
 
 MIN_AVAILABLE = "min_available"  # AutoFailoverPolicyType: the only policy type Pulsar has
 ALL = "*"  # policiesUnknown key: the policies of every namespace are unknown
@@ -422,19 +426,18 @@ def parse_policies(root: Reader) -> NamespacePolicies:
 
 
 def transfer_filter(
-    snapshot: Any, config: Any, brokers: Iterable[str] | None = None
+    snapshot: ClusterSnapshot, config: LoadBalancerConfig, brokers: Iterable[str] | None = None
 ) -> Callable[[str, str, str], bool]:
     """``is_transferable(bundle, source, destination)`` over one snapshot (a ClusterSnapshot) and
     configuration (a LoadBalancerConfig), as TransferShedder.isTransferable calls it in its loop. ``brokers``:
     the candidates the filters before these left (TransferShedder's topic-count and version filters), else all."""
     candidates = list(snapshot.brokers if brokers is None else brokers)
-    brokers = snapshot.brokers
-    policies: NamespacePolicies = snapshot.policies
+    reports, policies = snapshot.brokers, snapshot.policies
     owned: dict[str, list[str]] = {}
 
     def owned_bundles() -> Mapping[str, list[str]]:
         if not owned:
-            owned.update(namespaces_by_broker({b: d.owned_bundles() for b, d in brokers.items()}, per_bundle=True))
+            owned.update(namespaces_by_broker({b: d.owned_bundles() for b, d in reports.items()}, per_bundle=True))
         return owned
 
     def check(bundle: str, source: str, destination: str) -> bool:
@@ -446,7 +449,7 @@ def transfer_filter(
             policies,
             policies_enabled=config.loadBalancerSheddingBundlesWithPoliciesEnabled,
             transfer_enabled=config.loadBalancerTransferEnabled,
-            loads_persistent_topics=lambda b: brokers[b].persistentTopicsEnabled,
+            loads_persistent_topics=lambda b: reports[b].persistentTopicsEnabled,
             owned_bundles=owned_bundles,
         )
 

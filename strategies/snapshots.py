@@ -8,6 +8,11 @@ validates it once here so strategies can trust every number: finite, not negativ
 bounds of ``strategies.documents`` (1e15 for resource figures and bundle or topic rates and
 throughputs, 5e307 for a broker's own totals, 2**53 − 1 for counts and timestamps; a resource limit
 is 0 or at least 1e-6).
+
+Longer than our modules usually are (about 600 lines) on purpose: the model, the field-by-field reader that
+names what is wrong, and the reader's fast path (msgspec, in C, for the 100,000 bundles of a large cluster)
+must take exactly the same documents — the fast path's bounds are the reader's, a hair inside — and they
+are kept side by side so that one is not changed without the others.
 """
 
 from __future__ import annotations
@@ -24,8 +29,10 @@ from typing import Annotated, Any
 
 try:  # checks each broker's lastStats in C; without it (a Spark driver has only numpy) the reader does
     import msgspec
+
+    HAVE_MSGSPEC = True
 except ImportError:  # pragma: no cover
-    msgspec = None
+    HAVE_MSGSPEC = False
 
 from pulsar_lb_operator.strategies import bundles as bundle_names
 from pulsar_lb_operator.strategies.documents import (
@@ -52,7 +59,8 @@ class SnapshotError(UserError, ValueError):
 def _float32(value: float) -> float:
     """Java's ``(float)`` cast: ResourceUsage.percentUsage() is computed in float precision in Pulsar."""
     try:
-        return struct.unpack("f", struct.pack("f", value))[0]
+        single: float = struct.unpack("f", struct.pack("f", value))[0]
+        return single
     except OverflowError:  # beyond Float.MAX_VALUE: Java gives infinity (parsed snapshots never get here)
         return math.copysign(math.inf, value)
 
@@ -160,7 +168,8 @@ class BrokerLoad(MessageTotals):
 
     def max_resource_usage(self) -> float:
         """Unweighted max over all five resources, as a fraction (LocalBrokerData.getMaxResourceUsage)."""
-        return max(getattr(self, name).percent_usage() for name in RESOURCE_FIELDS) / 100
+        usages: list[float] = [getattr(self, name).percent_usage() for name in RESOURCE_FIELDS]
+        return max(usages) / 100
 
     def max_resource_usage_with_weight(self, weights: ResourceWeights, memory: bool = True) -> float:
         """LocalBrokerData.getMaxResourceUsageWithWeight, as a fraction (may exceed 1.0).
@@ -290,7 +299,7 @@ def _bundle_stats(reader: Reader) -> BundleStats:
 def _trusted(cls: type, fields: dict[str, Any]) -> Any:
     """An instance of a frozen dataclass from fields already checked, without its ``__init__`` (one
     ``object.__setattr__`` per field): a snapshot of 100,000 bundles makes 100,000 BundleStats."""
-    instance = object.__new__(cls)
+    instance: Any = object.__new__(cls)
     instance.__dict__.update(fields)
     return instance
 
@@ -301,7 +310,7 @@ _RATE_KEYS = ("msgRateIn", "msgRateOut", "msgThroughputIn", "msgThroughputOut")
 _INSIDE = 1 - 2**-40
 _JSON_TYPES = frozenset({dict, list, str, int, float, bool, type(None)})
 
-if msgspec is not None:
+if HAVE_MSGSPEC:
     _Rate = Annotated[float, msgspec.Meta(ge=0, le=MAX_AMOUNT * _INSIDE)]
     _Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_INTEGER)]
 
@@ -406,7 +415,7 @@ def decode_load_report(content: bytes) -> DecodedReport | None:
     what is wrong. It takes nothing the reader would refuse: bounds a hair inside the reader's (a value at
     the bound goes to the reader), no integral float for a count, no NaN, no infinity, no boolean for a
     number, only UTF-8, valid bundle names, a resource limit of 0 or at least ``MIN_LIMIT``."""
-    if msgspec is None or type(content) is not bytes:
+    if not HAVE_MSGSPEC or type(content) is not bytes:
         return None
     try:
         fields = _decoder.decode(content)
@@ -465,7 +474,7 @@ def _plain_last_stats(value: Any) -> dict[str, BundleStats] | None:
     """``lastStats`` checked at full speed (msgspec, in C) when every entry is plainly valid, as in nearly
     every report; None otherwise — or without msgspec — and the reader, field by field, finds and names
     what is wrong. A count given as an integral float (5.0) is left to the reader too."""
-    if msgspec is None or type(value) is not dict:
+    if not HAVE_MSGSPEC or type(value) is not dict:
         return None
     entries = value.values()
     # msgspec would also take a Mapping or a Decimal, which the reader refuses: JSON's own types only

@@ -43,7 +43,7 @@ class PendingMove:
     planned_at: int
     traffic: tuple[float, float, float]  # msg rate in + out, throughput in, throughput out
 
-    def to_json(self) -> list:
+    def to_json(self) -> list[Any]:
         return [self.source, self.destination, self.planned_at, list(self.traffic)]
 
     @classmethod
@@ -104,7 +104,7 @@ class StrategyState:
         return self.evolve(**changes)
 
     def evolve(self, **changes: Any) -> StrategyState:
-        frozen = {k: _frozen(v) if isinstance(v, dict) else v for k, v in changes.items()}
+        frozen: dict[str, Any] = {k: _frozen(v) if isinstance(v, dict) else v for k, v in changes.items()}
         return replace(self, **frozen)
 
     def to_json(self) -> dict[str, Any]:

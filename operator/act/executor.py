@@ -35,10 +35,9 @@ from pulsar_lb_operator.act.safety import Safety
 from pulsar_lb_operator.adminapi import AdminClient, AdminError, Conflict, ServerError, TransportError
 from pulsar_lb_operator.adminapi.errors import already_on_destination
 from pulsar_lb_operator.collect.collector import read_isolation_policies
+from pulsar_lb_operator.strategies import Action, Plan, SnapshotError, Split, Unload
 from pulsar_lb_operator.strategies import bundles as bundle_names
 from pulsar_lb_operator.strategies import policies as ns_policies
-from pulsar_lb_operator.strategies.plans import Action, Plan, Split, Unload
-from pulsar_lb_operator.strategies.snapshots import SnapshotError
 
 log = structlog.get_logger(__name__)
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pulsar_lb_operator.strategies.errors import UserError
-from pulsar_lb_operator.strategies.plans import Action, Split, Unload
+from pulsar_lb_operator.strategies import Action, Split, Unload, UserError
 
 
 class ExecutorStateError(UserError, ValueError):

@@ -18,7 +18,7 @@ import stat
 from dataclasses import dataclass
 from typing import Any
 
-from pulsar_lb_operator.strategies.rails import DEFAULT_RAILS, Rails
+from pulsar_lb_operator.strategies import DEFAULT_RAILS, Rails
 
 KILL_SWITCH_ENV = "PULSAR_LB_KILL_SWITCH"
 OFF_VALUES = ("", "0", "false", "no", "off")  # the only values that leave the environment's switch off

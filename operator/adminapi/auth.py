@@ -43,7 +43,7 @@ import structlog
 
 from pulsar_lb_operator.adminapi import origins
 from pulsar_lb_operator.adminapi.errors import AuthenticationError
-from pulsar_lb_operator.strategies.config import ConfigError
+from pulsar_lb_operator.strategies import ConfigError
 
 log = structlog.get_logger(__name__)
 

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 import requests
 import urllib3.exceptions
 
-from pulsar_lb_operator.strategies.errors import ClusterError
+from pulsar_lb_operator.strategies import ClusterError
 
 # What Pulsar answers when an unload or split meets a bundle whose ownership is already changing:
 # - 500 "Namespace bundle <b> is being unloaded": NamespaceService.findBrokerServiceUrl, when the ownership

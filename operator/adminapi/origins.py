@@ -34,7 +34,7 @@ from urllib.parse import unquote, urlsplit
 from urllib3.exceptions import LocationParseError
 from urllib3.util import parse_url
 
-from pulsar_lb_operator.strategies.errors import UserError
+from pulsar_lb_operator.strategies import UserError
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 HOSTNAME = re.compile(r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*")

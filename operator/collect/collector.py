@@ -39,18 +39,18 @@ from requests.adapters import HTTPAdapter
 from requests.exceptions import InvalidSchema
 
 from pulsar_lb_operator.adminapi import AdminClient, AdminError, BadResponse, NotFound, ServerError, TransportError
-from pulsar_lb_operator.strategies import bundles as bundle_names
-from pulsar_lb_operator.strategies import policies as ns_policies
-from pulsar_lb_operator.strategies.documents import Reader
-from pulsar_lb_operator.strategies.heap import collector_paused
-from pulsar_lb_operator.strategies.snapshots import (
+from pulsar_lb_operator.strategies import (
     BrokerLoad,
     ClusterSnapshot,
+    Reader,
     SnapshotError,
     TopicStats,
+    collector_paused,
     decode_load_report,
     parse_broker_load,
 )
+from pulsar_lb_operator.strategies import bundles as bundle_names
+from pulsar_lb_operator.strategies import policies as ns_policies
 
 log = structlog.get_logger(__name__)
 

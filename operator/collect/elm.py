@@ -63,10 +63,16 @@ from pulsar_lb_operator.collect.elm_readers import (
     WaitLine,
     cluster_service_url,
 )
-from pulsar_lb_operator.strategies import registry
-from pulsar_lb_operator.strategies.config import ConfigError, LoadBalancerConfig
-from pulsar_lb_operator.strategies.snapshots import BrokerLoad, ClusterSnapshot, SnapshotError, parse_broker_load
-from pulsar_lb_operator.strategies.state import StrategyState
+from pulsar_lb_operator.strategies import (
+    BrokerLoad,
+    ClusterSnapshot,
+    ConfigError,
+    LoadBalancerConfig,
+    SnapshotError,
+    StrategyState,
+    parse_broker_load,
+    registry,
+)
 
 __all__ = [  # the readers' and documents' names, used through this module
     "BROKER_LOAD_DATA_TOPIC",

@@ -16,8 +16,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from pulsar_lb_operator.strategies.documents import MAX_BROKER_TOTAL, Reader, describe
-from pulsar_lb_operator.strategies.snapshots import SnapshotError
+from pulsar_lb_operator.strategies import MAX_BROKER_TOTAL, Reader, SnapshotError, describe
 
 
 def _reader(value: Any, path: str) -> Reader:

@@ -22,7 +22,7 @@ from urllib.parse import quote
 import structlog
 
 from pulsar_lb_operator.adminapi import AdminClient, AdminError
-from pulsar_lb_operator.strategies.errors import ClusterError
+from pulsar_lb_operator.strategies import ClusterError
 
 log = structlog.get_logger(__name__)
 

@@ -8,7 +8,7 @@ import textwrap
 from collections.abc import Sequence
 
 from pulsar_lb_operator.act.executor import Record
-from pulsar_lb_operator.strategies.plans import Plan, Split, Unload
+from pulsar_lb_operator.strategies import Plan, Split, Unload
 
 # AvgShedder's note on a pair it is still counting (strategies/shedding/avg.py; PredictivePairingShedder falls
 # back to it): "AvgShedder: pair HI (76.7) / LO (16.0) diff 60.7; high hits 1/2, low hits 1/8"

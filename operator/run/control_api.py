@@ -23,7 +23,7 @@ import structlog
 from pulsar_lb_operator.run import control_auth, workflows
 from pulsar_lb_operator.store import control as control_store
 from pulsar_lb_operator.store.control import ControlError
-from pulsar_lb_operator.strategies.errors import UserError
+from pulsar_lb_operator.strategies import UserError
 
 if TYPE_CHECKING:
     from pulsar_lb_operator.run.daemon import Daemon

@@ -25,16 +25,16 @@ from pulsar_lb_operator.record import audit as audit_events
 from pulsar_lb_operator.record.ids import new_id
 from pulsar_lb_operator.store.statefile import OperatorState
 from pulsar_lb_operator.strategies import (
+    Action,
     ClusterSnapshot,
     LoadBalancerConfig,
+    LoadProfile,
     Plan,
     Unload,
+    estimate_after,
     plan_cycle,
+    plan_drain,
 )
-from pulsar_lb_operator.strategies.drain import plan_drain
-from pulsar_lb_operator.strategies.planner import estimate_after
-from pulsar_lb_operator.strategies.plans import Action
-from pulsar_lb_operator.strategies.profile import LoadProfile
 
 log = structlog.get_logger(__name__)
 

@@ -47,9 +47,7 @@ from pulsar_lb_operator.store import statefile
 from pulsar_lb_operator.store.control import ControlFile
 from pulsar_lb_operator.store.history import HistoryStore
 from pulsar_lb_operator.store.profile import read_profile
-from pulsar_lb_operator.strategies import LoadBalancerConfig, StateError, UserError
-from pulsar_lb_operator.strategies.config import ConfigError
-from pulsar_lb_operator.strategies.snapshots import SnapshotError
+from pulsar_lb_operator.strategies import ConfigError, LoadBalancerConfig, SnapshotError, StateError, UserError
 
 log = structlog.get_logger(__name__)
 

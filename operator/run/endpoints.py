@@ -21,7 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pulsar_lb_operator import hints
 from pulsar_lb_operator.run import status_page
 from pulsar_lb_operator.store.control import ControlError
-from pulsar_lb_operator.strategies.config import ConfigError
+from pulsar_lb_operator.strategies import ConfigError
 
 log = structlog.get_logger(__name__)
 

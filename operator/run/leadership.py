@@ -51,8 +51,7 @@ from typing import Any
 import requests
 import structlog
 
-from pulsar_lb_operator.strategies.config import ConfigError
-from pulsar_lb_operator.strategies.errors import ClusterError
+from pulsar_lb_operator.strategies import ClusterError, ConfigError
 
 log = structlog.get_logger(__name__)
 

@@ -27,8 +27,7 @@ from pulsar_lb_operator.run.cycle import CycleResult, OperatorState, run_cycle
 from pulsar_lb_operator.run.settings import OperatorSettings, resolve
 from pulsar_lb_operator.store import files, statefile
 from pulsar_lb_operator.store.control import ControlFile
-from pulsar_lb_operator.strategies import LoadBalancerConfig
-from pulsar_lb_operator.strategies.config import ConfigError
+from pulsar_lb_operator.strategies import ConfigError, LoadBalancerConfig
 
 
 def settings_from(args: argparse.Namespace, **flags: object) -> tuple[OperatorSettings, LoadBalancerConfig, set[str]]:

@@ -27,14 +27,14 @@ from pulsar_lb_operator import hints
 from pulsar_lb_operator.act.safety import KILL_SWITCH_ENV, Safety
 from pulsar_lb_operator.adminapi import auth
 from pulsar_lb_operator.adminapi.client import TEMPLATE_FIELDS, render_template, service_url_of, template_fields
-from pulsar_lb_operator.strategies.config import (
+from pulsar_lb_operator.strategies import (
+    DEFAULT_RAILS,
     ConfigError,
     LoadBalancerConfig,
     config_keys,
     convert_value,
     did_you_mean,
 )
-from pulsar_lb_operator.strategies.rails import DEFAULT_RAILS
 
 ENV_PREFIX = "PULSAR_LB_"
 MAY_BE_EMPTY = ("historyUri", "profileUri")  # "" turns the history or the profile off

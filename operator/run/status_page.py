@@ -20,8 +20,7 @@ from urllib.parse import quote
 import structlog
 
 from pulsar_lb_operator.run import control_api, control_auth, workflows
-from pulsar_lb_operator.strategies.config import ConfigError
-from pulsar_lb_operator.strategies.plans import Split
+from pulsar_lb_operator.strategies import ConfigError, Split
 
 if TYPE_CHECKING:
     from pulsar_lb_operator.run.daemon import Daemon

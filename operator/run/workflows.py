@@ -23,9 +23,8 @@ from pulsar_lb_operator.act.executor import Record
 from pulsar_lb_operator.act.safety import switch_on
 from pulsar_lb_operator.run.cycle import CycleResult
 from pulsar_lb_operator.store.control import APPROVED, EXECUTED, PENDING, ControlError, ControlFile, DaemonRecord
+from pulsar_lb_operator.strategies import ClusterSnapshot, Plan, action_from_json
 from pulsar_lb_operator.strategies import bundles as bundle_names
-from pulsar_lb_operator.strategies.plans import Plan, action_from_json
-from pulsar_lb_operator.strategies.snapshots import ClusterSnapshot
 
 if TYPE_CHECKING:
     from pulsar_lb_operator.run.daemon import Daemon

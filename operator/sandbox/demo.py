@@ -27,9 +27,7 @@ from pulsar_lb_operator.simulator import elm as sim_elm
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.http import ServeError, SimulatedPulsar, serve
 from pulsar_lb_operator.simulator.scenario import load_scenario
-from pulsar_lb_operator.strategies import LoadBalancerConfig, Split
-from pulsar_lb_operator.strategies.config import ConfigError
-from pulsar_lb_operator.strategies.snapshots import SnapshotError
+from pulsar_lb_operator.strategies import ConfigError, LoadBalancerConfig, SnapshotError, Split
 
 CONVERGED_SPREAD = 10.0  # points of usage between the busiest and the idlest broker
 CONVERGED_CYCLES = 3

@@ -21,10 +21,15 @@ import tomllib
 import yaml
 
 from pulsar_lb_operator import hints
-from pulsar_lb_operator.strategies.documents import describe, type_name
-from pulsar_lb_operator.strategies.errors import UserError
-from pulsar_lb_operator.strategies.snapshots import ClusterSnapshot, SnapshotError, parse_snapshot
-from pulsar_lb_operator.strategies.state import StrategyState
+from pulsar_lb_operator.strategies import (
+    ClusterSnapshot,
+    SnapshotError,
+    StrategyState,
+    UserError,
+    describe,
+    parse_snapshot,
+    type_name,
+)
 
 
 class FileError(UserError, ValueError):

@@ -40,8 +40,8 @@ import pyarrow.parquet as pq
 import structlog
 
 from pulsar_lb_operator.spark_jobs.layout import DAY_MS, HOUR_MS, overlaps, partition_of, partition_span, visible
+from pulsar_lb_operator.strategies import RESOURCE_FIELDS, ClusterSnapshot
 from pulsar_lb_operator.strategies.bundles import namespace_of
-from pulsar_lb_operator.strategies.snapshots import RESOURCE_FIELDS, ClusterSnapshot
 
 log = structlog.get_logger(__name__)
 

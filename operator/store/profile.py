@@ -9,9 +9,8 @@ import pyarrow.parquet as pq
 import structlog
 
 from pulsar_lb_operator.store.history import _filesystem
-from pulsar_lb_operator.strategies.averages import MessageAverage
-from pulsar_lb_operator.strategies.loaddata import NUM_LONG_SAMPLES as LONG_SAMPLES_CAP
-from pulsar_lb_operator.strategies.profile import CostModel, HotBundle, LoadProfile
+from pulsar_lb_operator.strategies import NUM_LONG_SAMPLES as LONG_SAMPLES_CAP
+from pulsar_lb_operator.strategies import CostModel, HotBundle, LoadProfile, MessageAverage
 
 log = structlog.get_logger(__name__)
 

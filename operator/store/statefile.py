@@ -29,8 +29,7 @@ import structlog
 from pulsar_lb_operator import hints
 from pulsar_lb_operator.act.ledger import ExecutorState, ExecutorStateError
 from pulsar_lb_operator.store import files
-from pulsar_lb_operator.strategies import StateError, StrategyState
-from pulsar_lb_operator.strategies.errors import PulsarLbError
+from pulsar_lb_operator.strategies import PulsarLbError, StateError, StrategyState
 
 log = structlog.get_logger(__name__)
 

@@ -9,7 +9,7 @@ from pulsar_lb_operator.simulator import admin_errors, dynamic_config
 from pulsar_lb_operator.simulator import elm as sim_elm
 from pulsar_lb_operator.simulator.api.call import Call, Response
 from pulsar_lb_operator.simulator.model import SimError
-from pulsar_lb_operator.strategies.config import config_keys
+from pulsar_lb_operator.strategies import config_keys
 
 STATIC_RUNTIME = {
     "loadManagerClassName": "org.apache.pulsar.broker.loadbalance.impl.ModularLoadManagerImpl",

@@ -7,11 +7,11 @@ from pulsar_lb_operator.strategies.loaddata import LoadData
 from pulsar_lb_operator.strategies.plans import Unload
 from pulsar_lb_operator.strategies.shedding.common import (
     SheddingResult,
-    fmt_bytes,
     select_by_short_term_throughput,
     weighted_usage,
 )
 from pulsar_lb_operator.strategies.state import StrategyState
+from pulsar_lb_operator.strategies.units import fmt_bytes
 
 NAME = "OverloadShedder"
 

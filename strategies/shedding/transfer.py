@@ -49,9 +49,10 @@ from pulsar_lb_operator.strategies.config import LoadBalancerConfig
 from pulsar_lb_operator.strategies.loaddata import LoadData
 from pulsar_lb_operator.strategies.plans import Unload
 from pulsar_lb_operator.strategies.policies import shedding_allowed, transfer_filter
-from pulsar_lb_operator.strategies.shedding.common import SheddingResult, fmt_bytes
+from pulsar_lb_operator.strategies.shedding.common import SheddingResult
 from pulsar_lb_operator.strategies.snapshots import BrokerLoad, BundleStats, ClusterSnapshot
 from pulsar_lb_operator.strategies.state import StrategyState, TransferBrokerEma
+from pulsar_lb_operator.strategies.units import fmt_bytes
 
 NAME = "TransferShedder"
 
@@ -70,6 +71,10 @@ def compare_bundle_stats(a: BundleStats, b: BundleStats) -> int:
     return 0
 
 
+def _compare_entries(a: tuple[str, BundleStats], b: tuple[str, BundleStats]) -> int:
+    return compare_bundle_stats(a[1], b[1])
+
+
 def top_bundles(
     load: BrokerLoad, k: int, sheddable: Callable[[str], bool] | None = None
 ) -> list[tuple[str, BundleStats]]:
@@ -83,7 +88,7 @@ def top_bundles(
         and not bundle_names.is_system_namespace(bundle_names.namespace_of(name))
         and (sheddable is None or sheddable(bundle_names.namespace_of(name)))
     ]
-    by_stats = functools.cmp_to_key(lambda x, y: compare_bundle_stats(x[1], y[1]))
+    by_stats = functools.cmp_to_key(_compare_entries)
     eligible.sort(key=by_stats, reverse=True)
     return sorted(eligible[:k], key=by_stats)
 
@@ -227,7 +232,7 @@ def _identifiers(text: str | None) -> tuple[tuple[int, int | str], ...]:
     return tuple((0, int(p)) if p.isdigit() else (1, p) for p in text.split("."))
 
 
-def _version_key(version: str) -> tuple:
+def _version_key(version: str) -> tuple[object, ...]:
     """Version.BUILD_AWARE_ORDER (jsemver): the normal version, then the pre-release (none is highest), then the
     build metadata (none is lowest)."""
     match = _SEMVER.fullmatch(version.strip())

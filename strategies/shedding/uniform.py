@@ -27,8 +27,9 @@ import math
 from pulsar_lb_operator.strategies.config import LoadBalancerConfig
 from pulsar_lb_operator.strategies.loaddata import LoadData
 from pulsar_lb_operator.strategies.plans import Unload
-from pulsar_lb_operator.strategies.shedding.common import SheddingResult, fmt_bytes
+from pulsar_lb_operator.strategies.shedding.common import SheddingResult
 from pulsar_lb_operator.strategies.state import StrategyState
+from pulsar_lb_operator.strategies.units import fmt_bytes
 
 NAME = "UniformLoadShedder"
 _EPS = 1e-6

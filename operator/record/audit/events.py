@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pulsar_lb_operator.act.executor import Outcome, Record
-from pulsar_lb_operator.strategies.plans import Plan
+from pulsar_lb_operator.strategies import Plan
 
 FORMAT = "pulsar-lb-audit/1"
 

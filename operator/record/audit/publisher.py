@@ -23,7 +23,7 @@ import tenacity
 from pulsar_lb_operator.adminapi import auth
 from pulsar_lb_operator.adminapi.auth import Credentials
 from pulsar_lb_operator.record.audit.spool import Spool
-from pulsar_lb_operator.strategies.config import ConfigError
+from pulsar_lb_operator.strategies import ConfigError
 
 log = structlog.get_logger(__name__)
 

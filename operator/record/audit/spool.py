@@ -19,7 +19,7 @@ from typing import Any
 import structlog
 
 from pulsar_lb_operator.store import files
-from pulsar_lb_operator.strategies.errors import ClusterError
+from pulsar_lb_operator.strategies import ClusterError
 
 log = structlog.get_logger(__name__)
 
