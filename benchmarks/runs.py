@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import random
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -27,7 +28,6 @@ from pulsar_lb_operator.benchmarks.bounds import (
     balanceable_mean,
     balanceable_spread,
     moves_lower_bound,
-    rails_floor,
 )
 from pulsar_lb_operator.benchmarks.metrics import FLAP_WINDOW_S, OVERLOAD_PERCENT, RunMetrics, flapping_bundles
 from pulsar_lb_operator.benchmarks.warmup import day_of_history_profile
@@ -134,10 +134,10 @@ def run(
         {s.name: s.background_cpu >= COTENANT_BACKGROUND for s in _all_specs(scenario)},
     )
     names = {b.id: b.name for b in cluster.brokers.values()}
-    tracker = disturbances.Tracker(lambda: _unperturbed(cluster, balance_needs, target), config, target)
-    last_event = 0  # the sample after the last scenario event (0: the start)
+    report_lag = math.ceil(scenario.report_interval_s / interval_s)
+    tracker = disturbances.Tracker(lambda: _unperturbed(cluster, balance_needs, target), config, target, report_lag)
     event_samples: set[int] = set()  # samples taken after a scenario event: a drop there is not the strategy's
-    _record(cluster, metrics, result, tracker, event=False)
+    _record(cluster, metrics, result, tracker, events=())
     cycle = 0
     while cluster.now_s < scenario.duration_s - 1e-9:
         cycle += 1
@@ -155,16 +155,16 @@ def run(
         pending_events = list(cluster.events)
         cluster.advance(interval_s)
         names.update({b.id: b.name for b in cluster.brokers.values()})
-        event = cluster.events != pending_events  # a scenario event (a restart, a broker added…) happened
-        _record(cluster, metrics, result, tracker, event)
-        if event:
-            last_event = len(metrics.samples) - 1
-            event_samples.add(last_event)
+        # the scenario events that happened (a restart, a broker added…): those no longer waiting
+        happened = [e.type for e in pending_events if not any(e is left for left in cluster.events)]
+        _record(cluster, metrics, result, tracker, happened)
+        if happened:
+            event_samples.add(len(metrics.samples) - 1)
     result.times = [s.time_s for s in metrics.samples]
     result.metrics = _metrics(result, metrics, cluster, target, tracker.found[0].moves)
     result.metrics["overunloaded_sources"] = overunloaded_sources(result, target, event_samples)
-    at_event = next(d for d in reversed(tracker.found) if d.sample == last_event)
-    result.metrics.update(_after_disturbance(result, target, at_event, rails))
+    last = next(d for d in reversed(tracker.found) if d.kind != "excursion")
+    result.metrics.update(_after_disturbance(result, target, last, rails))
     parts = disturbances.segments(tracker.found, tracker.spreads, [m.cycle for m in result.moves], target, rails)
     result.metrics["segments"] = [dataclasses.asdict(p) for p in parts]
     result.metrics["prediction_error"] = round(sum(map(abs, errors)) / len(errors), 2) if errors else None
@@ -186,14 +186,14 @@ def _record(
     metrics: RunMetrics,
     result: RunResult,
     tracker: disturbances.Tracker,
-    event: bool,
+    events: list[str],
 ) -> None:
     """One sample of the cluster's true state: usage, what other processes use on each machine, disturbances."""
     sample = metrics.record(cluster)
     background = {b.name: b.spec.background_cpu * 100 for b in cluster.alive_brokers()}
     result.usage.append(dict(sample.usage))
     result.background.append(background)
-    tracker.observe(sample.usage, background, event)
+    tracker.observe(sample.usage, background, events, settled=not cluster.pending_lookups)
 
 
 def _all_specs(scenario: Scenario) -> list[Any]:
@@ -289,7 +289,7 @@ def _after_disturbance(
     start = disturbance.sample
     spreads = _spreads(result, start)
     converged = next((k for k in range(len(spreads)) if all(s < target for s in spreads[k:])), None)
-    floor = rails_floor(disturbance.moves, disturbance.most_from_one, disturbance.hits, rails)
+    floor = disturbances.floor_of(disturbance, rails)
     allowed = max(GOAL_CYCLES, floor)
     return {
         "disturbance_cycle": start,
