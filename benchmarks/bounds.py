@@ -102,13 +102,14 @@ def balance_needs(cluster: SimulatedCluster, target: float = TARGET_SPREAD) -> t
     """At least this many unloads bring every broker that can take load within ±target/2 of the balanced level,
     and at least this many of them leave one broker (the busiest giver's share).
 
-    Each broker above the band must give away its largest bundles (at what each costs it) until under it; each
+    Each broker above the band must give away its largest bundles (at what each costs it) until under it — those
+    another broker can take without ending above the band, or all of them and one move more (``_fits_somewhere``); each
     broker below it must receive at least the fewest bundles whose costs there add up to its gap; and together the
     brokers below it must receive at least their total gap, which takes at least as many moves as the fewest
-    bundles (of brokers not below the band, each at the most it costs on any of them) that add up to it: one bundle
-    arrives per move. One move serves one of each, so the bound is the largest of the three. A bundle's cost on a
-    broker it arrives on is the most it adds to any one resource there, which is never less than what it adds to
-    the broker's weighted usage.
+    bundles (of brokers not below the band, each at the most it costs on any of them, and none giving more than
+    takes it to the band's floor: ``_fewest_filling``) that add up to it: one bundle arrives per move. One move
+    serves one of each, so the bound is the largest of the three. A bundle's cost on a broker it arrives on is the
+    most it adds to any one resource there, which is never less than what it adds to the broker's weighted usage.
     """
     alive = cluster.alive_brokers()
     usage = {b.name: cluster.true_usage(b.id) for b in alive}
@@ -123,39 +124,101 @@ def balance_needs(cluster: SimulatedCluster, target: float = TARGET_SPREAD) -> t
     level = balanced_level([lines[n] for n in sorted(takers)], held) if held.any() else _mean(usage, takers)
     low, high = level - target / 2, level + target / 2
     contributions = bundle_contributions(cluster)
+    fits = _fits_somewhere(cluster, stats, lines, usage, takers, high)
     give = most = 0
     for name, value in usage.items():
         if value > high:
-            excess, given = value - high, 0
-            for size in sorted(contributions[name].values(), reverse=True):
-                if excess <= 0:
-                    break
-                excess -= size
-                given += 1
+            sizes = contributions[name]
+            given = min(
+                _fewest_reaching([sizes[b] for b in sizes if b in fits], value - high),
+                _fewest_reaching(list(sizes.values()), value - high) + 1,
+            )
             give += given
             most = max(most, given)
     short = sorted(n for n in takers if usage[n] < low)
     if not short:
         return give, most
-    movable = np.concatenate([traffic[n] for n in sorted(usage) if usage[n] >= low] or [np.zeros((0, 3))])
+    sources = [n for n in sorted(usage) if usage[n] >= low]
+    movable = np.concatenate([traffic[n] for n in sources] or [np.zeros((0, 3))])
     # what each movable bundle adds on each broker below the band: the most it adds to one resource there
     rise = np.array([(lines[n][1] @ movable.T).max(axis=0) for n in short]).reshape(len(short), -1)
     take = 0
     for row, name in enumerate(short):
         take += _fewest_reaching(rise[row], low - usage[name])
     deficit = sum(low - usage[n] for n in short)
-    volume = _fewest_reaching(rise.max(axis=0), deficit)
+    volume = _fewest_filling(sources, contributions, rise.max(axis=0), usage, low, deficit)
     return max(give, take, volume), most
+
+
+def _fewest_filling(
+    sources: list[str],
+    contributions: dict[str, dict[str, float]],
+    arriving: np.ndarray,
+    usage: dict[str, float],
+    low: float,
+    deficit: float,
+) -> int:
+    """The fewest moves that can bring ``deficit`` points to the brokers below the band: each move one bundle of a
+    broker not below it (``arriving``: the most each adds there, in ``sources``' order), and no broker giving more
+    than takes it to the band's floor — at most that many of its own points, times the most any of its bundles
+    adds elsewhere per point it takes off it. With so much from each source at most, the moves go where they add
+    most (what j moves bring from one source only grows by less with each: taking them in turn is optimal)."""
+    if deficit <= 0:
+        return 0
+    offer: list[list[float]] = []  # per source: what its 1st, 2nd, … move can add at most
+    start = 0
+    for name in sources:
+        drops = list(contributions[name].values())
+        adds = arriving[start : start + len(drops)]
+        start += len(drops)
+        per_point = max((a / d for a, d in zip(adds, drops) if d > 0), default=0.0)
+        room = (usage[name] - low) * per_point
+        totals = np.minimum(np.cumsum(sorted(adds, reverse=True)), room) if len(adds) else np.zeros(0)
+        offer.append(list(np.diff(totals, prepend=0.0)))
+    heads = [0] * len(offer)
+    filled = moves = 0.0
+    while filled < deficit:
+        gains = [o[h] if h < len(o) else 0.0 for o, h in zip(offer, heads)]
+        best = int(np.argmax(gains)) if gains else 0
+        if not gains or gains[best] <= 0:
+            break
+        filled += gains[best]
+        heads[best] += 1
+        moves += 1
+    return int(moves)
 
 
 def _mean(usage: dict[str, float], names: set[str]) -> float:
     return sum(usage[n] for n in names) / len(names)
 
 
-def _fewest_reaching(sizes: np.ndarray, total: float) -> int:
-    """The fewest of ``sizes`` (the largest first) that add up to ``total``; all of them when they do not."""
+def _fewest_reaching(sizes: np.ndarray | list[float], total: float, exceed: bool = False) -> int:
+    """The fewest of ``sizes`` (the largest first) that add up to ``total`` (``exceed``: more than it); all of
+    them when they do not."""
     ordered = sorted((float(s) for s in sizes), reverse=True)
-    return next((k for k, acc in enumerate(itertools.accumulate(ordered), 1) if acc >= total), len(ordered))
+    enough = (lambda acc: acc > total) if exceed else (lambda acc: acc >= total)
+    return next((k for k, acc in enumerate(itertools.accumulate(ordered), 1) if enough(acc)), len(ordered))
+
+
+def _fits_somewhere(
+    cluster: SimulatedCluster,
+    stats: dict[str, dict[str, BundleStats]],
+    lines: dict[str, tuple[np.ndarray, np.ndarray]],
+    usage: dict[str, float],
+    takers: set[str],
+    high: float,
+) -> set[str]:
+    """The bundles some other broker that can take load could receive without ending above the band: moving any
+    other leaves its destination above the band, unless the destination gives a bundle away too — a move more."""
+    fits = set()
+    for owner, owned in stats.items():
+        for bundle, s in owned.items():
+            traffic = np.array(s.traffic)
+            for name in takers:
+                if name != owner and usage[name] + (lines[name][1] @ traffic).max() <= high:
+                    fits.add(bundle)
+                    break
+    return fits
 
 
 def moves_lower_bound(cluster: SimulatedCluster, target: float = TARGET_SPREAD) -> int:
