@@ -130,7 +130,8 @@ class _Cycle:
         plan = None
         if self.empty:
             self.notes.append(f"{NAME}: {', '.join(sorted(self.empty))} carries nothing (joined or came back): acting")
-        if not settling and (self.triggered or self.empty):
+        room = self.load.rails.max_unloads_per_cycle - self.actions()
+        if not settling and (self.triggered or self.empty) and room > 0:  # no room: planned again next cycle
             plan = endstate.plan(
                 self.load,
                 self.forecast,

@@ -212,11 +212,12 @@ def _items(
     items = []
     for giver in sorted(b for b in movable if level[b] > target):
         stats = load.snapshot.brokers[giver].lastStats
-        for bundle in movable[giver]:
-            traffic = bundle_traffic(load, giver, bundle, halves)
-            if traffic == NO_TRAFFIC:
-                continue
-            drop = level[giver] - forecast.usage(giver, forecast.shifted(giver, traffic, -1))
+        moving = [(bundle, bundle_traffic(load, giver, bundle, halves)) for bundle in movable[giver]]
+        moving = [(bundle, traffic) for bundle, traffic in moving if traffic != NO_TRAFFIC]
+        if not moving:
+            continue
+        drops = level[giver] - forecast.departures(giver, np.array([traffic for _, traffic in moving]))
+        for (bundle, traffic), drop in zip(moving, drops.tolist()):
             if 0 < drop <= level[giver] - (target - band):
                 count = topics.get(bundle, stats[bundle].topics if bundle in stats else 0)
                 items.append((giver, bundle, traffic, drop, count))

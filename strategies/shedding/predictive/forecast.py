@@ -84,10 +84,11 @@ def slopes(load: LoadData, state: StrategyState) -> dict[str, Slope] | None:
     kinds: dict[tuple[float, float], dict[str, CostModel]] = {}
     for b, m in fitted.items():
         kinds.setdefault(_kind(brokers[b]), {})[b] = m
+    per_kind = {kind: _per_core(models, brokers) for kind, models in kinds.items()}
     mix = tuple(np.sum([r.traffic for r in brokers.values()], axis=0))  # the cluster's traffic: its mix
     out = {}
     for b, report in brokers.items():
-        kind = _per_core(kinds.get(_kind(report), {}), brokers)
+        kind = per_kind.get(_kind(report))
         per_core = (pooled if kind is None else kind) / (report.cpu.limit or 1.0)
         kept = None
         if b in fitted:
@@ -284,6 +285,16 @@ class Forecast:
                 direct,
             )
         return now, np.maximum(np.maximum(np.maximum(after[0], after[1]), after[2]), direct)
+
+    def departures(self, broker: str, traffic: np.ndarray) -> np.ndarray:
+        """The broker's usage after each of the bundles (rows of ``traffic``) leaves it: ``usage(broker,
+        shifted(broker, t, -1))`` for every row, in array operations."""
+        s, p, w = self.slope[broker], self.points[broker], self.weights
+        with np.errstate(over="ignore", invalid="ignore"):
+            cpu = np.maximum(p[0] - traffic @ np.array(s.cpu), 0.0) * w[0]
+            bandwidth_in = np.maximum(p[1] - traffic[:, 1] * s.bandwidth_in, 0.0) * w[1]
+            bandwidth_out = np.maximum(p[2] - traffic[:, 2] * s.bandwidth_out, 0.0) * w[2]
+        return np.maximum(np.maximum(np.maximum(cpu, bandwidth_in), bandwidth_out), self.direct[broker] * w[3])
 
     def move(self, source: str, destination: str, traffic: Traffic) -> None:
         self.shift(source, traffic, -1)

@@ -117,8 +117,9 @@ def assign(
         """The move of one planned bundle off or onto taker ``v``, or the exchange of one of its bundles for
         another taker's, that lowers the two takers' cost most: (bundle leaving v, bundle arriving on v, the
         taker the leaving one goes to)."""
-        placed = np.array([b for b in range(bundles) if where[b] >= 0 and where[b] != v], dtype=int)
-        owner = np.array([where[b] for b in placed], dtype=int)
+        at = np.asarray(where)
+        placed = np.flatnonzero((at >= 0) & (at != v))
+        owner = at[placed]
         own = held[v]
         cost_v, cost_all = float(cost(level[v : v + 1])[0]), cost(level)
         best: tuple[float, int | None, int | None, int] = (1e-9, None, None, v)
