@@ -230,17 +230,23 @@ def hot_topic(rng: random.Random, name: str) -> dict:
     return _surged(rng, name, rng.randint(3, 12), 1, HOT_TOPIC)
 
 
-def diurnal(rng: random.Random, name: str) -> dict:
-    count = rng.randint(3, 14)
+def _daily(amplitude: tuple[float, float], shortest: int) -> Callable[[random.Random], dict]:
+    """A tenant's daily curve: an amplitude in ``amplitude``, a "day" of ``shortest`` to 720 minutes, any phase."""
 
-    def daily(r: random.Random) -> dict:
+    def draw(r: random.Random) -> dict:
         return {
             "type": "daily",
-            "amplitude": round(r.uniform(0.2, 0.6), 2),
-            "period_minutes": r.randint(180, 720),
+            "amplitude": round(r.uniform(*amplitude), 2),
+            "period_minutes": r.randint(shortest, 720),
             "phase": round(r.random(), 3),
         }
 
+    return draw
+
+
+def diurnal(rng: random.Random, name: str) -> dict:
+    count = rng.randint(3, 14)
+    daily = _daily((0.2, 0.6), 180)
     tenants = _tenants(rng, count, daily)
     if len(tenants) == 1:
         tenants += _tenants(random.Random(rng.random()), count, daily)[:1]
@@ -281,16 +287,7 @@ def mixed(rng: random.Random, name: str) -> dict:
     parts = rng.sample(["scale-out", "scale-in", "tenant-surge", "noisy-neighbour", "hot-topic"], 2)
     count = rng.randint(4, 12)
     brokers = _brokers(rng, count, kinds=rng.randint(2, 3))
-
-    def gentle(r: random.Random) -> dict:
-        return {
-            "type": "daily",
-            "amplitude": round(r.uniform(0.05, 0.25), 2),
-            "period_minutes": r.randint(240, 720),
-            "phase": round(r.random(), 3),
-        }
-
-    tenants = _tenants(rng, count, gentle if rng.random() < 0.5 else None)
+    tenants = _tenants(rng, count, _daily((0.05, 0.25), 240) if rng.random() < 0.5 else None)
     data = _base(rng, name, brokers, tenants, events=[])
     data = _calibrate(data, rng.uniform(40, 60))
     at = _when(rng)
