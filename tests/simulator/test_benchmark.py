@@ -242,16 +242,15 @@ def slow_balancing(loaded, seed):
 
 @pytest.mark.parametrize("seed", [17, 18, 19, 20])
 def test_ours_fills_new_brokers_at_the_caps_pace_and_balances_on_the_rails_floor(seed):
-    """20 + 20 brokers, about 55 moves: the rails let 10 a cycle through from the second hit on, and ours sends
-    10 every cycle and is balanced the cycle the floor allows. Before a destination could end a little above
-    its source (within the tolerance of the mean), brokers stuck just out of the tolerance took extra cycles
-    of small moves (seed 17: 9 cycles, floor 7)."""
+    """20 + 20 brokers, about 55 moves: the new brokers carry nothing, a membership event acted on from their first
+    report (no hit to wait for), and ours sends 10 — the cap — every cycle but the last, balanced on the rails'
+    floor or a cycle before it (the floor counts the two hits a debounced strategy waits for)."""
     result = run(slow_balancing(20, seed), OURS)
     m = result.metrics
     per_cycle = [
         sum(1 for mv in result.moves if mv.cycle == c) for c in range(1, max(mv.cycle for mv in result.moves) + 1)
     ]
-    assert per_cycle[0] == 0 and all(n == 10 for n in per_cycle[1:-1]), per_cycle
+    assert all(n == 10 for n in per_cycle[:-1]), per_cycle
     assert m["cycles_after_disturbance"] is not None and m["cycles_after_disturbance"] <= m["rails_floor_cycles"], m
     assert m["unloads"] <= 1.25 * m["moves_lower_bound"] and m["flapping_bundles"] == 0
     assert m["wrong_direction_moves"] == 0 and m["overplaced_destinations"] == 0
