@@ -14,13 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pulsar_lb_operator.benchmarks.runs import (
-    BASELINE,
-    BUILTIN_COMBINATIONS,
-    COTENANT_BACKGROUND,
-    GOAL_CYCLES,
-    RunResult,
-)
+from pulsar_lb_operator.benchmarks.bounds import GOAL_CYCLES
+from pulsar_lb_operator.benchmarks.runs import BASELINE, BUILTIN_COMBINATIONS, COTENANT_BACKGROUND, RunResult
 from pulsar_lb_operator.simulator.scenario import Scenario
 
 COLUMNS = ("Heterogeneous environment", "Load jitter", "Over placement", "Over unloading", "Slow load balancing")

@@ -14,13 +14,21 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import itertools
 import math
 import random
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pulsar_lb_operator.benchmarks import disturbances
+from pulsar_lb_operator.benchmarks.bounds import (
+    GOAL_CYCLES,
+    TARGET_SPREAD,
+    balance_needs,
+    balanceable_mean,
+    balanceable_spread,
+    moves_lower_bound,
+)
 from pulsar_lb_operator.benchmarks.metrics import FLAP_WINDOW_S, OVERLOAD_PERCENT, RunMetrics, flapping_bundles
 from pulsar_lb_operator.benchmarks.warmup import day_of_history_profile
 from pulsar_lb_operator.simulator.cluster import SimError, SimulatedCluster
@@ -36,9 +44,7 @@ from pulsar_lb_operator.strategies import (
     plan_cycle,
 )
 
-TARGET_SPREAD = 10.0  # points of usage: "balanced" means max − min below this
 COTENANT_BACKGROUND = 0.25  # a broker whose machine gives a quarter of its CPU to other processes
-GOAL_CYCLES = 3  # issue 16: balanced within 3 cycles of a disturbance, or as soon as the rails allow
 BUILTIN_SWITCHES = ("loadBalancerSheddingEnabled", "loadBalancerAutoBundleSplitEnabled")
 
 
@@ -91,124 +97,13 @@ class RunResult:
     brokers: dict[str, bool]  # name → co-tenanted
     times: list[float] = field(default_factory=list)
     usage: list[dict[str, float]] = field(default_factory=list)  # per sample: broker name → true usage %
+    # per sample: broker name → the CPU points other processes on its machine use (a noisy neighbour changes it)
+    background: list[dict[str, float]] = field(default_factory=list)
     moves: list[Move] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "moves": [asdict(m) for m in self.moves]}
-
-
-def balanceable(usage: dict[str, float], background: dict[str, float]) -> list[str]:
-    """The brokers that can take load: one whose background alone is at or above the cluster's mean
-    usage (PIP-364's 70% co-tenant) can only give load away, so balance is judged without it."""
-    if not usage:
-        return []
-    mean = sum(usage.values()) / len(usage)
-    return [name for name in usage if background.get(name, 0.0) < mean] or list(usage)
-
-
-def balanceable_mean(usage: dict[str, float], background: dict[str, float]) -> tuple[list[str], float]:
-    """The brokers that can take load (``balanceable``) and their mean usage; ([], 0.0) when there are none."""
-    takers = balanceable(usage, background)
-    return takers, (sum(usage[n] for n in takers) / len(takers) if takers else 0.0)
-
-
-def balanceable_spread(usage: dict[str, float], background: dict[str, float]) -> float:
-    values = [usage[name] for name in balanceable(usage, background)]
-    return max(values) - min(values) if values else 0.0
-
-
-def bundle_contributions(cluster: SimulatedCluster) -> dict[str, dict[str, float]]:
-    """Per live broker: each owned bundle's share of its true usage (usage with − usage without)."""
-    out: dict[str, dict[str, float]] = {}
-    for broker in cluster.alive_brokers():
-        owned = cluster.owned_by(broker.id)
-        stats = {b: cluster.bundle_stats(b)[0] for b in owned}
-        full = cluster.weighted_usage(broker, stats)
-        out[broker.name] = {
-            b: full - cluster.weighted_usage(broker, {k: v for k, v in stats.items() if k != b}) for b in owned
-        }
-    return out
-
-
-def balance_needs(cluster: SimulatedCluster, target: float = TARGET_SPREAD) -> tuple[int, int]:
-    """At least this many unloads bring every broker within ±target/2 of the mean, and at least this many
-    of them leave one broker (the busiest giver's share).
-
-    The mean is over the brokers that can take load. Each broker above the band must give away its
-    largest bundles until under it; each broker below it must receive at least (gap / largest
-    bundle) of them; and together the brokers below it must receive at least their total gap, which
-    takes at least as many moves as the fewest of the cluster's largest bundles (of brokers not below
-    the band) that add up to it: only one bundle, not the largest every time, arrives per move. One
-    move serves one of each, so the bound is the largest of the three. As before, a bundle is counted
-    at what it costs its owner.
-    """
-    usage = {b.name: cluster.true_usage(b.id) for b in cluster.alive_brokers()}
-    if len(usage) < 2:
-        return 0, 0
-    background = {b.name: b.spec.background_cpu * 100 for b in cluster.alive_brokers()}
-    takers, mean = balanceable_mean(usage, background)
-    contributions = bundle_contributions(cluster)
-    largest = max((c for per in contributions.values() for c in per.values()), default=0.0)
-    give = take = most = 0
-    deficit = sum(max(mean - target / 2 - usage[name], 0.0) for name in takers)
-    sizes = sorted(
-        (c for n, per in contributions.items() if usage[n] >= mean - target / 2 for c in per.values()), reverse=True
-    )
-    volume = next((k for k, total in enumerate(itertools.accumulate(sizes), 1) if total >= deficit), len(sizes))
-    volume = volume if deficit > 0 else 0
-    for name, value in usage.items():
-        if value > mean + target / 2:
-            excess = value - (mean + target / 2)
-            given = 0
-            for size in sorted(contributions[name].values(), reverse=True):
-                if excess <= 0:
-                    break
-                excess -= size
-                given += 1
-            give += given
-            most = max(most, given)
-        elif value < mean - target / 2 and name in takers and largest > 0:
-            take += math.ceil((mean - target / 2 - value) / largest)
-    return max(give, take, volume), most
-
-
-def moves_lower_bound(cluster: SimulatedCluster, target: float = TARGET_SPREAD) -> int:
-    """``balance_needs``' count of unloads."""
-    return balance_needs(cluster, target)[0]
-
-
-def hits_to_act(usage: dict[str, float], background: dict[str, float], config: LoadBalancerConfig) -> int:
-    """How many consecutive cycles the default hit counters make a strategy debounced like AvgShedder see this
-    imbalance before it acts: loadBalancerAvgShedderHitCountHighThreshold (2) when a broker that can take load
-    is at least half of loadBalancerAvgShedderHighThreshold (40 points between a pair: 20) from their mean,
-    loadBalancerAvgShedderHitCountLowThreshold (8) below that. AvgShedder's own pair rule (the hottest and
-    coolest broker more than 40 points apart) never asks for fewer: such a pair has a broker 20 from the mean."""
-    takers, mean = balanceable_mean(usage, background)
-    if not takers:
-        return config.loadBalancerAvgShedderHitCountHighThreshold
-    far = max(abs(usage[n] - mean) for n in takers)
-    if far >= config.loadBalancerAvgShedderHighThreshold / 2:
-        return config.loadBalancerAvgShedderHitCountHighThreshold
-    return config.loadBalancerAvgShedderHitCountLowThreshold
-
-
-def rails_floor(moves: int, most_from_one: int, hits_needed: int, rails: Rails = DEFAULT_RAILS) -> int:
-    """The fewest cycles after a disturbance in which any strategy behind the default rails can balance.
-
-    A strategy debounced like AvgShedder acts on the ``hits_needed``-th consecutive cycle it sees the
-    imbalance (the first cycle after the disturbance is the first hit), and the rails let at most 10
-    unloads a cycle through and 5 from one broker: ``moves`` unloads, ``most_from_one`` of them from one
-    broker, take at least max(⌈moves / 10⌉, ⌈most_from_one / 5⌉) cycles of moves. The sample after the
-    last of them is the first that can be balanced: (hits_needed − 1) + rounds cycles after. 0: nothing
-    to move.
-    """
-    if moves <= 0:
-        return 0
-    rounds = max(
-        math.ceil(moves / rails.max_unloads_per_cycle), math.ceil(most_from_one / rails.max_unloads_per_broker)
-    )
-    return max(hits_needed - 1, 0) + rounds
 
 
 def run(
@@ -245,12 +140,11 @@ def run(
         interval_s,
         {s.name: s.background_cpu >= COTENANT_BACKGROUND for s in _all_specs(scenario)},
     )
-    background = {s.name: s.background_cpu * 100 for s in _all_specs(scenario)}
     names = {b.id: b.name for b in cluster.brokers.values()}
-    initial_bound, initial_most = balance_needs(cluster, target)
-    disturbance = {"sample": 0, "moves": initial_bound, "most_from_one": initial_most}
-    metrics.record(cluster)
+    report_lag = math.ceil(scenario.report_interval_s / interval_s)
+    tracker = disturbances.Tracker(lambda: _unperturbed(cluster, balance_needs, target), config, target, report_lag)
     event_samples: set[int] = set()  # samples taken after a scenario event: a drop there is not the strategy's
+    _record(cluster, metrics, result, tracker, events=())
     cycle = 0
     while cluster.now_s < scenario.duration_s - 1e-9:
         cycle += 1
@@ -262,24 +156,51 @@ def run(
             )
             errors += state.prediction_errors.values()
             names.update({b.id: b.name for b in cluster.brokers.values()})
-            moved = _apply(cluster, plan.actions, cycle, before, result.brokers, names, rails)
+            moved = _apply(cluster, plan.actions, cycle, before, names, rails)
             state = state.forget_unloads({u.bundle for u in plan.unloads} - {m.bundle for m in moved})
             result.moves += moved
         pending_events = list(cluster.events)
         cluster.advance(interval_s)
         names.update({b.id: b.name for b in cluster.brokers.values()})
-        metrics.record(cluster)
-        if cluster.events != pending_events:  # a scenario event (a restart, a broker added…) happened
+        # the scenario events that happened (a restart, a broker added…): those no longer waiting
+        happened = [e.type for e in pending_events if not any(e is left for left in cluster.events)]
+        _record(cluster, metrics, result, tracker, happened)
+        if happened:
             event_samples.add(len(metrics.samples) - 1)
-            moves, most = balance_needs(cluster, target)
-            disturbance = {"sample": len(metrics.samples) - 1, "moves": moves, "most_from_one": most}
     result.times = [s.time_s for s in metrics.samples]
-    result.usage = [dict(s.usage) for s in metrics.samples]
-    result.metrics = _metrics(result, metrics, cluster, background, target, initial_bound)
-    result.metrics["overunloaded_sources"] = overunloaded_sources(result, target, event_samples, background)
-    result.metrics.update(_after_disturbance(result, background, target, disturbance, config, rails))
+    result.metrics = _metrics(result, metrics, cluster, target, tracker.found[0].moves)
+    result.metrics["overunloaded_sources"] = overunloaded_sources(result, target, event_samples)
+    last = next(d for d in reversed(tracker.found) if d.kind != "excursion")
+    result.metrics.update(_after_disturbance(result, target, last, rails))
+    parts = disturbances.segments(tracker.found, tracker.spreads, [m.cycle for m in result.moves], target, rails)
+    result.metrics["segments"] = [dataclasses.asdict(p) for p in parts]
     result.metrics["prediction_error"] = round(sum(map(abs, errors)) / len(errors), 2) if errors else None
     return result
+
+
+def _unperturbed(cluster: SimulatedCluster, measure: Callable[..., Any], *args: Any) -> Any:
+    """``measure(cluster, *args)`` leaving the run as it would be without it: a jittering topic's rate is a draw
+    from the cluster's noise, and a judge's reading must not change the draws the run makes."""
+    noise = cluster.noise.getstate()
+    try:
+        return measure(cluster, *args)
+    finally:
+        cluster.noise.setstate(noise)
+
+
+def _record(
+    cluster: SimulatedCluster,
+    metrics: RunMetrics,
+    result: RunResult,
+    tracker: disturbances.Tracker,
+    events: list[str],
+) -> None:
+    """One sample of the cluster's true state: usage, what other processes use on each machine, disturbances."""
+    sample = metrics.record(cluster)
+    background = {b.name: b.spec.background_cpu * 100 for b in cluster.alive_brokers()}
+    result.usage.append(dict(sample.usage))
+    result.background.append(background)
+    tracker.observe(sample.usage, background, events, settled=not cluster.pending_lookups)
 
 
 def _all_specs(scenario: Scenario) -> list[Any]:
@@ -291,7 +212,6 @@ def _apply(
     actions: tuple,
     cycle: int,
     usage: dict[str, float],
-    cotenant: dict[str, bool],
     names: dict[str, str],
     rails: Rails,
 ) -> list[Move]:
@@ -327,7 +247,7 @@ def _apply(
                 destination,
                 usage.get(source, 0.0),
                 usage.get(destination, 0.0),
-                cotenant.get(destination, False),
+                cluster.brokers[action.destination].spec.background_cpu >= COTENANT_BACKGROUND,
                 round(stats.msg_rate, 3),
                 stats.topics,
             )
@@ -335,9 +255,7 @@ def _apply(
     return moves
 
 
-def overunloaded_sources(
-    result: RunResult, target: float, event_samples: set[int], background: dict[str, float] | None = None
-) -> int:
+def overunloaded_sources(result: RunResult, target: float, event_samples: set[int]) -> int:
     """PIP-364's over unloading: "the load offloaded from high load brokers is too much and make them
     underloaded". Per cycle, the brokers that gave load and were left below the balanced band (more than
     target/2 under the mean of the brokers that can take load, as ``balance_needs`` has it) in the sample after
@@ -350,7 +268,7 @@ def overunloaded_sources(
         if cycle in event_samples:
             continue
         after = result.usage[cycle]
-        takers, mean = balanceable_mean(after, background or {})
+        takers, mean = balanceable_mean(after, _background_at(result, cycle))
         if not takers:
             continue
         count += sum(1 for n in names if n in after and after[n] < mean - target / 2)
@@ -362,26 +280,27 @@ def flapping(moves: list[Move], interval_s: float, window_s: float = FLAP_WINDOW
     return flapping_bundles(((m.bundle, m.cycle * interval_s) for m in moves), window_s)
 
 
+def _background_at(result: RunResult, sample: int) -> dict[str, float]:
+    return result.background[sample] if sample < len(result.background) else {}
+
+
+def _spreads(result: RunResult, start: int = 0) -> list[float]:
+    return [balanceable_spread(u, _background_at(result, k)) for k, u in enumerate(result.usage) if k >= start]
+
+
 def _after_disturbance(
-    result: RunResult,
-    background: dict[str, float],
-    target: float,
-    disturbance: dict[str, int],
-    config: LoadBalancerConfig,
-    rails: Rails,
+    result: RunResult, target: float, disturbance: disturbances.Disturbance, rails: Rails
 ) -> dict[str, Any]:
     """Issue 16's measure: cycles from the last disturbance (the start, or the last scenario event) until the
     spread stays under target, against ``GOAL_CYCLES`` or, when the rails allow no less, their floor."""
-    start = disturbance["sample"]
-    spreads = [balanceable_spread(u, background) for u in result.usage[start:]]
+    start = disturbance.sample
+    spreads = _spreads(result, start)
     converged = next((k for k in range(len(spreads)) if all(s < target for s in spreads[k:])), None)
-    floor = rails_floor(
-        disturbance["moves"], disturbance["most_from_one"], hits_to_act(result.usage[start], background, config), rails
-    )
+    floor = disturbances.floor_of(disturbance, rails)
     allowed = max(GOAL_CYCLES, floor)
     return {
         "disturbance_cycle": start,
-        "moves_at_disturbance": disturbance["moves"],
+        "moves_at_disturbance": disturbance.moves,
         "cycles_after_disturbance": converged,
         "rails_floor_cycles": floor,
         "balanced_in_time": converged is not None and converged <= allowed,
@@ -392,11 +311,10 @@ def _metrics(
     result: RunResult,
     metrics: RunMetrics,
     cluster: SimulatedCluster,
-    background: dict[str, float],
     target: float,
     initial_bound: int,
 ) -> dict[str, Any]:
-    spreads = [balanceable_spread(u, background) for u in result.usage]
+    spreads = _spreads(result)
     converged = next((k for k in range(len(spreads)) if all(s < target for s in spreads[k:])), None)
     destinations: dict[int, set[str]] = {}
     for move in result.moves:
@@ -418,7 +336,7 @@ def _metrics(
         "unloads_per_hour": round(len(result.moves) / hours, 2),
         "topics_disconnected": sum(m.topics for m in result.moves),
         "moves_lower_bound": initial_bound,
-        "moves_still_needed": moves_lower_bound(cluster, target),
+        "moves_still_needed": _unperturbed(cluster, moves_lower_bound, target),
         "flapping_bundles": flapping(result.moves, result.interval_s),
         "broker_cycles_over_85": metrics.broker_cycles_overloaded(),
         "wrong_direction_moves": sum(1 for m in result.moves if m.wrong_direction),

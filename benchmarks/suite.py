@@ -15,6 +15,7 @@ from typing import TextIO
 
 from tqdm import tqdm
 
+from pulsar_lb_operator.benchmarks import families
 from pulsar_lb_operator.benchmarks import runs as benchmark
 from pulsar_lb_operator.benchmarks.runs import BASELINE, Combination, RunResult
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
@@ -89,6 +90,12 @@ def scenario_tasks(
     return tasks, scenarios
 
 
+def family_tasks(names: Sequence[str], chosen: Sequence[Combination], runs: Sequence[int], target: float) -> list[Task]:
+    """Every run of every family asked for (``families.generate``), with every combination."""
+    scenarios = [families.generate(family, k) for family in names for k in runs]
+    return [Task(s, c, 0, target) for s in scenarios for c in chosen]
+
+
 def benchmark_command(
     scenarios: Sequence[str],
     strategies: Sequence[str],
@@ -100,10 +107,23 @@ def benchmark_command(
     history: str | None,
     command: str,
     stdout: TextIO | None = None,
+    family: Sequence[str] = (),
 ) -> int:
+    """``family``: generated scenarios of these families instead (``seeds``: the run numbers), judged per
+    disturbance (``family_report``)."""
     from pulsar_lb_operator.benchmarks import report
 
     chosen = pick_combinations(strategies)
+    stdout = stdout or sys.stdout
+    if family:
+        from pulsar_lb_operator.benchmarks import family_report
+
+        names = families.family_names(list(family))
+        results = run_all(family_tasks(names, chosen, seeds, target), jobs)
+        summary = family_report.write_report(results, out, command, names)
+        print(summary, file=stdout)
+        print(f"\nReport: {out / 'report.md'}", file=stdout)
+        return 0
     if history:
         from pulsar_lb_operator.benchmarks import replay
 
@@ -114,7 +134,6 @@ def benchmark_command(
         by_name = {scenario.name: scenario}
     else:
         tasks, by_name = scenario_tasks(scenarios, chosen, seeds, target)
-    stdout = stdout or sys.stdout
     results = run_all(tasks, jobs)
     summary = report.write_report(results, by_name, out, command, plots)
     print(summary, file=stdout)

@@ -81,7 +81,10 @@ EXAMPLES = {
         "operator simulate demo --port 8080 --speed 60      # then: export PULSAR_ADMIN_URL=http://127.0.0.1:8080"
     ],
     "rehearse": ["operator rehearse --quick"],
-    "benchmark": ["operator benchmark --scenario demo --strategy AvgShedder --no-plots"],
+    "benchmark": [
+        "operator benchmark --scenario demo --strategy AvgShedder --no-plots",
+        "operator benchmark --family scale-out --family hot-topic --runs 10 --strategy PredictivePairingShedder",
+    ],
 }
 
 
@@ -278,6 +281,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--strategy", action="append", default=[], help="a combination's label or shedding name; repeatable"
     )
     bench.add_argument("--history", metavar="URI", help="backtest: replay this history store's traffic instead")
+    bench.add_argument(
+        "--family",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="generated scenarios of this family instead (scale-out, scale-in, heterogeneous, rolling-restart, "
+        "tenant-surge, hot-topic, diurnal, noisy-neighbour, mixed, noise, or all); repeatable",
+    )
+    bench.add_argument(
+        "--runs", type=int, default=None, help="with --family: scenarios per family, numbered from --seed (default 5)"
+    )
     bench.add_argument("--seed", type=int, default=0, help="the first seed (default 0: the scenarios as written)")
     bench.add_argument(
         "--seeds",
@@ -508,16 +522,20 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def cmd_benchmark(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    if args.jobs < 1 or args.target <= 0 or args.seeds < 1:
-        raise UsageError("--jobs, --seeds and --target must be positive")
+    if args.jobs < 1 or args.target <= 0 or args.seeds < 1 or (args.runs is not None and args.runs < 1):
+        raise UsageError("--jobs, --seeds, --runs and --target must be positive")
+    if args.family and (args.scenario or args.history or args.seeds != 1):
+        raise UsageError("--family generates its scenarios: it takes --runs, not --scenario, --history or --seeds")
+    if args.runs is not None and not args.family:
+        raise UsageError("--runs counts generated scenarios: it needs --family")
     # its progress bar and plots are not in the daemon's image
     hints.require_extra("bench", "operator benchmark", ["tqdm"] if args.no_plots else ["tqdm", "matplotlib"])
     from pulsar_lb_operator.sandbox import benchmark
 
     command = "operator " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["benchmark"] else "operator benchmark"
-    seeds = range(args.seed, args.seed + args.seeds)
+    seeds = range(args.seed, args.seed + ((args.runs or 5) if args.family else args.seeds))
     options = (args.scenario, args.strategy, seeds, args.target, args.jobs, Path(args.out), not args.no_plots)
-    return benchmark.benchmark_command(*options, args.history, command)
+    return benchmark.benchmark_command(*options, args.history, command, family=args.family)
 
 
 def cmd_rehearse(args: argparse.Namespace) -> int:

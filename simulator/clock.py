@@ -98,5 +98,6 @@ class Clock:
                 )
             self.events.sort(key=lambda e: e.at_s)
         elif event.type == "traffic":
-            key = event.namespace or "*"
-            self.traffic_factor[key] = self.traffic_factor.get(key, 1.0) * event.factor
+            self.change_traffic(event)
+        elif event.type == "background":
+            self.change_background(self.by_name(event.broker), event.background_cpu or 0.0)

@@ -86,6 +86,7 @@ class SimulatedCluster(Membership, OwnershipJobs, Physics, Reports, Splits, Cloc
         self.topics: dict[str, list[Topic]] = {}
         self.patterns = [ns.pattern for ns in scenario.namespaces]
         self.traffic_factor: dict[str, float] = {}
+        self.topic_factor: dict[str, float] = {}  # full topic name → factor (a traffic event naming topics)
         self._ownership = Ownership()
         self._reports: dict[str, tuple[tuple, dict]] = {}  # broker id → (what it was built from, report)
         self._report_json: dict[str, tuple[dict, bytes]] = {}  # broker id → (report, its JSON)

@@ -221,6 +221,9 @@ class OwnershipJobs:
         return bundle_names.bundle_of_topic(namespace, self.namespaces[namespace], topic)
 
     def _initial_assignment(self) -> None:
+        if self.scenario.balanced_start:
+            self.ownership = self.balanced_deal()
+            return
         names = {b.name: b.id for b in self.brokers.values()}
         weights = self.scenario.initial_owners or {n: 1.0 for n in names}
         pool = [names[n] for n in sorted(weights) if weights[n] > 0]

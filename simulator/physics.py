@@ -1,13 +1,15 @@
 """Traffic and load physics: topics and their rates, a bundle's stats, what a broker's host uses.
 
 State: ``namespaces`` (bundle boundaries), ``topics`` (sorted by hash, so a bundle's topics are a bisect
-away), ``patterns`` and ``traffic_factor`` (the traffic over time). Host usage is background plus
-traffic times each broker's costs, in LocalBrokerData's units.
+away), ``patterns``, ``traffic_factor`` (per namespace, ``*`` for all) and ``topic_factor`` (per topic: a
+surge into a few topics) — the traffic over time. Host usage is background plus traffic times each
+broker's costs, in LocalBrokerData's units; a ``background`` event changes what other processes use.
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 
 from pulsar_lb_operator.simulator.model import (
@@ -16,9 +18,11 @@ from pulsar_lb_operator.simulator.model import (
     Broker,
     Topic,
 )
+from pulsar_lb_operator.simulator.scenario import EventSpec, NamespaceSpec
 from pulsar_lb_operator.simulator.traffic import Pattern
 from pulsar_lb_operator.strategies import BundleStats, TopicStats
 from pulsar_lb_operator.strategies import bundles as bundle_names
+from pulsar_lb_operator.strategies import policies as ns_policies
 
 
 class Physics:
@@ -30,11 +34,7 @@ class Physics:
             topics: list[Topic] = []
             for t in range(ns.topics):
                 base = ns.rate * (math.exp(self.rng.gauss(0, ns.rate_spread)) if ns.rate_spread else 1.0)
-                names = (
-                    [f"persistent://{ns.name}/topic-{t}-partition-{p}" for p in range(ns.partitions)]
-                    if ns.partitions
-                    else [f"persistent://{ns.name}/topic-{t}"]
-                )
+                names = _full_names(ns, f"topic-{t}")
                 for name in names:
                     topics.append(
                         Topic(
@@ -50,7 +50,7 @@ class Physics:
                         )
                     )
             for name, rate in ns.hot_topics.items():
-                full = name if "://" in name else f"persistent://{ns.name}/{name}"
+                (full,) = _full_names(ns, name)
                 topics.append(
                     Topic(
                         full,
@@ -82,7 +82,26 @@ class Physics:
     def _topic_stats(self, topic: Topic) -> TopicStats:
         multiplier = self.patterns[topic.pattern_index].multiplier(self.now_s, self.noise)
         multiplier *= self.traffic_factor.get(topic.namespace, 1.0) * self.traffic_factor.get("*", 1.0)
+        if self.topic_factor:
+            multiplier *= self.topic_factor.get(topic.name, 1.0)
         return topic.stats(multiplier)
+
+    def change_traffic(self, event: EventSpec) -> None:
+        """A ``traffic`` event: the namespace's (or, without one, every) topic's rate × ``factor`` from now on; with
+        ``topics``, only those topics' (every partition of a partitioned one)."""
+        if not event.topics:
+            key = event.namespace or "*"
+            self.traffic_factor[key] = self.traffic_factor.get(key, 1.0) * event.factor
+            return
+        spec = next(ns for ns in self.scenario.namespaces if ns.name == event.namespace)
+        for topic in event.topics:
+            for name in _full_names(spec, topic):
+                self.topic_factor[name] = self.topic_factor.get(name, 1.0) * event.factor
+
+    def change_background(self, broker: Broker, fraction: float) -> None:
+        """A ``background`` event: other processes on the broker's machine use ``fraction`` of its CPU from now on
+        (the next sample shows it)."""
+        broker.spec = dataclasses.replace(broker.spec, background_cpu=fraction)
 
     def topics_in(self, bundle: str) -> list[Topic]:
         found = self._topics_of_bundle.get(bundle)
@@ -107,6 +126,8 @@ class Physics:
             else:  # noise is drawn per topic, in topic order, as _topic_stats does
                 multiplier = pattern.multiplier(self.now_s, self.noise)
             multiplier *= self.traffic_factor.get(topic.namespace, 1.0) * self.traffic_factor.get("*", 1.0)
+            if self.topic_factor:
+                multiplier *= self.topic_factor.get(topic.name, 1.0)
             per_topic[topic.name] = topic.stats(multiplier)
         values = list(per_topic.values())
         throughput_in = sum([s.msgThroughputIn for s in values])
@@ -142,6 +163,28 @@ class Physics:
             "bandwidthOut": (thr_out * 8 / 1000, nic),
         }
 
+    def balanced_deal(self) -> dict[str, str]:
+        """Every bundle to the live broker it leaves least used (each broker's own cores and costs), the largest
+        first, among those its namespace's isolation policy allows: an even start, as a balancer would have kept
+        the cluster. bundle → broker id."""
+        brokers = self.alive_brokers()
+        held = {b.id: BundleStats() for b in brokers}
+        stats = {bundle: self.bundle_stats(bundle)[0] for bundle in self.all_bundles()}
+        reference = brokers[0]
+        size = {bundle: self.weighted_usage(reference, {bundle: s}) for bundle, s in stats.items()}
+        policies = self.namespace_policies() if self.scenario.isolation_policies else None
+        owners: dict[str, str] = {}
+        for bundle in sorted(stats, key=lambda b: (-size[b], b)):
+            allowed = [b.id for b in brokers]
+            if policies is not None:
+                namespace = bundle_names.namespace_of(bundle)
+                allowed = ns_policies.apply_namespace_policies(namespace, allowed, policies) or allowed
+            after = {b: self.weighted_usage(self.brokers[b], {"held": held[b], bundle: stats[bundle]}) for b in allowed}
+            chosen = min(allowed, key=lambda b: (after[b], b))
+            owners[bundle] = chosen
+            held[chosen] = _plus(held[chosen], stats[bundle])
+        return owners
+
     def true_usage(self, broker_id: str) -> float:
         """Weighted max usage in % from current traffic, without noise or report lag (for metrics)."""
         return self.weighted_usage(
@@ -170,3 +213,23 @@ class Physics:
                 self._sample(broker)
             self._last_leader_sample_s = -LEADER_SAMPLE_S
             self._leader_sample()
+
+
+def _full_names(namespace: NamespaceSpec, topic: str) -> list[str]:
+    """The full names of a topic of ``namespace`` as the scenario names it: a hot topic's own (a full name stays as
+    it is), or ``persistent://tenant/ns/topic-N`` — one per partition when the namespace's topics are partitioned."""
+    if topic in namespace.hot_topics:
+        return [topic if "://" in topic else f"persistent://{namespace.name}/{topic}"]
+    if namespace.partitions:
+        return [f"persistent://{namespace.name}/{topic}-partition-{p}" for p in range(namespace.partitions)]
+    return [f"persistent://{namespace.name}/{topic}"]
+
+
+def _plus(total: BundleStats, stats: BundleStats) -> BundleStats:
+    return BundleStats(
+        msgRateIn=total.msgRateIn + stats.msgRateIn,
+        msgRateOut=total.msgRateOut + stats.msgRateOut,
+        msgThroughputIn=total.msgThroughputIn + stats.msgThroughputIn,
+        msgThroughputOut=total.msgThroughputOut + stats.msgThroughputOut,
+        topics=total.topics + stats.topics,
+    )

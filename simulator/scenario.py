@@ -22,7 +22,15 @@ from pulsar_lb_operator.simulator.faults import FaultRule, parse_faults
 from pulsar_lb_operator.simulator.traffic import Pattern
 
 ADDRESSES = ("ports", "distinct")
-EVENT_TYPES = ("add_broker", "crash_broker", "remove_broker", "restart_broker", "rolling_restart", "traffic")
+EVENT_TYPES = (
+    "add_broker",
+    "crash_broker",
+    "remove_broker",
+    "restart_broker",
+    "rolling_restart",
+    "traffic",
+    "background",
+)
 PLACEMENTS = ("LeastLongTermMessageRate", "random")
 LOAD_MANAGERS = ("modular", "extensible")  # loadManager: extensible — simulator/elm.py
 
@@ -80,6 +88,12 @@ class EventSpec:
     namespace: str | None = None
     factor: float = 1.0
     interval_s: float = 120.0
+    # traffic: only these topics of ``namespace`` (names as in the namespace, ``topic-3`` or a hot topic's;
+    # a partitioned topic's every partition), as when one tenant's traffic surges into a few hot topics
+    topics: tuple[str, ...] = ()
+    # background: the fraction of the broker's CPU other processes on its machine use from then on (a noisy
+    # neighbour starting, or stopping)
+    background_cpu: float | None = None
 
 
 @dataclass(frozen=True)
@@ -116,6 +130,9 @@ class Scenario:
     # (the brokers' failureDomainsEnabled, true by default when domains are given)
     failure_domains: tuple[tuple[str, tuple[str, ...]], ...] = ()
     failure_domains_enabled: bool = False
+    # initial_owners: balanced — every bundle dealt, the largest first, to the broker it leaves least used: the
+    # even start a balancer kept (a deal by weights leaves brokers a few bundles apart)
+    balanced_start: bool = False
 
     @property
     def broker_names(self) -> set[str]:
@@ -275,10 +292,11 @@ def _namespaces(items: Any) -> list[NamespaceSpec]:
     return out
 
 
-def _event(data: Any, where: str, broker_names: set[str]) -> EventSpec:
+def _event(data: Any, where: str, broker_names: set[str], namespaces: dict[str, NamespaceSpec]) -> EventSpec:
     if not isinstance(data, dict):
         raise ScenarioError(f"{where}: expected a mapping")
-    _check_keys(data, {"at_minute", "type", "broker", "namespace", "factor", "interval_minutes", "spec"}, where)
+    allowed = {"at_minute", "type", "broker", "namespace", "factor", "interval_minutes", "spec", "topics"}
+    _check_keys(data, allowed | {"background_cpu"}, where)
     kind = data.get("type")
     if kind not in EVENT_TYPES:
         raise ScenarioError(f"{where}.type: {kind!r} is not one of {', '.join(EVENT_TYPES)}")
@@ -289,8 +307,18 @@ def _event(data: Any, where: str, broker_names: set[str]) -> EventSpec:
             raise ScenarioError(f"{where}.broker: add_broker needs the new broker's name")
         spec = _broker(data.get("spec", {}), f"{where}.spec", broker)
         broker_names.add(broker)
-    elif kind in ("crash_broker", "remove_broker", "restart_broker") and broker not in broker_names:
+    elif kind in ("crash_broker", "remove_broker", "restart_broker", "background") and broker not in broker_names:
         raise ScenarioError(f"{where}.broker: unknown broker {broker!r}")
+    background = None
+    if kind == "background":
+        if "background_cpu" not in data:
+            raise ScenarioError(f"{where}.background_cpu: a background event needs the new fraction")
+        background = _number(data, "background_cpu", where, 0.0)
+        if background >= 1:
+            raise ScenarioError(f"{where}.background_cpu: must be a fraction below 1")
+    elif "background_cpu" in data:
+        raise ScenarioError(f"{where}.background_cpu: only a background event takes it")
+    topics = _surge_topics(data, where, kind, namespaces)
     return EventSpec(
         at_s=_number(data, "at_minute", where, 0.0) * 60,
         type=kind,
@@ -299,7 +327,29 @@ def _event(data: Any, where: str, broker_names: set[str]) -> EventSpec:
         namespace=data.get("namespace"),
         factor=_number(data, "factor", where, 1.0),
         interval_s=_number(data, "interval_minutes", where, 2.0) * 60,
+        topics=topics,
+        background_cpu=background,
     )
+
+
+def _surge_topics(data: dict[str, Any], where: str, kind: str, namespaces: dict[str, NamespaceSpec]) -> tuple[str, ...]:
+    """A traffic event's ``topics``: names of topics its ``namespace`` has (``topic-N`` below its ``topics``, or one
+    of its ``hot_topics``)."""
+    if "topics" not in data:
+        return ()
+    topics = data["topics"]
+    if kind != "traffic":
+        raise ScenarioError(f"{where}.topics: only a traffic event takes topics")
+    namespace = namespaces.get(data.get("namespace"))  # type: ignore[arg-type]
+    if namespace is None:
+        raise ScenarioError(f"{where}.namespace: topics need the namespace they are in, one of the scenario's")
+    if not isinstance(topics, list) or not topics or not all(isinstance(t, str) for t in topics):
+        raise ScenarioError(f"{where}.topics: expected a non-empty list of topic names")
+    for topic in topics:
+        match = re.fullmatch(r"topic-(\d+)", topic)
+        if topic not in namespace.hot_topics and not (match and int(match.group(1)) < namespace.topics):
+            raise ScenarioError(f"{where}.topics: {namespace.name} has no topic {topic!r}")
+    return tuple(topics)
 
 
 _TOP_KEYS = {
@@ -409,8 +459,13 @@ def parse_scenario(data: Any, default_name: str = "scenario") -> Scenario:
     names = {b.name for b in brokers}
     namespaces = _namespaces(data.get("namespaces"))
     owners_raw = data.get("initial_owners", {}) or {}
+    balanced_start = owners_raw == "balanced"
+    if balanced_start:
+        owners_raw = {}
     if not isinstance(owners_raw, dict):
-        raise ScenarioError("initial_owners: expected a mapping of broker names (or glob patterns) to weights")
+        raise ScenarioError(
+            "initial_owners: expected 'balanced' or a mapping of broker names (or glob patterns) to weights"
+        )
     owners: dict[str, float] = {}
     # glob patterns first, so a broker named exactly keeps its own weight
     for pattern, weight in sorted(owners_raw.items(), key=lambda kv: not any(c in str(kv[0]) for c in "*?[")):
@@ -420,7 +475,8 @@ def parse_scenario(data: Any, default_name: str = "scenario") -> Scenario:
         if isinstance(weight, bool) or not isinstance(weight, int | float) or weight < 0:
             raise ScenarioError(f"initial_owners.{pattern}: expected a weight >= 0, got {weight!r}")
         owners.update({name: float(weight) for name in matched})
-    events = [_event(e, f"events[{i}]", names) for i, e in enumerate(data.get("events", []) or [])]
+    by_name = {ns.name: ns for ns in namespaces}
+    events = [_event(e, f"events[{i}]", names, by_name) for i, e in enumerate(data.get("events", []) or [])]
     placement = data.get("placement", "LeastLongTermMessageRate")
     if placement not in PLACEMENTS:
         raise ScenarioError(f"placement: {placement!r} is not one of {', '.join(PLACEMENTS)}")
@@ -456,6 +512,7 @@ def parse_scenario(data: Any, default_name: str = "scenario") -> Scenario:
         brokers=tuple(brokers),
         namespaces=tuple(namespaces),
         initial_owners=owners,
+        balanced_start=balanced_start,
         events=tuple(sorted(events, key=lambda e: e.at_s)),
         config=dict(config),
         faults=faults,

@@ -81,6 +81,14 @@ class StrategyState:
     predictive_members: frozenset[str] = frozenset()
     predictive_changed_at: int = 0  # when a broker last joined or left
     predictive_halves: frozenset[str] = frozenset()  # bundles its own splits made last cycle: expected, not a change
+    # each broker's last CPU samples less its cost model's prediction (its steady level is their median's)
+    predictive_residuals: Mapping[str, tuple[float, ...]] = field(default_factory=_frozen)
+    # a broker without a good model of its own: (its background when it carried nothing, Σ cost × predicted,
+    # Σ predicted², samples): the least-squares sums that refine the cluster's slope for it
+    predictive_learned: Mapping[str, tuple[float, float, float, int]] = field(default_factory=_frozen)
+    # a broker with a good fit: how much more it pays for traffic than the cluster's per-core cost, by its fit at the
+    # traffic it carried when first seen with it, and that fit's intercept
+    predictive_scales: Mapping[str, tuple[float, float]] = field(default_factory=_frozen)
 
     def forget_unloads(self, bundles: set[str]) -> StrategyState:
         """Planned unloads that were not carried out (refused, skipped, a dry run, a proposal): out of the grace
@@ -130,6 +138,9 @@ class StrategyState:
             "predictiveMembers": sorted(self.predictive_members),
             "predictiveChangedAt": self.predictive_changed_at,
             "predictiveHalves": sorted(self.predictive_halves),
+            "predictiveResiduals": {b: list(v) for b, v in sorted(self.predictive_residuals.items())},
+            "predictiveLearned": {b: list(v) for b, v in sorted(self.predictive_learned.items())},
+            "predictiveScales": {b: list(v) for b, v in sorted(self.predictive_scales.items())},
         }
 
     @classmethod
@@ -150,6 +161,22 @@ class StrategyState:
         def transfer_ema(reader: Reader) -> TransferBrokerEma:
             weighted, throughput, updated_at = reader.items(length=3)
             return TransferBrokerEma(ema(weighted), ema(throughput), updated_at.integer())
+
+        def residuals(reader: Reader) -> tuple[float, ...]:
+            return tuple(item.number(maximum=MAX_FINITE, non_negative=False) for item in reader.items())
+
+        def learned(reader: Reader) -> tuple[float, float, float, int]:
+            base, products, squares, count = reader.items(length=4)
+            return (
+                base.number(maximum=MAX_FINITE, non_negative=False),
+                products.number(maximum=MAX_FINITE, non_negative=False),
+                ema(squares),
+                count.integer(),
+            )
+
+        def scale(reader: Reader) -> tuple[float, float]:
+            value, intercept = reader.items(length=2)
+            return ema(value), intercept.number(maximum=MAX_FINITE, non_negative=False)
 
         def prediction(reader: Reader) -> tuple[float, int]:
             usage, planned_at = reader.items(length=2)
@@ -173,4 +200,7 @@ class StrategyState:
             predictive_members=frozenset(root.child("predictiveMembers", required=False, default=[]).string_list()),
             predictive_changed_at=root.child("predictiveChangedAt", required=False, default=0).integer(),
             predictive_halves=frozenset(root.child("predictiveHalves", required=False, default=[]).string_list()),
+            predictive_residuals=table("predictiveResiduals", residuals),
+            predictive_learned=table("predictiveLearned", learned),
+            predictive_scales=table("predictiveScales", scale),
         )

@@ -106,6 +106,89 @@ def test_traffic_patterns_and_events():
     assert len(sim.ownership) == 4  # every bundle reassigned after its clients reconnected
 
 
+def test_a_surge_into_a_few_topics_raises_only_theirs():
+    """A tenant's traffic surging into a few hot topics: a traffic event naming topics multiplies only those (every
+    partition of a partitioned one), from its time on; the bundles holding them carry it, the others do not."""
+    sim = cluster(
+        namespaces=[
+            {"name": "t/ns", "bundles": 8, "topics": 64, "rate": 100},
+            {"name": "t/parts", "bundles": 4, "topics": 4, "partitions": 3, "rate": 90, "hot_topics": {"pay": 10}},
+        ],
+        events=[{"at_minute": 1, "type": "traffic", "namespace": "t/parts", "topics": ["topic-2", "pay"], "factor": 5}],
+    )
+
+    def rates():
+        return {
+            t.name: s.msgRateIn
+            for b in sim.all_bundles()
+            for t, s in zip(sim.topics_in(b), sim.bundle_stats(b)[1].values())
+        }
+
+    before = rates()
+    sim.advance(61)
+    after = rates()
+    surged = {f"persistent://t/parts/topic-2-partition-{p}" for p in range(3)} | {"persistent://t/parts/pay"}
+    assert {n for n in after if after[n] != before[n]} == surged
+    assert all(after[n] == pytest.approx(5 * before[n]) for n in surged)
+    assert before["persistent://t/parts/topic-2-partition-0"] == pytest.approx(30)
+
+
+def test_a_noisy_neighbour_raises_a_brokers_cpu_without_its_traffic():
+    """A background event: from its time on, other processes use that fraction of the broker's CPU; its next sample
+    shows it, its traffic is the same."""
+    quiet = {"count": 2, "cores": 4, "cost_per_msg": 0.01, "cost_per_mib": 0.0, "background_cpu": 0.05, "jitter": 0}
+    sim = cluster(
+        brokers=[quiet],
+        initial_owners={"broker-0": 1, "broker-1": 1},
+        events=[{"at_minute": 1, "type": "background", "broker": "broker-1", "background_cpu": 0.4}],
+    )
+    broker = sim.by_name("broker-1")
+    before = sim.load_report(broker.id)
+    sim.advance(120)
+    after = sim.load_report(broker.id)
+    assert after["cpu"]["usage"] - before["cpu"]["usage"] == pytest.approx(400 * (0.4 - 0.05), abs=0.01)
+    assert after["msgRateIn"] == pytest.approx(before["msgRateIn"])
+    assert sim.true_usage(broker.id) == pytest.approx(after["cpu"]["usage"] / 4)
+
+
+def test_a_balanced_start_deals_bundles_so_brokers_of_any_size_are_even():
+    """``initial_owners: balanced``: each bundle, the largest first, to the broker it leaves least used, by each
+    broker's own cores: a 16-core broker gets about twice an 8-core broker's traffic, every broker ends within a
+    bundle of the others' usage. A deal by weights (the default) leaves them farther apart."""
+    brokers = [
+        {"count": 3, "cores": 8, "cost_per_msg": 0.01, "cost_per_mib": 1.0, "jitter": 0},
+        {"name": "big", "count": 2, "cores": 16, "cost_per_msg": 0.01, "cost_per_mib": 1.0, "jitter": 0},
+    ]
+    namespaces = [{"name": "t/ns", "bundles": 64, "topics": 640, "rate": 60, "rate_spread": 0.5}]
+
+    def usage(owners):
+        sim = cluster(brokers=brokers, namespaces=namespaces, initial_owners=owners)
+        return sim, {b.name: sim.true_usage(b.id) for b in sim.alive_brokers()}
+
+    sim, even = usage("balanced")
+    largest = max(sim.weighted_usage(sim.by_name("broker-0"), {b: sim.bundle_stats(b)[0]}) for b in sim.all_bundles())
+    assert max(even.values()) - min(even.values()) <= largest
+    rates = {b.name: sum(sim.bundle_stats(x)[0].msg_rate for x in sim.owned_by(b.id)) for b in sim.alive_brokers()}
+    assert rates["big-0"] == pytest.approx(2 * rates["broker-0"], rel=0.15)
+    _, dealt = usage({"*": 1})
+    assert max(dealt.values()) - min(dealt.values()) > max(even.values()) - min(even.values())
+    with pytest.raises(ScenarioError, match="expected 'balanced' or a mapping"):
+        parse_scenario({**SMALL, "initial_owners": "even"})
+
+
+def test_surge_and_background_events_are_validated():
+    for event, message in [
+        ({"type": "traffic", "namespace": "t/ns", "topics": ["topic-64"]}, "t/ns has no topic 'topic-64'"),
+        ({"type": "traffic", "topics": ["topic-1"]}, "topics need the namespace"),
+        ({"type": "background", "broker": "broker-0"}, "a background event needs the new fraction"),
+        ({"type": "background", "broker": "broker-0", "background_cpu": 1.2}, "must be a fraction below 1"),
+        ({"type": "background", "broker": "ghost", "background_cpu": 0.2}, "unknown broker 'ghost'"),
+        ({"type": "add_broker", "broker": "b", "background_cpu": 0.2}, "only a background event takes it"),
+    ]:
+        with pytest.raises(ScenarioError, match=message):
+            parse_scenario({**SMALL, "events": [{"at_minute": 1, **event}]})
+
+
 def test_rolling_restart_leaves_the_last_broker_idle():
     sim = SimulatedCluster(load_scenario("rolling-restart"))
     sim.advance(20 * 60)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pulsar_lb_operator.strategies.shedding import packing
+from pulsar_lb_operator.strategies.shedding.predictive import packing
 
 
 def test_a_giver_gives_the_fewest_bundles_that_land_it_in_the_band_nearest_the_mean():

@@ -11,6 +11,7 @@ from pulsar_lb_operator.strategies.loaddata import build_load_data
 from pulsar_lb_operator.strategies.profile import CostModel, LoadProfile
 from pulsar_lb_operator.strategies.rails import Rails
 from pulsar_lb_operator.strategies.shedding import avg, predictive
+from pulsar_lb_operator.strategies.shedding.predictive import endstate, forecast, pairing
 from tests.builders import NOW, broker_report, bundle, cfg, snapshot, stats
 
 CPU = 800.0  # 8 cores: LocalBrokerData's cpu limit
@@ -107,13 +108,14 @@ def test_a_move_that_would_leave_the_destination_beyond_the_tolerance_is_not_mad
 
 
 def test_a_slower_destination_gets_fewer_bundles():
-    """The prediction uses each broker's own cost: a bundle costs twice as much on a half-size broker."""
+    """The prediction uses each broker's own cost: a bundle costs twice as much on a half-size broker, and the
+    balanced level is where both would be with the traffic shared by cost (31.7 here, not the 25 of the mean)."""
     snap = snapshot({"a:1": broker(5, {}), "b:1": broker(5, {bundle("t/ns", i): 5.0 for i in range(8)})})
     profile = LoadProfile(cost_models=MappingProxyType({("a:1", "cpu"): model(5, 0.02), ("b:1", "cpu"): model(5)}))
     result = shed(snap, profile)
-    # b 45 → 45 − 5k, a 5 → 5 + 10k: two moves give 35 / 25; a third would put a (35) above b (30)
-    assert len(result.unloads) == 2
-    assert "a:1 15.0→25.0" in result.unloads[-1].reason
+    # b 45 → 45 − 5k, a 5 → 5 + 10k: two moves leave a at 25, 6.7 under the level; three leave 35 and 30
+    assert len(result.unloads) == 3
+    assert "balanced level 31.7" in result.unloads[-1].reason and "a:1 25.0→35.0" in result.unloads[-1].reason
 
 
 def test_moves_the_reports_do_not_show_yet_are_not_planned_again():
@@ -151,7 +153,9 @@ def test_a_poor_fit_borrows_the_clusters_slope():
     )
     result = shed(heterogeneous(), profile)
     assert len(result.unloads) == 4
-    assert any("a:1 CPU model poor or missing" in n for n in result.notes)
+    assert any(
+        "a:1 has no good CPU model; its capacity and the cluster's per-core cost stand in" in n for n in result.notes
+    )
 
 
 @pytest.mark.parametrize(
@@ -169,31 +173,37 @@ def test_without_a_usable_model_it_is_avg_shedder_and_says_so(profile):
     assert all("AvgShedder's behaviour" in u.reason for u in result.unloads)
 
 
-def _with_d(at, reported_at):
-    """heterogeneous() plus an empty broker d:1, every report taken at ``reported_at``."""
+def _with_d(at, reported_at, d_bundles=None):
+    """heterogeneous() plus a broker d:1 (empty unless ``d_bundles``), every report taken at ``reported_at``."""
     base = heterogeneous(reported_at)
-    brokers = {"d:1": broker(5, {}, reported_at), **{b: _doc(base, b) for b in base.brokers}}
+    brokers = {"d:1": broker(5, d_bundles or {}, reported_at), **{b: _doc(base, b) for b in base.brokers}}
     return snapshot(brokers, taken_at=at)
 
 
-def test_it_waits_after_a_broker_joins_until_every_broker_has_reported_since():
-    """Not a fixed wait: once every report is newer than the change, the reports add up and it acts (issue 16:
-    a broker that comes back empty is filled on the next cycle, not three minutes later)."""
-    first = shed(heterogeneous(), PROFILE, config=cfg())
+def test_a_broker_that_joins_empty_is_acted_on_from_its_first_report():
+    """A membership event, as Cruise Control's add-broker: no hit to count, no wait for the others' reports (its
+    joining changes no other broker's load)."""
+    first = shed(heterogeneous(), PROFILE, config=cfg())  # b's first high hit only: nothing yet
+    assert first.unloads == ()
     joined = shed(_with_d(NOW + 60_000, NOW + 60_000), PROFILE, first.state, config=cfg())
-    assert joined.unloads == () and any("waiting until every broker has reported since" in n for n in joined.notes)
-    # read 20 s after the change, every report written before it: still waiting
-    stale = shed(_with_d(NOW + 80_000, NOW + 60_000), PROFILE, joined.state, config=cfg())
-    assert stale.unloads == () and any("waiting until" in n for n in stale.notes)
-    # every broker has reported since: it acts, and d (empty) is among the destinations
-    fresh = shed(_with_d(NOW + 120_000, NOW + 90_000), PROFILE, joined.state, config=cfg())
+    assert any("d:1 carries nothing (joined or came back): acting" in n for n in joined.notes)
+    assert joined.unloads and "d:1" in {u.destination for u in joined.unloads}
+    assert not any("waiting until" in n for n in joined.notes)
+
+
+def test_it_waits_after_a_broker_leaves_until_every_broker_has_reported_since():
+    """Its bundles are still being placed: not a fixed wait, but until every report is newer than the change."""
+    before = shed(_with_d(NOW, NOW, {bundle("u/ns", 0): 5.0}), PROFILE, config=cfg())
+
+    def without_d(at, reported_at):
+        base = heterogeneous(reported_at)
+        return snapshot({b: _doc(base, b) for b in base.brokers}, taken_at=at)
+
+    left = shed(without_d(NOW + 60_000, NOW), PROFILE, before.state, config=cfg())  # d:1 gone, reports older
+    assert left.unloads == () and any("waiting until every broker has reported since" in n for n in left.notes)
+    fresh = shed(without_d(NOW + 120_000, NOW + 90_000), PROFILE, left.state, config=cfg())
     assert not any("waiting until" in n for n in fresh.notes)
-    assert fresh.unloads and "d:1" in {u.destination for u in fresh.unloads}
-    # Pulsar rewrites a steady broker's report only on a 10 % change (or every 15 minutes), and its REST
-    # endpoint answers the latest sample with the old lastUpdate: read a cycle after the change, it acts too
-    steady = shed(_with_d(NOW + 120_000, NOW + 60_000), PROFILE, joined.state, config=cfg())
-    assert not any("waiting until" in n for n in steady.notes)
-    assert steady.unloads and "d:1" in {u.destination for u in steady.unloads}
+    assert fresh.unloads and {u.destination for u in fresh.unloads} == {"a:1"}
 
 
 def _doc(snap, name):
@@ -250,10 +260,9 @@ def test_a_move_that_would_leave_the_source_below_its_destination_beyond_the_tol
 
 
 def test_a_planned_move_that_would_leave_its_giver_below_its_destination_beyond_the_band_is_not_made():
-    """The mirror ``_best_move`` has, for the end state's moves: b at 50 gives its 19-point bundle to a at 20.
-    Against a mean of 38 that leaves a at 39, within the band, but b at 31, below a and more than ``BAND`` under
-    the mean: refused (before, only the destination's side was checked and the move was made). Against a mean of
-    35, b's 31 is within the band: made."""
+    """The mirror ``best_move`` has, for the end state's moves: b at 50 gives its 19-point bundle to a at 20.
+    Against a level of 38 that leaves a at 39, within the band, but b at 31, below a and more than the band under
+    the level: refused. Against a level of 35, b's 31 is within the band: made."""
     snap = snapshot(
         {
             "a:1": broker(5, {bundle("t/ns", 0): 15.0}),
@@ -262,28 +271,97 @@ def test_a_planned_move_that_would_leave_its_giver_below_its_destination_beyond_
     )
     profile = LoadProfile(cost_models=MappingProxyType({(b, "cpu"): model(5) for b in ("a:1", "b:1")}))
     load = build_load_data(snap, {}, {}, ONE_HIT.grace_period_ms)[0].with_profile(profile)
-    forecast = predictive.Forecast(load, ONE_HIT, predictive.slopes(load))
+    state = StrategyState()
+    prediction = forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state)
 
-    def planned(mean):
-        return predictive._planned_move(forecast, load, "b:1", bundle("t/ns", 1), "a:1", mean, ONE_HIT, {})
+    def planned(level):
+        return pairing.planned_move(prediction, load, "b:1", bundle("t/ns", 1), "a:1", level, 5.0, ONE_HIT, {})
 
     assert planned(38.0) is None
     move = planned(35.0)
     assert move is not None and move[4] == pytest.approx((31.0, 39.0))
 
 
-def test_a_giver_above_the_overloaded_threshold_has_its_planned_bundle_moved_first():
-    """The plan: receiver r1 (the lowest) takes cool's bundle c, r2 takes hot's h (10 points), r3 hot's g (3).
-    One move this cycle: whole receivers, the lowest first, would move c and leave hot at 92 % another cycle;
-    above the overloaded threshold (85) it goes first. Two moves: h takes hot to 82, under 85, so its g waits and
-    the lowest whole receiver comes next. With the threshold at 95 nothing is overloaded and r1 goes first."""
-    plan = predictive.EndStatePlan(
-        receivers=(("r1", (("cool", "c"),)), ("r2", (("hot", "h"),)), ("r3", (("hot", "g"),))),
-        givers=frozenset({"hot", "cool"}),
-        level={"hot": 92.0, "cool": 60.0, "r1": 20.0, "r2": 25.0, "r3": 30.0},
-        mean=45.0,
-        drops={"c": 5.0, "h": 10.0, "g": 3.0},
+def _plan(levels, moves, drops):
+    return endstate.EndState(levels, 45.0, 5.0, 0.0, moves, drops, dict(levels), "test")
+
+
+def test_this_cycle_first_makes_what_a_busy_giver_must_give_to_take_no_more_cycles():
+    """Seven planned moves from ``big`` and three from ``small``, five a cycle from one broker, ten a cycle: the
+    plan takes two cycles whatever is done, but only if ``big`` gives at least two now; after those, the heaviest
+    bundles. A giver above the overload threshold (85) comes before heavier bundles of cooler givers."""
+    levels = {"big": 80.0, "small": 60.0, "hot": 92.0, "r": 20.0}
+    moves = tuple(("big", f"b{k}", "r") for k in range(7)) + tuple(("small", f"s{k}", "r") for k in range(3))
+    drops = {**{f"b{k}": 1.0 + k / 10 for k in range(7)}, **{f"s{k}": 5.0 for k in range(3)}}
+    chosen = _plan(levels, moves, drops).this_cycle(3, 10, {}, 5, 85)
+    assert [b for _, b, _ in chosen] == ["b6", "b5", "s0"]  # big's two heaviest, then the heaviest of all
+    with_hot = _plan(levels, (*moves, ("hot", "h0", "r")), {**drops, "h0": 2.0}).this_cycle(4, 10, {}, 5, 85)
+    assert [b for _, b, _ in with_hot][2] == "h0"  # above 85: before s0's heavier bundle
+
+
+def test_the_balanced_level_shares_traffic_by_capacity():
+    """A 16-core broker beside an 8-core one: at the balanced level it carries twice the traffic, and the level is
+    where both are equally used (background 5 % each), below the mean of their usage while the big one idles."""
+    snap = snapshot(
+        {
+            "small:1": broker(5, {bundle("t/ns", i): 6.0 for i in range(6)}),
+            "big:1": broker_report(
+                cpu=(0.05 * 2 * CPU, 2 * CPU), bw_in=(0, NIC), bw_out=(0, NIC), bundles={}, last_update=NOW
+            ),
+        }
     )
-    assert plan.this_cycle(1, {}, 5, 85) == [("hot", "h", "r2")]
-    assert plan.this_cycle(2, {}, 5, 85) == [("hot", "h", "r2"), ("cool", "c", "r1")]
-    assert plan.this_cycle(1, {}, 5, 95) == [("cool", "c", "r1")]
+    profile = LoadProfile(cost_models=MappingProxyType({("small:1", "cpu"): model(5)}))
+    load = build_load_data(snap, {}, {}, ONE_HIT.grace_period_ms)[0].with_profile(profile)
+    state = StrategyState()
+    prediction = forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state)
+    # 36 points of traffic on the small one; on the big one each point costs half: 5 + x = 5 + (36 − x) / 2
+    assert endstate.balanced_level(prediction, {"small:1", "big:1"}) == pytest.approx(5 + 12)
+
+
+def test_a_new_broker_is_known_from_its_capacity_and_refined_from_its_samples():
+    """No model for ``new``: its slope is the cluster's per-core cost over its CPU limit; as its samples show its
+    traffic costing it twice that, its scale moves toward 2 (the capacity's estimate counting as one sample)."""
+
+    def report(used, bundles, at):
+        stats_ = {b: stats(points * 50, points * 50) for b, points in bundles.items()}
+        return broker_report(
+            cpu=(used / 100 * CPU, CPU), bw_in=(0, NIC), bw_out=(0, NIC), bundles=stats_, last_update=at
+        )
+
+    old = {bundle("t/ns", i): 5.0 for i in range(6)}
+    profile = LoadProfile(cost_models=MappingProxyType({("old:1", "cpu"): model(5)}))
+    state = StrategyState()
+    carried = {bundle("u/ns", 0): 5.0}  # 5 points by the cluster's slope
+    for k, (used, bundles) in enumerate([(5.0, {}), (15.0, carried), (15.0, carried)]):
+        at = NOW + k * 60_000
+        snap = snapshot({"old:1": report(35.0, old, at), "new:1": report(used, bundles, at)}, taken_at=at)
+        load = build_load_data(snap, {}, {}, ONE_HIT.grace_period_ms)[0].with_profile(profile)
+        slope = forecast.slopes(load, state)
+        if k == 0:
+            assert slope["new:1"].borrowed and slope["new:1"].cpu[0] == pytest.approx(0.01)
+        prediction = forecast.Forecast(load, ONE_HIT, slope, state)
+        state = state.evolve(predictive_learned=prediction.learned)
+    # background 5 (seen empty), then 10 points for what the cluster's slope says costs 5: twice, twice
+    assert forecast.learned_scale(state.predictive_learned["new:1"]) == pytest.approx((2 * 2 + 1) / (2 + 1))
+
+
+def test_the_exact_program_finds_the_plan_the_greedy_packing_misses():
+    """Two givers 6 points over the level (45) with bundles of 6, 4 and 2, three receivers 4 under it, a band of 2.
+    Each giver's fewest bundles into the band is its 6, which lands no receiver inside it (4 under + 6 = 2 over):
+    the greedy packing leaves brokers out. Each giving 4 and 2 (4, 4 and 2 + 2 for the receivers) puts every broker
+    on the level: the program finds that plan, in four moves."""
+    bundles = {"g1:1": [34.0, 6.0, 4.0, 2.0], "g2:1": [34.0, 6.0, 4.0, 2.0]}  # the 34 stays (not movable)
+    reports = {g: broker(5, {bundle(f"t/{g[:2]}", i): p for i, p in enumerate(sizes)}) for g, sizes in bundles.items()}
+    reports.update({f"r{k}:1": broker(5, {bundle(f"t/r{k}", 0): 36.0}) for k in range(3)})
+    snap = snapshot({b: r for b, r in reports.items()})
+    profile = LoadProfile(cost_models=MappingProxyType({(b, "cpu"): model(5) for b in reports}))
+    load = build_load_data(snap, {}, {}, ONE_HIT.grace_period_ms)[0].with_profile(profile)
+    state = StrategyState()
+    prediction = forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state)
+    movable = {b: sorted(r.lastStats)[1:] if b.startswith("g") else [] for b, r in snap.brokers.items()}
+    plan = endstate.plan(load, prediction, movable, set(snap.brokers), 2.0, ONE_HIT, {}, {}, set(snap.brokers))
+    assert plan.target == pytest.approx(45.0) and plan.solver == "milp"
+    assert plan.outside() == set() and len(plan.moves) == 4
+    assert all(abs(end - 45.0) < 2.0 for end in plan.ends.values())
+    rows = endstate._fewest(endstate._items(load, prediction, movable, plan.level, 45.0, 2.0, {}, {}), plan)
+    assert len(rows) == 2  # each giver's 6: the greedy's choice, which no packing lands in the band

@@ -262,6 +262,9 @@ STATE_DOC = {
     "predictiveMembers": ["a:8080", "b:8080"],
     "predictiveChangedAt": NOW,
     "predictiveHalves": ["t/ns/0x00000000_0x7fffffff", "t/ns/0x7fffffff_0xffffffff"],
+    "predictiveResiduals": {"a:8080": [-0.5, 1.25, 0.0]},
+    "predictiveLearned": {"c:8080": [4.5, 120.0, 100.0, 3]},
+    "predictiveScales": {"a:8080": [1.1, 5.0]},
 }
 
 
@@ -361,6 +364,9 @@ def test_wrong_state_documents_are_errors_never_a_fresh_state():
         ("transferEma", {"b": [1.0]}),
         ("predictivePending", {"b": ["a:1", None, 0, [1, 2, 3]]}),
         ("predictiveMembers", "a:1"),
+        ("predictiveResiduals", {"a:1": [math.nan]}),
+        ("predictiveLearned", {"a:1": [1.0, 2.0, 3.0]}),
+        ("predictiveScales", {"a:1": [-1.0, 5.0]}),
         ("transferHitCount", 10**400),
         ("bundleData", {"b": {"short": [-1, 1, 1, 1, 1], "long": [0, 1, 1, 1, 1]}}),
         ("bundleData", {"b": {"short": [0, 1e301, 1, 1, 1], "long": [0, 1, 1, 1, 1]}}),

@@ -27,7 +27,8 @@ from pulsar_lb_operator.strategies.loaddata import build_load_data
 from pulsar_lb_operator.strategies.placement import least_long_term_message_rate as lltmr
 from pulsar_lb_operator.strategies.placement.common import PlacementContext
 from pulsar_lb_operator.strategies.policies import NO_POLICIES
-from pulsar_lb_operator.strategies.shedding import predictive
+from pulsar_lb_operator.strategies.shedding.predictive import forecast as predictive_forecast
+from pulsar_lb_operator.strategies.shedding.predictive import pairing
 from pulsar_lb_operator.strategies.snapshots import SnapshotError, _bundle_stats, _plain_last_stats, _reader
 from tests.builders import broker_report, bundle, snapshot, stats
 
@@ -90,11 +91,11 @@ def test_decide_time_grows_linearly_with_bundles(bench: object, snapshots: dict[
 # The fast paths against the plain ones they replace.
 
 
-def _forecast(rng: random.Random, brokers: list[str]) -> predictive.Forecast:
-    forecast = predictive.Forecast.__new__(predictive.Forecast)
+def _forecast(rng: random.Random, brokers: list[str]) -> predictive_forecast.Forecast:
+    forecast = predictive_forecast.Forecast.__new__(predictive_forecast.Forecast)
     forecast.weights = (1.0, rng.choice([1.0, 0.5]), 1.0, rng.choice([0.0, 1.0]))
     forecast.slope = {
-        b: predictive.Slope(
+        b: predictive_forecast.Slope(
             (rng.choice([0.0, rng.uniform(0, 0.01), -0.001]), rng.uniform(0, 1e-6), rng.uniform(0, 1e-6)),
             rng.uniform(0, 1e-5),
             rng.uniform(0, 1e-5),
@@ -134,8 +135,8 @@ def test_best_move_over_arrays_is_the_pairwise_choice(seed: int) -> None:
     takers = set(rng.sample(names, rng.randint(1, len(names))))
     bundles = sorted(reports[source].lastStats)
     config = LoadBalancerConfig()
-    expected = predictive._best_move_pairwise(load, forecast, source, bundles, takers, mean, config)
-    assert predictive._best_move(load, forecast, source, bundles, takers, mean, config) == expected
+    expected = pairing.best_move_pairwise(load, forecast, source, bundles, takers, mean, config)
+    assert pairing.best_move(load, forecast, source, bundles, takers, mean, config) == expected
 
 
 @pytest.mark.parametrize("seed", range(100))

@@ -1,15 +1,16 @@
-"""The end state PredictivePairingShedder plans toward: the fewest bundles that bring every broker into the band.
+"""The greedy end-state plan: each giver's fewest bundles into the band, packed onto the receivers.
 
-Why plan the whole end state and not one move at a time: bundles come in steps, and when many brokers must
-give and many must take (PIP-364's 100 loaded + 100 new brokers), a move that is best on its own (the one
-that shrinks Σ(usage − mean)² most) fills the first new brokers to the mean with whatever arrives and leaves
-the last ones short by a bundle that no giver has left to give but a broker already in the band: a second
-move for that broker and for the one it fills. Here each giver gives the fewest bundles that land it in the
-band, the same bundles fill every taker into it, and the cycle carries out as much of that as the rails let
-through. The plan is made again each cycle from the forecast, so what the rails cut short is planned again.
+Bundles come in steps, and when many brokers must give and many must take, a move that is best on its own
+fills the first receivers to the level with whatever arrives and leaves the last ones short by a bundle only a
+broker already in the band could give: a second move for that broker and for the one it fills. Here each giver
+gives the fewest bundles that land it in the band (``fewest_into_band``), and the same bundles fill every
+receiver into it (``assign``): largest first onto the lowest, then a bounded search of moves, exchanges and
+chains of two.
 
-Pure arithmetic over sizes in usage points: each bundle's effect on its owner (``fewest_into_band``'s
-``sizes``) and on each taker (``assign``'s ``rise``: bundles × takers) are the forecast's, taken as additive.
+Pure arithmetic over sizes in usage points: each bundle's effect on its owner (``fewest_into_band``'s ``sizes``)
+and on each receiver (``assign``'s ``rise``: bundles × receivers) are the forecast's, taken as additive. The
+searches are bounded (``SWAP_ROUNDS``, ``SEARCH_STEPS``, ``EXTRA_COUNTS``) so a cycle over a thousand brokers
+stays within its time.
 """
 
 from __future__ import annotations
@@ -25,17 +26,18 @@ EXTRA_COUNTS = 2  # a giver tries at most this many bundles more than the fewest
 
 
 def fewest_into_band(sizes: Sequence[float], low: float, high: float, want: float) -> list[int] | None:
-    """Indices of the fewest ``sizes`` whose sum is in [low, high], the sum nearest ``want`` among the subsets
-    the search finds; [] when low ≤ 0; None when none is found.
+    """Indices of the fewest ``sizes`` whose sum is strictly between low and high (the hit counters clear a broker
+    strictly inside their gap), the sum nearest ``want`` among the subsets the search finds; [] when low < 0; None
+    when none is found.
 
     The count starts at the fewest of the largest sizes that reach ``low`` (no smaller set can); from the
     largest that many, exchanges of one chosen size for one not chosen (the outside size nearest the one
     that would hit ``want``, by bisection) move the sum into the band and toward ``want``.
     """
-    if low <= 0:
+    if low < 0:
         return []
     order = sorted((i for i in range(len(sizes)) if sizes[i] > 0), key=lambda i: (-sizes[i], i))
-    reached = np.cumsum([sizes[i] for i in order]) >= low - 1e-9
+    reached = np.cumsum([sizes[i] for i in order]) > low
     if not reached.any():
         return None
     fewest = int(np.argmax(reached)) + 1
@@ -55,7 +57,7 @@ def _exchange(
     total = sum(sizes[i] for i in chosen)
 
     def badness(value: float) -> tuple[bool, float]:
-        return (not low - 1e-9 <= value <= high + 1e-9, abs(value - want))
+        return (not low < value < high, abs(value - want))
 
     for _ in range(SWAP_ROUNDS):
         best, swap = badness(total), None
@@ -89,7 +91,7 @@ def assign(
     go to (``allowed``, not above ``limit``); then, while a taker would end out of ``mean ± band``, moves and
     exchanges of planned bundles between it and another taker that bring the takers' ends into the band
     (and, among those, nearer the mean). A taker below the mean no single step helps gets a depth-2 ejection
-    chain (``chain``): without it 100 + 100 seed 21 planned a taker 6.2 points short, for 10 moves and a cycle more.
+    chain (``chain``): a bundle of another taker comes to it, and that taker's best step makes up for it.
 
     ``levels``: each taker's usage now; ``rise[b, t]``: what bundle b adds to taker t."""
     bundles, takers = rise.shape
@@ -115,8 +117,9 @@ def assign(
         """The move of one planned bundle off or onto taker ``v``, or the exchange of one of its bundles for
         another taker's, that lowers the two takers' cost most: (bundle leaving v, bundle arriving on v, the
         taker the leaving one goes to)."""
-        placed = np.array([b for b in range(bundles) if where[b] >= 0 and where[b] != v], dtype=int)
-        owner = np.array([where[b] for b in placed], dtype=int)
+        at = np.asarray(where)
+        placed = np.flatnonzero((at >= 0) & (at != v))
+        owner = at[placed]
         own = held[v]
         cost_v, cost_all = float(cost(level[v : v + 1])[0]), cost(level)
         best: tuple[float, int | None, int | None, int] = (1e-9, None, None, v)

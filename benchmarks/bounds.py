@@ -1,0 +1,257 @@
+"""What any strategy needs to balance a simulated cluster: the band, the fewest moves, the rails' floor of cycles.
+
+The benchmark judges a strategy against these, not against another strategy: the lower bound of unloads
+(``balance_needs``) and the fewest cycles the hit counters and the rails allow (``rails_floor``). They read the
+simulator's true state, which no strategy sees.
+
+Brokers differ (cores, NIC, per-message costs), so "balanced" is every broker that can take load within
+±target/2 of the **balanced level**: the usage they would all have if their traffic were spread so as to equalise
+it (``balanced_level``). Moving load onto a broker with twice the cores lowers the mean, and a bundle counts on
+each broker at what it costs there: on its owner, what leaving takes off; on a broker below the band, what
+arriving adds. On alike brokers the balanced level is their mean usage and both costs are the same.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from pulsar_lb_operator.simulator.cluster import SimulatedCluster
+from pulsar_lb_operator.simulator.model import Broker
+from pulsar_lb_operator.strategies import DEFAULT_RAILS, BundleStats, LoadBalancerConfig, Rails
+
+TARGET_SPREAD = 10.0  # points of usage: "balanced" means max − min below this
+GOAL_CYCLES = 3  # issue 16: balanced within 3 cycles of a disturbance, or as soon as the rails allow
+RESOURCES = ("cpu", "bandwidthIn", "bandwidthOut")  # what the simulator's weighted usage is the max of
+UNITS = (BundleStats(msgRateIn=1.0), BundleStats(msgThroughputIn=1.0), BundleStats(msgThroughputOut=1.0))
+
+
+def balanceable(usage: dict[str, float], background: dict[str, float]) -> list[str]:
+    """The brokers that can take load: one whose background alone is at or above the cluster's mean
+    usage (PIP-364's 70% co-tenant) can only give load away, so balance is judged without it."""
+    if not usage:
+        return []
+    mean = sum(usage.values()) / len(usage)
+    return [name for name in usage if background.get(name, 0.0) < mean] or list(usage)
+
+
+def balanceable_mean(usage: dict[str, float], background: dict[str, float]) -> tuple[list[str], float]:
+    """The brokers that can take load (``balanceable``) and their mean usage; ([], 0.0) when there are none."""
+    takers = balanceable(usage, background)
+    return takers, (sum(usage[n] for n in takers) / len(takers) if takers else 0.0)
+
+
+def balanceable_spread(usage: dict[str, float], background: dict[str, float]) -> float:
+    values = [usage[name] for name in balanceable(usage, background)]
+    return max(values) - min(values) if values else 0.0
+
+
+def linear_usage(cluster: SimulatedCluster, broker: Broker) -> tuple[np.ndarray, np.ndarray]:
+    """The broker's usage per resource (``RESOURCES``, percent) as ``base + coefficients @ traffic``, traffic being
+    (msg rate in + out, throughput in, throughput out): the simulator's own physics, probed with unit traffic."""
+    zero = cluster.host_usage(broker, {}, 0.0)
+    base = np.array([zero[r][0] / zero[r][1] * 100 for r in RESOURCES])
+    columns = []
+    for unit in UNITS:
+        used = cluster.host_usage(broker, {"unit": unit}, 0.0)
+        columns.append([used[r][0] / used[r][1] * 100 for r in RESOURCES] - base)
+    return base, np.array(columns).T
+
+
+def balanced_level(lines: list[tuple[np.ndarray, np.ndarray]], traffic: np.ndarray) -> float:
+    """The usage the brokers of ``lines`` (each ``linear_usage``) would all have holding ``traffic`` together, each
+    a share of the same mix: the level where their shares add up to the whole (brokers whose background alone is
+    above it hold none). Found by bisection: each broker's share grows with the level."""
+
+    def shares(level: float) -> float:
+        total = 0.0
+        for base, coefficients in lines:
+            per_resource = coefficients @ traffic
+            room = [(level - b) / p for b, p in zip(base, per_resource) if p > 0]
+            total += max(min(room, default=0.0), 0.0)
+        return total
+
+    low = min(float(base.max()) for base, _ in lines)
+    high = max(float(base.max()) for base, _ in lines) + 1.0
+    while shares(high) < 1.0:
+        high *= 2
+    for _ in range(60):  # 2⁻⁶⁰ of the interval: far below a point's hundredth
+        middle = (low + high) / 2
+        low, high = (middle, high) if shares(middle) < 1.0 else (low, middle)
+    return (low + high) / 2
+
+
+def bundle_contributions(cluster: SimulatedCluster) -> dict[str, dict[str, float]]:
+    """Per live broker: each owned bundle's share of its true usage (usage with − usage without)."""
+    out: dict[str, dict[str, float]] = {}
+    for broker in cluster.alive_brokers():
+        owned = cluster.owned_by(broker.id)
+        stats = {b: cluster.bundle_stats(b)[0] for b in owned}
+        full = cluster.weighted_usage(broker, stats)
+        out[broker.name] = {
+            b: full - cluster.weighted_usage(broker, {k: v for k, v in stats.items() if k != b}) for b in owned
+        }
+    return out
+
+
+def balance_needs(cluster: SimulatedCluster, target: float = TARGET_SPREAD) -> tuple[int, int]:
+    """At least this many unloads bring every broker that can take load within ±target/2 of the balanced level,
+    and at least this many of them leave one broker (the busiest giver's share).
+
+    Each broker above the band must give away its largest bundles (at what each costs it) until under it — those
+    another broker can take without ending above the band, or all of them and one move more (``_fits_somewhere``); each
+    broker below it must receive at least the fewest bundles whose costs there add up to its gap; and together the
+    brokers below it must receive at least their total gap, which takes at least as many moves as the fewest
+    bundles (of brokers not below the band, each at the most it costs on any of them, and none giving more than
+    takes it to the band's floor: ``_fewest_filling``) that add up to it: one bundle arrives per move. One move
+    serves one of each, so the bound is the largest of the three. A bundle's cost on a broker it arrives on is the
+    most it adds to any one resource there, which is never less than what it adds to the broker's weighted usage.
+    """
+    alive = cluster.alive_brokers()
+    usage = {b.name: cluster.true_usage(b.id) for b in alive}
+    if len(usage) < 2:
+        return 0, 0
+    background = {b.name: b.spec.background_cpu * 100 for b in alive}
+    takers = set(balanceable(usage, background))
+    stats = {b.name: {bundle: cluster.bundle_stats(bundle)[0] for bundle in cluster.owned_by(b.id)} for b in alive}
+    lines = {b.name: linear_usage(cluster, b) for b in alive}
+    traffic = {n: np.array([s.traffic for s in per.values()]).reshape(-1, 3) for n, per in stats.items()}
+    held = sum((traffic[n].sum(axis=0) for n in takers), np.zeros(3))
+    level = balanced_level([lines[n] for n in sorted(takers)], held) if held.any() else _mean(usage, takers)
+    low, high = level - target / 2, level + target / 2
+    contributions = bundle_contributions(cluster)
+    fits = _fits_somewhere(cluster, stats, lines, usage, takers, high)
+    give = most = 0
+    for name, value in usage.items():
+        if value > high:
+            sizes = contributions[name]
+            given = min(
+                _fewest_reaching([sizes[b] for b in sizes if b in fits], value - high),
+                _fewest_reaching(list(sizes.values()), value - high) + 1,
+            )
+            give += given
+            most = max(most, given)
+    short = sorted(n for n in takers if usage[n] < low)
+    if not short:
+        return give, most
+    sources = [n for n in sorted(usage) if usage[n] >= low]
+    movable = np.concatenate([traffic[n] for n in sources] or [np.zeros((0, 3))])
+    # what each movable bundle adds on each broker below the band: the most it adds to one resource there
+    rise = np.array([(lines[n][1] @ movable.T).max(axis=0) for n in short]).reshape(len(short), -1)
+    take = 0
+    for row, name in enumerate(short):
+        take += _fewest_reaching(rise[row], low - usage[name])
+    deficit = sum(low - usage[n] for n in short)
+    volume = _fewest_filling(sources, contributions, rise.max(axis=0), usage, low, deficit)
+    return max(give, take, volume), most
+
+
+def _fewest_filling(
+    sources: list[str],
+    contributions: dict[str, dict[str, float]],
+    arriving: np.ndarray,
+    usage: dict[str, float],
+    low: float,
+    deficit: float,
+) -> int:
+    """The fewest moves that can bring ``deficit`` points to the brokers below the band: each move one bundle of a
+    broker not below it (``arriving``: the most each adds there, in ``sources``' order), and no broker giving more
+    than takes it to the band's floor — at most that many of its own points, times the most any of its bundles
+    adds elsewhere per point it takes off it. With so much from each source at most, the moves go where they add
+    most (what j moves bring from one source only grows by less with each: taking them in turn is optimal)."""
+    if deficit <= 0:
+        return 0
+    offer: list[list[float]] = []  # per source: what its 1st, 2nd, … move can add at most
+    start = 0
+    for name in sources:
+        drops = list(contributions[name].values())
+        adds = arriving[start : start + len(drops)]
+        start += len(drops)
+        per_point = max((a / d for a, d in zip(adds, drops) if d > 0), default=0.0)
+        room = (usage[name] - low) * per_point
+        totals = np.minimum(np.cumsum(sorted(adds, reverse=True)), room) if len(adds) else np.zeros(0)
+        offer.append(list(np.diff(totals, prepend=0.0)))
+    heads = [0] * len(offer)
+    filled = moves = 0.0
+    while filled < deficit:
+        gains = [o[h] if h < len(o) else 0.0 for o, h in zip(offer, heads)]
+        best = int(np.argmax(gains)) if gains else 0
+        if not gains or gains[best] <= 0:
+            break
+        filled += gains[best]
+        heads[best] += 1
+        moves += 1
+    return int(moves)
+
+
+def _mean(usage: dict[str, float], names: set[str]) -> float:
+    return sum(usage[n] for n in names) / len(names)
+
+
+def _fewest_reaching(sizes: np.ndarray | list[float], total: float, exceed: bool = False) -> int:
+    """The fewest of ``sizes`` (the largest first) that add up to ``total`` (``exceed``: more than it); all of
+    them when they do not."""
+    ordered = sorted((float(s) for s in sizes), reverse=True)
+    enough = (lambda acc: acc > total) if exceed else (lambda acc: acc >= total)
+    return next((k for k, acc in enumerate(itertools.accumulate(ordered), 1) if enough(acc)), len(ordered))
+
+
+def _fits_somewhere(
+    cluster: SimulatedCluster,
+    stats: dict[str, dict[str, BundleStats]],
+    lines: dict[str, tuple[np.ndarray, np.ndarray]],
+    usage: dict[str, float],
+    takers: set[str],
+    high: float,
+) -> set[str]:
+    """The bundles some other broker that can take load could receive without ending above the band: moving any
+    other leaves its destination above the band, unless the destination gives a bundle away too — a move more."""
+    fits = set()
+    for owner, owned in stats.items():
+        for bundle, s in owned.items():
+            traffic = np.array(s.traffic)
+            for name in takers:
+                if name != owner and usage[name] + (lines[name][1] @ traffic).max() <= high:
+                    fits.add(bundle)
+                    break
+    return fits
+
+
+def moves_lower_bound(cluster: SimulatedCluster, target: float = TARGET_SPREAD) -> int:
+    """``balance_needs``' count of unloads."""
+    return balance_needs(cluster, target)[0]
+
+
+def hits_to_act(usage: dict[str, float], background: dict[str, float], config: LoadBalancerConfig) -> int:
+    """How many consecutive cycles the default hit counters make a strategy debounced like AvgShedder see this
+    imbalance before it acts: loadBalancerAvgShedderHitCountHighThreshold (2) when a broker that can take load
+    is at least half of loadBalancerAvgShedderHighThreshold (40 points between a pair: 20) from their mean,
+    loadBalancerAvgShedderHitCountLowThreshold (8) below that. AvgShedder's own pair rule (the hottest and
+    coolest broker more than 40 points apart) never asks for fewer: such a pair has a broker 20 from the mean."""
+    takers, mean = balanceable_mean(usage, background)
+    if not takers:
+        return config.loadBalancerAvgShedderHitCountHighThreshold
+    far = max(abs(usage[n] - mean) for n in takers)
+    if far >= config.loadBalancerAvgShedderHighThreshold / 2:
+        return config.loadBalancerAvgShedderHitCountHighThreshold
+    return config.loadBalancerAvgShedderHitCountLowThreshold
+
+
+def rails_floor(moves: int, most_from_one: int, hits_needed: int, rails: Rails = DEFAULT_RAILS) -> int:
+    """The fewest cycles after a disturbance in which any strategy behind the default rails can balance.
+
+    A strategy debounced like AvgShedder acts on the ``hits_needed``-th consecutive cycle it sees the
+    imbalance (the first cycle after the disturbance is the first hit), and the rails let at most 10
+    unloads a cycle through and 5 from one broker: ``moves`` unloads, ``most_from_one`` of them from one
+    broker, take at least max(⌈moves / 10⌉, ⌈most_from_one / 5⌉) cycles of moves. The sample after the
+    last of them is the first that can be balanced: (hits_needed − 1) + rounds cycles after. 0: nothing
+    to move.
+    """
+    if moves <= 0:
+        return 0
+    rounds = max(
+        math.ceil(moves / rails.max_unloads_per_cycle), math.ceil(most_from_one / rails.max_unloads_per_broker)
+    )
+    return max(hits_needed - 1, 0) + rounds

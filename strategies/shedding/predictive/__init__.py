@@ -1,0 +1,319 @@
+"""PredictivePairingShedder: plan the balanced end state from each broker's cost model, then move toward it.
+
+Why not a built-in: resource-based strategies cannot tell what a bundle will cost on another broker (PIP-364),
+so they over-place; rate-based ones ignore background load (the 10/50/70 co-tenant case). With a cost model per
+broker (``forecast``) both are predictable. Each cycle:
+
+1. **When** (``debounce``): brokers are scored as AvgShedder scores them and debounced with its hit counters
+   (no history EMA, so nothing is unloaded twice); a broker that carries nothing — one that joined or came back —
+   is acted on from its first report; after a broker leaves, or someone else splits a bundle, the shedder waits
+   until every broker has reported since.
+2. **Where to** (``endstate``): the balanced level every broker that can take load would share, each at its own
+   cost, and the plan that brings every broker into the band around it with the fewest moves, then topics.
+3. **This cycle's moves** (``endstate.EndState.this_cycle``): as much of the plan as the rails let through, the
+   moves that lead fastest to the end state first; what the plan cannot fix, one best move at a time
+   (``pairing``), splitting a bundle too big to move (``splits``, with the split trigger's splits).
+
+A broker whose background usage alone is at or above the mean never receives load; a move never leaves its
+destination above the overload threshold. Without a CPU model of R² ≥ ``forecast.MIN_R2`` for any broker it is
+AvgShedder, and says so. Each prediction is checked on the first report that shows the move; the error is in the
+notes and the state.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from pulsar_lb_operator.strategies.config import LoadBalancerConfig
+from pulsar_lb_operator.strategies.documents import MAX_FINITE
+from pulsar_lb_operator.strategies.loaddata import LoadData
+from pulsar_lb_operator.strategies.plans import Split, Unload
+from pulsar_lb_operator.strategies.shedding import avg
+from pulsar_lb_operator.strategies.shedding.common import SheddingResult
+from pulsar_lb_operator.strategies.shedding.predictive import debounce, endstate, forecast, pairing, splits
+from pulsar_lb_operator.strategies.splitting import algorithms
+from pulsar_lb_operator.strategies.state import PendingMove, StrategyState
+
+NAME = "PredictivePairingShedder"
+
+
+def shed(
+    load: LoadData, config: LoadBalancerConfig, state: StrategyState, trigger_splits: Sequence[Split] = ()
+) -> SheddingResult:
+    """``trigger_splits``: what the split trigger picked this cycle; the ones whose halves are known
+    (range_equally_divide) are planned here with their halves kept on the owner and placed like any bundle, and
+    come back in the result's ``splits`` (the others come back as they were, for the planner to add)."""
+    # Reports near MAX_BROKER_TOTAL overflow float64 sums; every figure is checked for finiteness where it is
+    # used (a model far out of range falls back), so the overflow itself is no error.
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        slope = forecast.slopes(load, state)
+        if slope is None:
+            return _fallback(load, config, state, trigger_splits)
+        return _Cycle(load, config, state, slope).run(trigger_splits)
+
+
+def _finite(values: Mapping[str, tuple]) -> dict[str, tuple]:
+    """What a cost model far out of range made infinite is not kept (nor could the state file hold it)."""
+    return {b: v for b, v in values.items() if all(math.isfinite(x) and abs(x) <= MAX_FINITE for x in v)}
+
+
+def _fallback(
+    load: LoadData, config: LoadBalancerConfig, state: StrategyState, trigger_splits: Sequence[Split]
+) -> SheddingResult:
+    result = avg.shed(load, config, state)
+    why = (
+        f"{NAME}: no CPU cost model with R² ≥ {forecast.MIN_R2} and ≥ {forecast.MIN_SAMPLES} samples; "
+        "AvgShedder's behaviour"
+    )
+    unloads = tuple(Unload(u.bundle, u.source, u.destination, f"{why}: {u.reason}") for u in result.unloads)
+    unloaded = {u.bundle for u in result.unloads}
+    later = tuple(sp for sp in trigger_splits if sp.bundle not in unloaded)  # as the trigger skips this cycle's
+    return SheddingResult(unloads, result.state, (why, *result.notes), later)
+
+
+class _Cycle:
+    """One cycle's work, in the order of the module's docstring."""
+
+    def __init__(
+        self, load: LoadData, config: LoadBalancerConfig, state: StrategyState, slope: dict[str, forecast.Slope]
+    ) -> None:
+        self.load, self.config, self.state = load, config, state
+        brokers = load.snapshot.brokers
+        self.forecast = forecast.Forecast(load, config, slope, state)
+        self.pending = forecast.in_flight(load, state, self.forecast, config)
+        self.waiting, self.errors = forecast.check_predictions(load, state, self.pending, config)
+        self.forecast.trust_samples({b for b, e in self.errors.items() if abs(e) > 2 * self.forecast.sigma})
+        scores = self.forecast.sampled
+        overall = sum(scores.values()) / len(scores)
+        self.backgrounds = {b: self.forecast.background(b) for b in brokers}
+        self.takers = {b for b in brokers if self.backgrounds[b] < overall}
+        self.mean = sum(scores[b] for b in self.takers) / len(self.takers) if self.takers else overall
+        self.high, self.low, self.triggered = debounce.hits(scores, self.mean, config, state)
+        self.empty = debounce.empty(load) & self.takers
+        sheddable = load.sheddable_bundles()
+        self.movable = {
+            b: sorted(
+                x
+                for x in brokers[b].lastStats
+                if x in sheddable and x not in load.recently_unloaded and x not in self.pending
+            )
+            for b in brokers
+        }
+        self.pieces = splits.Pieces()
+        self.unloads: list[Unload] = []
+        self.received: set[str] = set()  # no chains: a broker that took load this cycle gives none, and vice versa
+        self.notes = [f"{NAME}: mean usage of the {len(self.takers)} brokers that can take load {self.mean:.1f}"]
+        self.notes += [
+            f"{NAME}: {b} has no good CPU model; its capacity and the cluster's per-core cost stand in"
+            for b in sorted(slope)
+            if slope[b].borrowed
+        ]
+        self.notes += [
+            f"{NAME}: {b} background {self.backgrounds[b]:.0f} ≥ mean: never a destination"
+            for b in sorted(set(brokers) - self.takers)
+        ]
+        if self.errors:
+            mae = sum(abs(e) for e in self.errors.values()) / len(self.errors)
+            self.notes.append(f"{NAME}: prediction error {mae:.1f} points (mean |error| over {len(self.errors)})")
+
+    def actions(self) -> int:
+        return len(self.unloads) + len(self.pieces.splits)
+
+    def run(self, trigger_splits: Sequence[Split]) -> SheddingResult:
+        changed_at = debounce.changed_at(self.load, self.state, self.state.predictive_halves)
+        settling = debounce.settling(self.load, self.config, changed_at)
+        if settling:
+            since = (self.load.snapshot.taken_at - changed_at) / 1000
+            self.notes.append(
+                f"{NAME}: a broker left, or a bundle was split, {since:.0f} s ago; waiting until every broker has "
+                "reported since"
+            )
+        passed_on = self._trigger_splits(trigger_splits)
+        plan = None
+        if self.empty:
+            self.notes.append(f"{NAME}: {', '.join(sorted(self.empty))} carries nothing (joined or came back): acting")
+        room = self.load.rails.max_unloads_per_cycle - self.actions()
+        if not settling and (self.triggered or self.empty) and room > 0:  # no room: planned again next cycle
+            plan = endstate.plan(
+                self.load,
+                self.forecast,
+                self.movable,
+                self.takers - set(self.pieces.per_source),
+                max(debounce.settled_gap(self.config) - self.forecast.sigma, 0.0),
+                self.config,
+                self.pieces.halves,
+                self.pieces.topics,
+                self.triggered | self.empty,
+            )
+            self._carry_out_plan(plan)
+            self._pair(plan)
+        return SheddingResult(
+            tuple(self.unloads),
+            self._next_state(plan, changed_at),
+            tuple(self.notes),
+            (*self.pieces.splits, *passed_on),
+        )
+
+    def _trigger_splits(self, trigger_splits: Sequence[Split]) -> list[Split]:
+        """The trigger's splits whose halves are known are planned here, before any unload, under the same caps."""
+        passed_on = []
+        for sp in trigger_splits:
+            if sp.algorithm != algorithms.RANGE_EQUALLY_DIVIDE or not sp.boundaries or sp.source not in self.movable:
+                passed_on.append(sp)
+                continue
+            parts = self.pieces.add_trigger_split(
+                self.load, sp, f"{sp.reason}; the halves stay on {sp.source} and {NAME} places them"
+            )
+            movable = [b for b in self.movable[sp.source] if b != sp.bundle]
+            self.movable[sp.source] = sorted([*movable, *parts])
+        return passed_on
+
+    def _carry_out(self, move: pairing.Move, level: float) -> None:
+        giver, bundle, destination, before, after = move
+        traffic = forecast.bundle_traffic(self.load, giver, bundle, self.pieces.halves)
+        self.forecast.move(giver, destination, traffic)
+        self.received.add(destination)
+        self.movable[giver].remove(bundle)
+        self.pieces.count(giver)
+        self.pending[bundle] = PendingMove(giver, destination, self.load.snapshot.taken_at, traffic)
+        self.unloads.append(
+            Unload(
+                bundle,
+                giver,
+                destination,
+                f"{NAME}: {giver} {self.forecast.sampled[giver]:.1f} vs balanced level {level:.1f}; predicted "
+                f"{giver} {before[0]:.1f}→{after[0]:.1f}, {destination} {before[1]:.1f}→{after[1]:.1f}",
+            )
+        )
+
+    def _carry_out_plan(self, plan: endstate.EndState) -> None:
+        if plan.moves:
+            self.notes.append(
+                f"{NAME}: end state by {plan.solver}: {len(plan.moves)} moves bring every broker within "
+                f"{plan.band:.2f} of the balanced level {plan.target:.1f}"
+                + (f" but {', '.join(sorted(plan.outside()))}" if plan.outside() else "")
+            )
+        rails = self.load.rails
+        now = plan.this_cycle(
+            rails.max_unloads_per_cycle - self.actions(),
+            rails.max_unloads_per_cycle,
+            self.pieces.per_source,
+            rails.max_unloads_per_broker,
+            self.config.loadBalancerBrokerOverloadedThresholdPercentage,
+        )
+        outside = plan.outside()
+        for giver, bundle, destination in now:
+            if giver in self.received or destination in self.pieces.per_source:
+                continue
+            if giver in outside or destination in outside:
+                continue  # the plan does not bring them into the band: one move at a time does (``_pair``)
+            move = pairing.planned_move(
+                self.forecast,
+                self.load,
+                giver,
+                bundle,
+                destination,
+                plan.target,
+                plan.band,
+                self.config,
+                self.pieces.halves,
+            )
+            if move is not None:
+                self._carry_out(move, plan.target)
+
+    def _pair(self, plan: endstate.EndState) -> None:
+        """What the plan leaves out of the band: one best move at a time while the caps allow, a bundle too big to
+        move split first when moving a piece helps more than any plain move."""
+        outside = plan.outside()
+        hot = {b for b in outside if plan.ends[b] > plan.target}
+        cold = outside - hot
+        done: set[str] = set()
+        rails = self.load.rails
+        while self.actions() < rails.max_unloads_per_cycle:
+            cap_left = {
+                b
+                for b in self.movable
+                if self.pieces.per_source.get(b, 0) < rails.max_unloads_per_broker
+                and b not in done | self.received
+                and self.forecast.usage(b) > plan.target
+            }
+            sources = sorted(cap_left & hot, key=lambda b: (-self.forecast.usage(b), b))
+            destinations = self.takers - set(self.pieces.per_source)
+            if not sources and any(abs(self.forecast.usage(b) - plan.target) > plan.tolerance(b) for b in cold):
+                sources = sorted(cap_left, key=lambda b: (-self.forecast.usage(b), b))
+                destinations &= cold
+            if not sources:
+                return
+            source = sources[0]
+            moves = self._best(source, destinations, plan)
+            if not moves:
+                done.add(source)
+                continue
+            for move in moves:
+                self._carry_out(move, plan.target)
+            hot = {b for b in hot if abs(self.forecast.usage(b) - plan.target) > plan.tolerance(b)}
+
+    def _best(self, source: str, destinations: set[str], plan: endstate.EndState) -> list[pairing.Move]:
+        level, band = plan.target, plan.band
+        best = pairing.best_move(
+            self.load,
+            self.forecast,
+            source,
+            self.movable[source],
+            destinations,
+            level,
+            self.config,
+            self.pieces.halves,
+            band,
+        )
+        plain = [] if best is None else [(source, *best)]
+        room = self.load.rails.max_unloads_per_cycle - self.actions()
+        if self.config.loadBalancerAutoBundleSplitEnabled and self.forecast.usage(source) - level > band:
+            trial = self.pieces.copy()
+            moves, movable = splits.split_to_move(
+                self.load,
+                self.forecast,
+                source,
+                self.movable[source],
+                destinations,
+                level,
+                band,
+                self.config,
+                trial,
+                room,
+            )
+            if splits.gains_more(moves, plain, level):
+                self.pieces = trial
+                self.movable[source] = movable
+                self.notes.append(f"{NAME}: {trial.splits[-1].reason}")
+                return moves
+        return plain
+
+    def _next_state(self, plan: endstate.EndState | None, changed_at: int) -> StrategyState:
+        high, low = self.high, self.low
+        moved = {u.source for u in self.unloads} | {u.destination for u in self.unloads}
+        planned = set() if plan is None or not self.unloads else {b for m in plan.moves for b in (m[0], m[2])}
+        for b in moved | planned:
+            # being balanced: it stays triggered, and the next cycle's hit count clears it once it is within the
+            # gap, instead of counting low hits again from nothing while the plan or the moves' errors leave it out
+            high.pop(b, None)
+            low[b] = self.config.loadBalancerAvgShedderHitCountLowThreshold
+        predictions = dict(self.waiting)
+        for b in moved:
+            predictions[b] = (self.forecast.usage(b), self.load.snapshot.taken_at)
+        return self.state.evolve(
+            avg_hits_high=high,
+            avg_hits_low=low,
+            predictive_pending=self.pending,
+            predictions=predictions,
+            prediction_errors=self.errors,
+            predictive_members=frozenset(self.load.snapshot.brokers),
+            predictive_changed_at=changed_at,
+            predictive_halves=frozenset(self.pieces.halves),
+            predictive_residuals=_finite(self.forecast.residuals),
+            predictive_learned=_finite(self.forecast.learned),
+            predictive_scales=_finite(self.forecast.scales),
+        )

@@ -1,0 +1,91 @@
+"""When to act: AvgShedder's hit counters, membership events, and waiting for the reports to add up.
+
+* Each broker counts AvgShedder's high and low hits on its distance from the mean: a high hit at half of
+  AvgShedder's high pair gap (20 points by default: the gap is between two brokers), a low hit at a third of its
+  low gap (5: our target is a spread under 10, which AvgShedder's 15-point pair gap cannot reach); it is
+  triggered after loadBalancerAvgShedderHitCountHighThreshold high hits or ...LowThreshold low ones.
+* A broker that carries nothing — one that joined, or came back from a restart — is a membership event, acted on
+  from its first report with no hit to wait for, as Cruise Control's add-broker is.
+* After a broker leaves, or someone else splits a bundle, bundles are still being placed: the shedder waits
+  until every broker has reported since (at most ``settle_ms``). A broker that joins changes no other broker's
+  load, so it is not waited for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pulsar_lb_operator.strategies import bundles as bundle_names
+from pulsar_lb_operator.strategies.config import LoadBalancerConfig
+from pulsar_lb_operator.strategies.loaddata import LoadData
+from pulsar_lb_operator.strategies.shedding.predictive.forecast import NO_TRAFFIC, reported_after
+from pulsar_lb_operator.strategies.state import StrategyState
+
+
+def settled_gap(config: LoadBalancerConfig) -> float:
+    """The distance from the mean under which ``hits`` clears a broker's counters (a third of AvgShedder's low
+    pair gap: 5 points): the band the trigger leaves alone, and so the band an end-state plan must land in."""
+    return config.loadBalancerAvgShedderLowThreshold / 3
+
+
+def settle_ms(config: LoadBalancerConfig) -> int:
+    """A broker that has not reported three shedding intervals after a change is not waited for any longer."""
+    return 3 * config.loadBalancerSheddingIntervalMinutes * 60_000
+
+
+def hits(
+    scores: Mapping[str, float], mean: float, config: LoadBalancerConfig, state: StrategyState
+) -> tuple[dict[str, int], dict[str, int], set[str]]:
+    """AvgShedder's two hit counters, per broker, on its distance from the mean; the brokers triggered."""
+    high, low = dict(state.avg_hits_high), dict(state.avg_hits_low)
+    triggered = set()
+    for broker, value in scores.items():
+        gap = abs(value - mean)
+        if gap < settled_gap(config):
+            high.pop(broker, None)
+            low.pop(broker, None)
+            continue
+        low[broker] = low.get(broker, 0) + 1
+        if gap >= config.loadBalancerAvgShedderHighThreshold / 2:
+            high[broker] = high.get(broker, 0) + 1
+        else:
+            high.pop(broker, None)
+        if (
+            high.get(broker, 0) >= config.loadBalancerAvgShedderHitCountHighThreshold
+            or low[broker] >= config.loadBalancerAvgShedderHitCountLowThreshold
+        ):
+            triggered.add(broker)
+    for broker in list(high) + list(low):
+        if broker not in scores:
+            high.pop(broker, None)
+            low.pop(broker, None)
+    return high, low, triggered
+
+
+def empty(load: LoadData) -> set[str]:
+    """Brokers that carry no traffic: a broker that joined, or came back from a restart (Pulsar assigns a broker
+    that starts nothing but its heartbeat bundles)."""
+    return {
+        b
+        for b, report in load.snapshot.brokers.items()
+        if all(bundle_names.is_system_bundle(x) or s.traffic == NO_TRAFFIC for x, s in report.lastStats.items())
+    }
+
+
+def changed_at(load: LoadData, state: StrategyState, expected: frozenset[str]) -> int:
+    """When the reports last stopped adding up: a broker left, or a bundle appeared that no split of ours made
+    (``expected``: the pieces of our own splits)."""
+    members = frozenset(load.snapshot.brokers)
+    reported = {bundle for r in load.snapshot.brokers.values() for bundle in r.lastStats}
+    foreign_split = state.bundle_data and reported - set(state.bundle_data) - set(expected)
+    if (state.predictive_members - members) or foreign_split:
+        return load.snapshot.taken_at
+    return state.predictive_changed_at
+
+
+def settling(load: LoadData, config: LoadBalancerConfig, since: int) -> bool:
+    """Whether some broker has not reported since ``since``, a change less than ``settle_ms`` ago."""
+    now = load.snapshot.taken_at
+    return now - since < settle_ms(config) and not all(
+        reported_after(load, r, since, config) for r in load.snapshot.brokers.values()
+    )

@@ -1,0 +1,398 @@
+"""The end state a cycle plans toward, and which of its moves the cycle makes.
+
+**The balanced level** is the usage every broker that can take load would have with their traffic spread so as
+to equalise it, each broker at its own cost (``balanced_level``): moving load onto a broker with twice the cores
+lowers the cluster's mean, so the mean of today's usage is not where the brokers end.
+
+**The plan** brings every broker into the band around it — the band where the hit counters leave a broker alone
+(``debounce.settled_gap``), less the forecast's measured error — with the fewest moves, then the fewest topics
+disconnected: an optimisation over which bundle goes where. Each giver's fewest bundles that land it in the band
+are packed onto the receivers (``packing``: largest first onto the lowest, then a bounded search); where that
+leaves a broker out of the band, or uses more moves than the givers' and receivers' own counts need, the whole
+choice is made again as a mixed-integer program (HiGHS, through ``scipy.optimize.milp``) — bundles of any broker
+above the level, receivers below it, within the namespace policies and under the overload threshold — with a
+deterministic node budget, and kept when it is better.
+
+**This cycle's moves**, when the rails' caps spread the plan over cycles: first what each giver must give now for
+the plan to take no more cycles than it needs (a giver with more moves than the per-broker cap allows in the
+cycles the whole plan takes), then the givers above the overload threshold (the hottest first), then the heaviest
+planned bundles. The plan is made again each cycle from the new reports.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from pulsar_lb_operator.strategies.config import LoadBalancerConfig
+from pulsar_lb_operator.strategies.loaddata import LoadData
+from pulsar_lb_operator.strategies.shedding.predictive import packing
+from pulsar_lb_operator.strategies.shedding.predictive.forecast import NO_TRAFFIC, Forecast, Traffic, bundle_traffic
+from pulsar_lb_operator.strategies.shedding.predictive.pairing import allowed_brokers
+
+# A plan with more candidate (bundle, receiver) pairs than this is left to the greedy packing: HiGHS needs about
+# a second of one core for a thousand (``python benchmarks/decide.py`` prints the decide time).
+MILP_MAX_PAIRS = 1_000
+MILP_NODES = 200  # HiGHS's branch-and-bound budget: a count, so the same cycle gives the same plan on any machine
+MILP_SECONDS = 5.0  # a safety net under the node budget; a plan cut short by it is not used
+# Brokers must end strictly inside the band (the hit counters clear a broker strictly inside their gap): the
+# program's bounds sit a hundredth of a point inside it (no estimate is that precise), and ending outside by as
+# much costs more than every candidate move together.
+STRICTLY = 0.01
+
+
+@dataclass(frozen=True)
+class EndState:
+    """A plan: every broker's steady level now and where the plan leaves it, the balanced level and the band, the
+    moves (giver, bundle, receiver), what each planned bundle takes off its giver, and which solver made it."""
+
+    level: Mapping[str, float]
+    target: float
+    band: float  # where the plan lands brokers it moves
+    noise: float  # the samples' noise: how much wider than the band an untriggered broker is left alone
+    moves: tuple[tuple[str, str, str], ...]
+    drops: Mapping[str, float]
+    ends: Mapping[str, float]
+    solver: str
+    takers: frozenset[str] = frozenset()
+    triggered: frozenset[str] = frozenset()  # brokers the trigger acts on: the band holds for them exactly
+
+    def tolerance(self, broker: str) -> float:
+        """Beyond which the broker needs moving: the band for a triggered broker; the band and the samples' noise
+        for another (the trigger's own gap: just past the band by its steady level, it may be inside in truth)."""
+        return self.band if broker in self.triggered else self.band + self.noise
+
+    def outside(self) -> set[str]:
+        """Brokers the plan leaves beyond their tolerance: any that can take load, and one that cannot (a
+        co-tenant) above."""
+        return {
+            b
+            for b, end in self.ends.items()
+            if abs(end - self.target) >= self.tolerance(b) and (b in self.takers or end > self.target)
+        }
+
+    def this_cycle(
+        self, room: int, per_cycle: int, per_source: Mapping[str, int], cap: int, overloaded: float
+    ) -> list[tuple[str, str, str]]:
+        """The moves to make now: at most ``room``, and ``cap`` from one giver counting ``per_source`` (this cycle's
+        splits); a cycle lets ``per_cycle`` through. First what a giver must give now for the plan to take no more
+        cycles than it needs, then givers above ``overloaded`` (Pulsar's
+        loadBalancerBrokerOverloadedThresholdPercentage; the hottest first), then the heaviest planned bundles."""
+        queue: dict[str, list[tuple[str, str, str]]] = {}
+        for move in sorted(self.moves, key=lambda m: (-self.drops.get(m[1], 0.0), m[1])):
+            queue.setdefault(move[0], []).append(move)
+        if not queue:
+            return []
+        rounds = max(math.ceil(len(self.moves) / per_cycle), *(math.ceil(len(q) / cap) for q in queue.values()))
+        left = {giver: self.level[giver] for giver in queue}
+        used = dict(per_source)
+        chosen: list[tuple[str, str, str]] = []
+
+        def take(giver: str) -> bool:
+            if len(chosen) >= room or used.get(giver, 0) >= cap or not queue[giver]:
+                return False
+            move = queue[giver].pop(0)
+            chosen.append(move)
+            used[giver] = used.get(giver, 0) + 1
+            left[giver] -= self.drops.get(move[1], 0.0)
+            return True
+
+        for giver in sorted(queue, key=lambda g: (-len(queue[g]), g)):
+            for _ in range(max(len(queue[giver]) - cap * (rounds - 1), 0)):
+                take(giver)
+        while any(left[g] > overloaded and take(g) for g in sorted(queue, key=lambda g: (-left[g], g))):
+            pass
+        heaviest = sorted((m for q in queue.values() for m in q), key=lambda m: (-self.drops.get(m[1], 0.0), m[1]))
+        for giver, bundle, _ in heaviest:
+            if queue[giver] and queue[giver][0][1] == bundle:
+                take(giver)
+        return chosen
+
+
+def balanced_level(forecast: Forecast, takers: set[str]) -> float:
+    """The usage the ``takers`` would all have carrying their traffic together, each a share of the same mix at its
+    own cost: the level where their shares add up to the whole (one whose background alone is above it holds
+    none). On alike brokers, their mean usage."""
+    names = sorted(takers)
+    if not names:
+        return 0.0
+    lines = [forecast.linear(b) for b in names]
+    with np.errstate(over="ignore", invalid="ignore"):
+        whole = np.sum([forecast.traffic[b] for b in names], axis=0)
+        per_share = np.array([coefficients @ whole for _, coefficients, _ in lines])  # brokers × resources
+    bases = np.array([base for base, _, _ in lines])
+    floors = np.array([max(float(base.max()), direct) for base, _, direct in lines])
+    finite = np.isfinite(per_share).all() and np.isfinite(bases).all() and np.isfinite(floors).all()
+    if not finite or not (per_share > 0).any():
+        return float(np.mean([forecast.usage(b) for b in names]))
+
+    def shares(level: float) -> float:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            room = np.where(per_share > 0, (level - bases) / per_share, np.inf).min(axis=1)
+        return float(np.where(floors < level, np.maximum(room, 0.0), 0.0).sum())
+
+    low, high = float(floors.min()), float(floors.max()) + 1.0
+    while shares(high) < 1.0:
+        high = 2 * high + 1.0
+        if not math.isfinite(high):  # the shares never add up (a model far out of range): no level to plan to
+            return float(np.mean([forecast.usage(b) for b in names]))
+    for _ in range(60):  # 2⁻⁶⁰ of the interval: far below a hundredth of a point
+        middle = (low + high) / 2
+        low, high = (middle, high) if shares(middle) < 1.0 else (low, middle)
+    return (low + high) / 2
+
+
+@dataclass(frozen=True)
+class _Candidates:
+    """Movable bundles of brokers above the level (``rows`` of ``items``) and the receivers below it (columns)."""
+
+    items: list[tuple[str, str, Traffic, float, int]]  # giver, bundle, traffic, drop, topics
+    rows: list[int]  # the items the matrices' rows are
+    receivers: list[str]
+    rise: np.ndarray  # rows × receivers: what each bundle adds to each receiver
+    fits: np.ndarray  # rows × receivers: allowed by the namespace policies, not above the overload threshold
+
+
+def plan(
+    load: LoadData,
+    forecast: Forecast,
+    movable: Mapping[str, list[str]],
+    takers: set[str],
+    band: float,
+    config: LoadBalancerConfig,
+    halves: Mapping[str, Traffic],
+    topics: Mapping[str, int],
+    triggered: set[str],
+) -> EndState:
+    """The end state (see the module's docstring). ``movable``: each broker's bundles that may move this cycle;
+    ``topics``: the topic count of pieces of this cycle's splits. A broker the trigger has not flagged needs moving
+    only beyond the band and the samples' noise (``EndState.tolerance``)."""
+    level = {b: forecast.usage(b) for b in forecast.points}
+    target = balanced_level(forecast, takers)
+    if not (math.isfinite(target) and all(math.isfinite(v) for v in level.values())):
+        return EndState(level, target, band, forecast.sigma, (), {}, dict(level), "none")  # a model far out of range
+    nothing = EndState(
+        level, target, band, forecast.sigma, (), {}, dict(level), "none", frozenset(takers), frozenset(triggered)
+    )
+    if not nothing.outside():
+        return nothing
+    items = _items(load, forecast, movable, level, target, band, halves, topics)
+    receivers = sorted(b for b in takers if level[b] < target)
+    if not items or not receivers:
+        return nothing
+    exact_size = len(items) * len(receivers) <= MILP_MAX_PAIRS
+    rows = _fewest(items, nothing)
+    found = _candidates(load, forecast, items, range(len(items)) if exact_size else rows, receivers, config)
+    if found is None:
+        return nothing
+    fewest = set(rows)
+    chosen = [k for k, row in enumerate(found.rows) if row in fewest]
+    greedy = _greedy(found, chosen, nothing, config)
+    if exact_size and _may_pay(greedy, found):
+        exact = _milp(found, nothing)
+        if exact is not None and _score(exact, found) < _score(greedy, found):
+            return exact
+    return greedy
+
+
+def _items(
+    load: LoadData,
+    forecast: Forecast,
+    movable: Mapping[str, list[str]],
+    level: Mapping[str, float],
+    target: float,
+    band: float,
+    halves: Mapping[str, Traffic],
+    topics: Mapping[str, int],
+) -> list[tuple[str, str, Traffic, float, int]]:
+    """The bundles of brokers above the level that may move: (giver, bundle, traffic, drop, topics), each one
+    that alone does not take its giver below the band."""
+    items = []
+    for giver in sorted(b for b in movable if level[b] > target):
+        stats = load.snapshot.brokers[giver].lastStats
+        moving = [(bundle, bundle_traffic(load, giver, bundle, halves)) for bundle in movable[giver]]
+        moving = [(bundle, traffic) for bundle, traffic in moving if traffic != NO_TRAFFIC]
+        if not moving:
+            continue
+        drops = level[giver] - forecast.departures(giver, np.array([traffic for _, traffic in moving]))
+        for (bundle, traffic), drop in zip(moving, drops.tolist()):
+            if 0 < drop <= level[giver] - (target - band):
+                count = topics.get(bundle, stats[bundle].topics if bundle in stats else 0)
+                items.append((giver, bundle, traffic, drop, count))
+    return items
+
+
+def _fewest(items: list[tuple[str, str, Traffic, float, int]], base: EndState) -> list[int]:
+    """Each giver beyond its tolerance: its fewest bundles that land it in the band, nearest the level
+    (``packing.fewest_into_band``); none for a giver no set of its bundles lands there."""
+    rows_of: dict[str, list[int]] = {}
+    for row, item in enumerate(items):
+        rows_of.setdefault(item[0], []).append(row)
+    chosen = []
+    for giver, rows in rows_of.items():
+        excess, band = base.level[giver] - base.target, base.band
+        if excess > base.tolerance(giver):
+            picked = packing.fewest_into_band([items[row][3] for row in rows], excess - band, excess + band, excess)
+            chosen += [rows[i] for i in picked or ()]
+    return chosen
+
+
+def _candidates(
+    load: LoadData,
+    forecast: Forecast,
+    items: list[tuple[str, str, Traffic, float, int]],
+    rows: Sequence[int],
+    receivers: list[str],
+    config: LoadBalancerConfig,
+) -> _Candidates | None:
+    """What each of the ``rows`` of ``items`` adds to each receiver, and where it may go."""
+    chosen = [items[row] for row in rows]
+    if not chosen:
+        return _Candidates(
+            items, list(rows), receivers, np.zeros((0, len(receivers))), np.zeros((0, len(receivers)), bool)
+        )
+    now, after = forecast.arrivals(receivers, np.array([traffic for _, _, traffic, _, _ in chosen]))
+    rise = after - now
+    if not (np.isfinite(now).all() and np.isfinite(rise).all()):
+        return None
+    fits = after <= config.loadBalancerBrokerOverloadedThresholdPercentage
+    for k, (_, bundle, _, _, _) in enumerate(chosen):  # namespace policies
+        permitted = allowed_brokers(load, bundle)
+        if not permitted.issuperset(receivers):
+            fits[k] &= [r in permitted for r in receivers]
+    return _Candidates(items, list(rows), receivers, rise, fits)
+
+
+def _state(found: _Candidates, chosen: list[tuple[int, int]], base: EndState, solver: str) -> EndState:
+    """``base`` (no moves) with item ``found.rows[k]`` moved to receiver ``column`` for each (k, column) of
+    ``chosen``."""
+    ends = dict(base.level)
+    moves, drops = [], {}
+    for k, column in chosen:
+        giver, bundle, _, drop, _ = found.items[found.rows[k]]
+        receiver = found.receivers[column]
+        ends[giver] -= drop
+        ends[receiver] += float(found.rise[k, column])
+        moves.append((giver, bundle, receiver))
+        drops[bundle] = drop
+    return replace(base, moves=tuple(sorted(moves)), drops=drops, ends=ends, solver=solver)
+
+
+def _score(state: EndState, found: _Candidates) -> tuple[int, float, int, int]:
+    """Lower is better: brokers out of the band, points out of it, then moves, then topics disconnected."""
+    outside = state.outside()
+    out = sum(abs(state.ends[b] - state.target) - state.tolerance(b) for b in outside)
+    topics = {bundle: count for _, bundle, _, _, count in found.items}
+    return (len(outside), round(out, 6), len(state.moves), sum(topics[bundle] for _, bundle, _ in state.moves))
+
+
+def _greedy(found: _Candidates, chosen: list[int], base: EndState, config: LoadBalancerConfig) -> EndState:
+    """The givers' fewest bundles (``chosen``: rows of ``found``) packed onto the receivers (``packing.assign``)."""
+    if not chosen:
+        return _state(found, [], base, "greedy")
+    start = np.array([base.level[r] for r in found.receivers])
+    limit = config.loadBalancerBrokerOverloadedThresholdPercentage
+    where = packing.assign(start, found.rise[chosen], found.fits[chosen], limit, base.target, base.band)
+    return _state(found, [(k, t) for k, t in zip(chosen, where) if t >= 0], base, "greedy")
+
+
+def _may_pay(greedy: EndState, found: _Candidates) -> bool:
+    """Whether the exact program can do better than the greedy plan: it leaves a broker out of the band, or it
+    makes more moves than the givers' and receivers' own counts need (each giver's fewest largest bundles that take
+    it to the band, each receiver's fewest largest arrivals that bring it there)."""
+    if greedy.outside():
+        return True
+    level, target = greedy.level, greedy.target
+    need_give = need_take = 0
+    rows_of: dict[str, list[float]] = {}
+    for giver, _, _, drop, _ in found.items:  # every movable bundle, whether the matrices hold it or not
+        rows_of.setdefault(giver, []).append(drop)
+    for giver, drops in rows_of.items():
+        need_give += _fewest_reaching(drops, level[giver] - target - greedy.tolerance(giver))
+    for column, receiver in enumerate(found.receivers):
+        arriving = found.rise[found.fits[:, column], column]
+        need_take += _fewest_reaching(list(arriving), target - greedy.tolerance(receiver) - level[receiver])
+    return len(greedy.moves) > max(need_give, need_take)
+
+
+def _fewest_reaching(sizes: list[float], total: float) -> int:
+    if total <= 0:
+        return 0
+    reached = np.cumsum(sorted(sizes, reverse=True)) >= total
+    return int(np.argmax(reached)) + 1 if reached.any() else len(sizes)
+
+
+def _milp(found: _Candidates, base: EndState) -> EndState | None:
+    """The plan as a mixed-integer program: x[item, receiver] ∈ {0, 1}, each item to one receiver at most; every
+    broker involved ends within the band (within the tolerance if it starts there) or pays for each hundredth of a
+    point outside it more than every candidate move costs
+    together; each move costs 1, plus its topics as a fraction of a move (so topics only break ties between plans
+    of as many moves). None when HiGHS does not finish within its budgets."""
+    # imported here: the rest of the strategies (the Spark job's cost fits among them) needs numpy only
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import coo_matrix
+
+    pairs = np.argwhere(found.fits)  # (row, column) of each variable
+    count = len(pairs)
+    brokers = sorted({found.items[row][0] for row in found.rows} | set(found.receivers))
+    index = {b: k for k, b in enumerate(brokers)}
+    most_topics = max(found.items[row][4] for row in found.rows) + 1
+    costs = np.concatenate(
+        [
+            1 + np.array([found.items[found.rows[k]][4] for k, _ in pairs]) / (most_topics * (count + 1)),
+            np.full(2 * len(brokers), (count + 1.0) / STRICTLY),  # a point above or below the band
+        ]
+    )
+    rows, columns, values = [], [], []
+    lower, upper = [], []
+    by_item: dict[int, list[int]] = {}
+    for k, (row, _) in enumerate(pairs):
+        by_item.setdefault(int(row), []).append(k)
+    constraint = 0
+    for ks in by_item.values():  # one receiver at most
+        rows += [constraint] * len(ks)
+        columns += ks
+        values += [1.0] * len(ks)
+        lower.append(0.0)
+        upper.append(1.0)
+        constraint += 1
+    effect: dict[int, list[tuple[int, float]]] = {k: [] for k in range(len(brokers))}
+    for k, (row, column) in enumerate(pairs):
+        giver, _, _, drop, _ = found.items[found.rows[row]]
+        effect[index[giver]].append((k, -drop))
+        effect[index[found.receivers[column]]].append((k, float(found.rise[row, column])))
+    level, target = base.level, base.target
+    for b, name in enumerate(brokers):
+        tolerance = base.tolerance(name)
+        width = (tolerance if abs(level[name] - target) <= tolerance else base.band) - STRICTLY
+        for side, slack, bound in ((+1, count + b, target + width), (-1, count + len(brokers) + b, target - width)):
+            for k, v in effect[b]:
+                rows.append(constraint)
+                columns.append(k)
+                values.append(side * v)
+            rows.append(constraint)
+            columns.append(slack)
+            values.append(-1.0)
+            lower.append(-np.inf)
+            upper.append(side * (bound - level[name]))
+            constraint += 1
+    size = count + 2 * len(brokers)
+    matrix = coo_matrix((values, (rows, columns)), shape=(constraint, size)).tocsr()
+    integrality = np.concatenate([np.ones(count), np.zeros(2 * len(brokers))])
+    bounds = Bounds(np.zeros(size), np.concatenate([np.ones(count), np.full(2 * len(brokers), np.inf)]))
+    started = time.monotonic()
+    result = milp(
+        costs,
+        constraints=LinearConstraint(matrix, lower, upper),
+        integrality=integrality,
+        bounds=bounds,
+        options={"node_limit": MILP_NODES, "time_limit": MILP_SECONDS, "mip_rel_gap": 0.0},
+    )
+    if result.x is None or time.monotonic() - started >= MILP_SECONDS:
+        return None  # no plan, or one the time limit (not the node budget) cut short: it would vary by machine
+    chosen = [(int(row), int(column)) for (row, column), x in zip(pairs, result.x[:count]) if x > 0.5]
+    return _state(found, chosen, base, "milp")

@@ -1,0 +1,396 @@
+"""What each broker's usage is, and what moving a bundle will do to it: per-broker cost models over the snapshot.
+
+A broker's CPU is ``background + slope · traffic`` (traffic: msg rate in + out, throughput in, throughput out).
+The slope is the cluster's per-core cost of traffic, from the good fits of the brokers' cost models
+(``spark_jobs/load_profile.py``), over the broker's own capacity (its CPU limit, 100 × cores), scaled to what its
+own traffic costs it by its fit (``slopes``); the background is its fit's intercept. A broker with no good fit —
+one that just joined has no history at all — is known from its capacity alone, its scale refined from its samples
+as they arrive (against what it used when it carried nothing: a broker joins empty); its samples are its level.
+Bandwidth is exact: a bundle's bytes over the NIC's limit.
+
+A CPU sample is noisy (a point or more on a busy broker: as large as a bundle), so plans are made on each
+broker's **steady** level: its model's prediction, plus the median of its last ``RESIDUALS`` departures from the
+model when that median is beyond twice the samples' noise (one noisy sample moves a median of three by nothing;
+something the model does not know — another process starting on the machine — moves it in two samples). The
+noise is measured from the departures themselves.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from pulsar_lb_operator.strategies import bundles as bundle_names
+from pulsar_lb_operator.strategies.config import LoadBalancerConfig
+from pulsar_lb_operator.strategies.loaddata import LoadData
+from pulsar_lb_operator.strategies.profile import CostModel
+from pulsar_lb_operator.strategies.snapshots import BrokerLoad
+from pulsar_lb_operator.strategies.state import PendingMove, StrategyState
+
+MIN_R2 = 0.8  # a cost model explaining less of its CPU than this is not trusted: the cluster's slope is used
+MIN_SAMPLES = 10  # nor one fitted on fewer samples (the Spark job's windows hold hundreds)
+RESIDUALS = 3  # the steady level's median: one outlier among three is ignored, a lasting change is seen at two
+KBIT_PER_BYTE = 8 / 1000  # LocalBrokerData's bandwidth is in kbit/s
+MAD_TO_SIGMA = 1.4826  # the median absolute deviation of normal noise times this is its standard deviation
+Traffic = tuple[float, float, float]  # msg rate in + out, throughput in, throughput out
+NO_TRAFFIC: Traffic = (0.0, 0.0, 0.0)
+
+
+def pending_ttl_ms(config: LoadBalancerConfig) -> int:
+    """A move no report shows after five shedding intervals is forgotten (reports come every minute or two)."""
+    return 5 * config.loadBalancerSheddingIntervalMinutes * 60_000
+
+
+@dataclass(frozen=True)
+class Slope:
+    """Usage points per unit of traffic on one broker: CPU from its model, bandwidth from the units."""
+
+    cpu: Traffic
+    bandwidth_in: float
+    bandwidth_out: float
+    borrowed: bool  # the broker's own fit was poor or missing: the cluster's per-core slope over its capacity
+    scale: tuple[float, float] | None = None  # a fitted broker's ``fitted_scale``, kept from cycle to cycle
+
+    def delta(self, traffic: Traffic) -> tuple[float, float, float]:
+        cpu = sum(c * t for c, t in zip(self.cpu, traffic))
+        return cpu, self.bandwidth_in * traffic[1], self.bandwidth_out * traffic[2]
+
+
+def good(model: CostModel | None) -> bool:
+    return model is not None and model.r2 >= MIN_R2 and model.samples >= MIN_SAMPLES
+
+
+def slopes(load: LoadData, state: StrategyState) -> dict[str, Slope] | None:
+    """Per broker; None when no broker has a usable CPU model (the shedder falls back).
+
+    A broker's fit is exact for traffic mixed as its own is (it was fitted on it), but a tenant's traffic moves its
+    message rate and bytes together, so the fit cannot always tell what a message costs from what a byte does, and
+    may say a bundle of another mix costs less than nothing. So each broker's slope is the per-core cost of traffic
+    of its kind (``_kind``: the good fits' slopes × their CPU limit, pooled by samples, none below zero; the whole
+    cluster's for a kind with no good fit) over its own CPU limit, scaled so that its own traffic costs what its fit
+    says (``fitted_scale``: a machine slower per core pays more); a broker with no good fit is scaled by what its
+    samples say (``learned_scale``), 1 until they do."""
+    brokers = load.snapshot.brokers
+    models = {b: load.cost_models.get((b, "cpu")) for b in brokers}
+    fitted = {b: m for b, m in models.items() if good(m) and brokers[b].cpu.limit > 0}
+    if not fitted:
+        return None
+    pooled = _per_core(fitted, brokers)
+    if pooled is None:
+        return None
+    kinds: dict[tuple[float, float], dict[str, CostModel]] = {}
+    for b, m in fitted.items():
+        kinds.setdefault(_kind(brokers[b]), {})[b] = m
+    per_kind = {kind: _per_core(models, brokers) for kind, models in kinds.items()}
+    mix = tuple(np.sum([r.traffic for r in brokers.values()], axis=0))  # the cluster's traffic: its mix
+    out = {}
+    for b, report in brokers.items():
+        kind = per_kind.get(_kind(report))
+        per_core = (pooled if kind is None else kind) / (report.cpu.limit or 1.0)
+        kept = None
+        if b in fitted:
+            carried = report.traffic if any(report.traffic) else mix  # an empty broker: the cluster's mix
+            kept = fitted_scale(fitted[b], per_core, state.predictive_scales.get(b), carried)
+            scale = kept[0]
+        else:
+            scale = learned_scale(state.predictive_learned.get(b))
+        nic_in = report.bandwidthIn.limit or float("inf")
+        nic_out = report.bandwidthOut.limit or float("inf")
+        cpu: Traffic = tuple(float(v) for v in per_core * scale)  # type: ignore[assignment]
+        out[b] = Slope(cpu, KBIT_PER_BYTE * 100 / nic_in, KBIT_PER_BYTE * 100 / nic_out, b not in fitted, kept)
+    return out
+
+
+def _kind(report: BrokerLoad) -> tuple[float, float]:
+    """Brokers alike: the same CPU limit and NIC (the same machine type, as far as a load report tells)."""
+    return report.cpu.limit, report.bandwidthIn.limit
+
+
+def _per_core(fitted: Mapping[str, CostModel], brokers: Mapping[str, BrokerLoad]) -> np.ndarray | None:
+    """The fits' slopes × their CPU limit (core-percent per unit of traffic), pooled by samples, none below zero;
+    None when there is no fit or it says traffic costs nothing."""
+    weight = sum(m.samples for m in fitted.values())
+    if not weight:
+        return None
+    pooled = np.maximum(
+        [
+            sum(getattr(m, f) * brokers[b].cpu.limit * m.samples for b, m in fitted.items()) / weight
+            for f in ("per_msg_rate", "per_byte_in", "per_byte_out")
+        ],
+        0.0,
+    )
+    return pooled if pooled.any() else None
+
+
+def fitted_scale(
+    model: CostModel, per_core: np.ndarray, kept: tuple[float, float] | None, traffic: Traffic
+) -> tuple[float, float]:
+    """How much more the broker pays for traffic than the cluster's per-core cost says, by its own fit, at the
+    traffic it carried when the shedder first saw it with this fit (the mix the fit was made on: moves change the
+    mix since, and the fit is not to be trusted off it); (scale, the fit's intercept it was computed with)."""
+    if kept is not None and kept[1] == model.intercept:
+        return kept
+    own = model.per_msg_rate * traffic[0] + model.per_byte_in * traffic[1] + model.per_byte_out * traffic[2]
+    cluster = float(per_core @ traffic)
+    return (own / cluster if own > 0 and cluster > 0 else 1.0), model.intercept
+
+
+def learned_scale(learned: tuple[float, float, float, int] | None) -> float:
+    """How much more a borrowed slope's broker pays for its traffic than the cluster's per-core cost says: least
+    squares of what its traffic cost (samples less its background) on what the unrefined slope predicted, the
+    unrefined slope counting as one sample of its own. 1 until a sample with traffic arrives."""
+    if learned is None or not learned[3] or learned[2] <= 0:
+        return 1.0
+    _, products, squares, count = learned
+    prior = squares / count  # one typical sample's weight, saying "as the cluster"
+    return max((products + prior) / (squares + prior), 0.0) or 1.0
+
+
+def background(load: LoadData, state: StrategyState, broker: str, slope: Slope) -> float | None:
+    """CPU points the broker uses with no traffic: its model's intercept, or what it used when it carried nothing;
+    None when neither is known (its samples are then its steady level)."""
+    model = load.cost_models.get((broker, "cpu"))
+    if good(model) and not slope.borrowed:
+        return model.intercept
+    learned = state.predictive_learned.get(broker)
+    return None if learned is None else learned[0]
+
+
+class Forecast:
+    """Per-resource usage points per broker at its steady level, moved as planned; usage is AvgShedder's weighted
+    max. ``sampled``: each broker's usage as its report says (the hit counters' score)."""
+
+    def __init__(
+        self, load: LoadData, config: LoadBalancerConfig, slope: Mapping[str, Slope], state: StrategyState
+    ) -> None:
+        w = config.weights
+        self.weights = (w.cpu, w.bandwidth_in, w.bandwidth_out, w.direct_memory)
+        self.slope = slope
+        brokers = load.snapshot.brokers
+        self.direct = {b: r.directMemory.percent_usage() for b, r in brokers.items()}
+        sampled_points = {
+            b: [r.cpu.percent_usage(), r.bandwidthIn.percent_usage(), r.bandwidthOut.percent_usage()]
+            for b, r in brokers.items()
+        }
+        self.sampled = {b: self.usage(b, p) for b, p in sampled_points.items()}
+        self.traffic: dict[str, Traffic] = {b: r.traffic for b, r in brokers.items()}  # as planned: moves included
+        self.residuals: dict[str, tuple[float, ...]] = {}
+        self.learned: dict[str, tuple[float, float, float, int]] = {}
+        self.scales: dict[str, tuple[float, float]] = {}  # fitted brokers: ``fitted_scale`` as first computed
+        self.points: dict[str, list[float]] = {}
+        models: dict[str, float] = {}
+        for b, report in brokers.items():
+            cpu, *rest = sampled_points[b]
+            self.points[b] = [cpu, *rest]  # as sampled, until a model says better
+            base = background(load, state, b, slope[b])
+            if base is None and not _carries_traffic(report):
+                base = cpu  # carries nothing: what it uses is its background
+            if base is None:
+                continue
+            if slope[b].borrowed:  # its samples are its level; they refine its slope
+                self.learned[b] = _learn(state.predictive_learned.get(b), base, cpu, slope[b], report.traffic)
+                continue
+            models[b] = base + slope[b].delta(report.traffic)[0]
+            if slope[b].scale is not None:
+                self.scales[b] = slope[b].scale
+            self.residuals[b] = (*state.predictive_residuals.get(b, ())[-(RESIDUALS - 1) :], cpu - models[b])
+        self.sigma = self.noise()
+        self._offset: dict[str, float] = {}
+        for b, model in models.items():
+            recent = self.residuals[b]
+            offset = statistics.median(recent) if len(recent) == RESIDUALS else 0.0
+            # a lasting departure beyond twice the noise (a sample's noise does that one time in twenty) is
+            # something the model does not know, such as another process on the machine: it counts
+            self._offset[b] = offset if abs(offset) > 2 * self.sigma else 0.0
+            self.points[b][0] = max(model + self._offset[b], 0.0)
+
+    def trust_samples(self, brokers: set[str]) -> None:
+        """A broker whose last prediction missed by more than twice the noise: its model does not know its traffic
+        as it now is (the fit was made on another mix), so its samples set its level — its departure from the
+        model counts from now on, as if it had lasted ``RESIDUALS`` samples."""
+        for b in brokers & set(self.residuals):
+            latest = self.residuals[b][-1]
+            self.residuals[b] = (latest,) * RESIDUALS
+            self.points[b][0] = max(self.points[b][0] - self._offset[b] + latest, 0.0)
+            self._offset[b] = latest
+
+    def noise(self) -> float:
+        """The CPU samples' noise in points: the spread of each broker's departures from the model around their own
+        median, pooled (median absolute deviation, as a standard deviation); before the brokers have two samples,
+        the spread of this cycle's departures across brokers; 0 with fewer than three brokers to tell."""
+        deviations = [abs(r - statistics.median(rs)) for rs in self.residuals.values() if len(rs) > 1 for r in rs]
+        if not deviations:
+            latest = [rs[-1] for rs in self.residuals.values()]
+            if len(latest) < 3:
+                return 0.0
+            deviations = [abs(r - statistics.median(latest)) for r in latest]
+        return MAD_TO_SIGMA * statistics.median(deviations)
+
+    def usage(self, broker: str, points: Sequence[float] | None = None) -> float:
+        p = self.points[broker] if points is None else points
+        return max(
+            p[0] * self.weights[0],
+            p[1] * self.weights[1],
+            p[2] * self.weights[2],
+            self.direct[broker] * self.weights[3],
+        )
+
+    def shifted(self, broker: str, traffic: Traffic, sign: float) -> list[float]:
+        """The broker's points with ``traffic`` added (sign +1) or taken away (−1)."""
+        delta = self.slope[broker].delta(traffic)
+        return [max(v + sign * d, 0.0) for v, d in zip(self.points[broker], delta)]
+
+    def shift(self, broker: str, traffic: Traffic, sign: float) -> None:
+        """Add (sign +1) or take away (−1) ``traffic`` on the broker: its points and the traffic it carries."""
+        self.points[broker] = self.shifted(broker, traffic, sign)
+        self.traffic[broker] = tuple(max(a + sign * b, 0.0) for a, b in zip(self.traffic[broker], traffic))
+
+    def linear(self, broker: str) -> tuple[np.ndarray, np.ndarray, float]:
+        """The broker's weighted points per resource as ``base + coefficients @ traffic`` (``base``: with no
+        traffic), and the weighted direct memory its usage is never below."""
+        s = self.slope[broker]
+        weights = np.array(self.weights[:3])
+        with np.errstate(over="ignore", invalid="ignore"):
+            coefficients = np.array([s.cpu, (0.0, s.bandwidth_in, 0.0), (0.0, 0.0, s.bandwidth_out)]) * weights[:, None]
+            base = np.array(self.points[broker]) * weights - coefficients @ np.array(self.traffic[broker])
+        return base, coefficients, self.direct[broker] * self.weights[3]
+
+    def background(self, broker: str) -> float:
+        """The broker's CPU points with no traffic, at its steady level."""
+        return self.points[broker][0] - self.slope[broker].delta(self.traffic[broker])[0]
+
+    def arrivals(self, brokers: list[str], traffic: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each broker's usage now (a row), and after each of the bundles (rows of ``traffic``) arrives on it
+        (a matrix, bundles × brokers): ``usage(b, shifted(b, t, +1))`` for every pair, in the same operations."""
+        points = np.array([self.points[b] for b in brokers]).T  # cpu, bandwidth in, bandwidth out: one row each
+        cpu = np.array([self.slope[b].cpu for b in brokers]).T
+        bandwidth_in = np.array([self.slope[b].bandwidth_in for b in brokers])
+        bandwidth_out = np.array([self.slope[b].bandwidth_out for b in brokers])
+        direct = np.array([self.direct[b] for b in brokers]) * self.weights[3]
+        rate, thr_in, thr_out = (traffic[:, i, np.newaxis] for i in range(3))
+        with np.errstate(over="ignore", invalid="ignore"):
+            cpu_delta = cpu[0] * rate + cpu[1] * thr_in + cpu[2] * thr_out
+            after = (
+                np.maximum(points[0] + cpu_delta, 0.0) * self.weights[0],
+                np.maximum(points[1] + bandwidth_in * thr_in, 0.0) * self.weights[1],
+                np.maximum(points[2] + bandwidth_out * thr_out, 0.0) * self.weights[2],
+            )
+            now = np.maximum(
+                np.maximum(
+                    np.maximum(points[0] * self.weights[0], points[1] * self.weights[1]), points[2] * self.weights[2]
+                ),
+                direct,
+            )
+        return now, np.maximum(np.maximum(np.maximum(after[0], after[1]), after[2]), direct)
+
+    def departures(self, broker: str, traffic: np.ndarray) -> np.ndarray:
+        """The broker's usage after each of the bundles (rows of ``traffic``) leaves it: ``usage(broker,
+        shifted(broker, t, -1))`` for every row, in array operations."""
+        s, p, w = self.slope[broker], self.points[broker], self.weights
+        with np.errstate(over="ignore", invalid="ignore"):
+            cpu = np.maximum(p[0] - traffic @ np.array(s.cpu), 0.0) * w[0]
+            bandwidth_in = np.maximum(p[1] - traffic[:, 1] * s.bandwidth_in, 0.0) * w[1]
+            bandwidth_out = np.maximum(p[2] - traffic[:, 2] * s.bandwidth_out, 0.0) * w[2]
+        return np.maximum(np.maximum(np.maximum(cpu, bandwidth_in), bandwidth_out), self.direct[broker] * w[3])
+
+    def move(self, source: str, destination: str, traffic: Traffic) -> None:
+        self.shift(source, traffic, -1)
+        self.shift(destination, traffic, +1)
+
+
+def _carries_traffic(report: BrokerLoad) -> bool:
+    return any(not bundle_names.is_system_bundle(b) and s.traffic != NO_TRAFFIC for b, s in report.lastStats.items())
+
+
+def _learn(
+    learned: tuple[float, float, float, int] | None, base: float, cpu: float, slope: Slope, traffic: Traffic
+) -> tuple[float, float, float, int]:
+    """One sample for a borrowed slope's refinement: what the traffic cost (the sample less the background) against
+    what the unrefined slope predicted, added to the least-squares sums; the background as first seen."""
+    predicted = slope.delta(traffic)[0] / learned_scale(learned)  # the cluster's per-core slope, unrefined
+    background, products, squares, count = learned if learned else (base, 0.0, 0.0, 0)
+    if predicted > 0:
+        products, squares, count = products + (cpu - background) * predicted, squares + predicted**2, count + 1
+    return background, products, squares, count
+
+
+def bundle_traffic(load: LoadData, broker: str, bundle: str, halves: Mapping[str, Traffic] | None = None) -> Traffic:
+    if halves and bundle in halves:
+        return halves[bundle]
+    stats = load.snapshot.brokers[broker].lastStats.get(bundle)
+    return NO_TRAFFIC if stats is None else stats.traffic
+
+
+def reported_on(load: LoadData, broker: str, bundle: str) -> bool:
+    """Whether the broker's report shows the bundle, or still the bundle it was split from."""
+    stats = load.snapshot.brokers[broker].lastStats
+    if bundle in stats:
+        return True
+    if not bundle_names.is_bundle_name(bundle):
+        return False
+    namespace, bundle_range = bundle_names.split_bundle_name(bundle)
+    prefix = namespace + "/"
+    for other in stats:
+        if other.startswith(prefix) and bundle_names.is_bundle_name(other):
+            parent = bundle_names.split_bundle_name(other)[1]
+            if parent.lower <= bundle_range.lower and bundle_range.upper <= parent.upper:
+                return True
+    return False
+
+
+def in_flight(
+    load: LoadData, state: StrategyState, forecast: Forecast, config: LoadBalancerConfig
+) -> dict[str, PendingMove]:
+    """Earlier moves the reports do not show yet: add their effect; forget the ones they show."""
+    brokers, now = load.snapshot.brokers, load.snapshot.taken_at
+    still = {}
+    for bundle, move in state.predictive_pending.items():
+        if (
+            now - move.planned_at > pending_ttl_ms(config)
+            or move.source not in brokers
+            or move.destination not in brokers
+        ):
+            continue
+        on_source = reported_on(load, move.source, bundle)
+        on_destination = bundle in brokers[move.destination].lastStats
+        if not on_source and on_destination:
+            continue  # both reports show it
+        if on_source:
+            forecast.shift(move.source, move.traffic, -1)
+        if not on_destination:
+            forecast.shift(move.destination, move.traffic, +1)
+        still[bundle] = move
+    return still
+
+
+def reported_after(load: LoadData, report: BrokerLoad, at_ms: int, config: LoadBalancerConfig) -> bool:
+    """Whether ``report`` shows the broker as it was after ``at_ms``.
+
+    A report written since says so (``lastUpdate``). But Pulsar writes LocalBrokerData only on a change of
+    more than loadBalancerReportUpdateThresholdPercentage (or every loadBalancerReportUpdateMaxIntervalMinutes),
+    while its REST endpoint — what the operator reads — answers the latest sample with the last write's
+    ``lastUpdate``: a steady broker's report read half a shedding interval after ``at_ms`` shows it too
+    (ModularLoadManagerImpl.writeBrokerDataOnZooKeeper / generateLoadReport).
+    """
+    half_interval_ms = config.loadBalancerSheddingIntervalMinutes * 30_000
+    return report.lastUpdate > at_ms or load.snapshot.taken_at - at_ms >= half_interval_ms
+
+
+def check_predictions(
+    load: LoadData, state: StrategyState, pending: Mapping[str, PendingMove], config: LoadBalancerConfig
+) -> tuple[dict[str, tuple[float, int]], dict[str, float]]:
+    """Compare earlier predictions with reports that show every move they involved."""
+    busy = {m.source for m in pending.values()} | {m.destination for m in pending.values()}
+    waiting, errors = {}, {}
+    for broker, (predicted, planned_at) in state.predictions.items():
+        report = load.snapshot.brokers.get(broker)
+        if report is None or load.snapshot.taken_at - planned_at > pending_ttl_ms(config) * 2:
+            continue
+        if broker in busy or not reported_after(load, report, planned_at, config):
+            waiting[broker] = (predicted, planned_at)
+            continue
+        errors[broker] = 100 * report.max_resource_usage_with_weight(config.weights, memory=False) - predicted
+    return waiting, errors

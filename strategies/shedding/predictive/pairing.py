@@ -1,0 +1,176 @@
+"""One move at a time: the bundle and destination that shrink Σ(usage − level)² most, as the forecast predicts.
+
+What the end-state plan cannot do is left to this: a broker no set of its bundles brings into the band (a bundle
+too big to move whole is split first, ``splits.py``). A move never leaves its destination above the overload
+threshold, nor above its source unless the destination ends within the band; nor — the mirror, PIP-364's over
+unloading — its source below its destination unless the source ends within the band.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from pulsar_lb_operator.strategies import bundles as bundle_names
+from pulsar_lb_operator.strategies.config import LoadBalancerConfig
+from pulsar_lb_operator.strategies.loaddata import LoadData
+from pulsar_lb_operator.strategies.policies import candidates_for
+from pulsar_lb_operator.strategies.shedding.predictive.forecast import NO_TRAFFIC, Forecast, Traffic, bundle_traffic
+
+Move = tuple[str, str, str, tuple[float, float], tuple[float, float]]  # giver, bundle, taker, before, after
+Choice = tuple[str, str, tuple[float, float], tuple[float, float]]  # bundle, destination, before, after
+
+
+def gain(move: Move, level: float) -> float:
+    """How much a move shrinks Σ(usage − level)² over its two brokers, as predicted."""
+    _, _, _, before, after = move
+    return sum(square(b - level) - square(a - level) for b, a in zip(before, after))
+
+
+def square(x: float) -> float:
+    """x², as infinity rather than OverflowError when a cost model predicts beyond 1e154 points."""
+    return x * x
+
+
+def allowed_brokers(load: LoadData, bundle: str) -> frozenset[str]:
+    """``candidates_for`` the bundle (applyNamespacePolicies), computed once per snapshot and isolation policy:
+    it depends on the namespace only through the policy matching it and whether its policies are known."""
+    namespace = bundle_names.namespace_of(bundle)
+    policies = load.snapshot.policies
+    key = ("allowed brokers", policies.unknown_reason(namespace) is None, policies.policy_for(namespace))
+    return load.snapshot.index.memo(key, lambda: frozenset(candidates_for(load.snapshot, bundle)))
+
+
+def planned_move(
+    forecast: Forecast,
+    load: LoadData,
+    giver: str,
+    bundle: str,
+    destination: str,
+    level: float,
+    band: float,
+    config: LoadBalancerConfig,
+    halves: Mapping[str, Traffic],
+) -> Move | None:
+    """A planned move as the forecast sees it now; None if it would overload its destination, leave it above the
+    giver and the band, or (the mirror) leave the giver below its destination and the band."""
+    traffic = bundle_traffic(load, giver, bundle, halves)
+    new_source = forecast.usage(giver, forecast.shifted(giver, traffic, -1))
+    new_destination = forecast.usage(destination, forecast.shifted(destination, traffic, +1))
+    limit = config.loadBalancerBrokerOverloadedThresholdPercentage
+    above = new_destination > new_source and (new_destination > level + band or new_source < level - band)
+    if new_destination > limit or above:
+        return None
+    return (
+        giver,
+        bundle,
+        destination,
+        (forecast.usage(giver), forecast.usage(destination)),
+        (new_source, new_destination),
+    )
+
+
+def best_move(
+    load: LoadData,
+    forecast: Forecast,
+    source: str,
+    bundles: list[str],
+    takers: set[str],
+    level: float,
+    config: LoadBalancerConfig,
+    halves: Mapping[str, Traffic] | None = None,
+    within: float | None = None,
+) -> Choice | None:
+    """``within``: a destination may end above the source if it ends at most this far above ``level`` (bundles and
+    split pieces rarely fit exactly; the shedder passes its band); None: never.
+
+    The (bundle, destination) that shrinks Σ(usage − level)² most without overshooting; on equal gains,
+    the first by (bundle, destination).
+
+    Every pair is scored, as ``best_move_pairwise`` does one at a time; here the destinations are the
+    columns of arrays, so a bundle's effect on all of them is a few array operations — the same float
+    operations, in the same order — instead of a Python loop over hundreds of brokers for each bundle.
+    Should a forecast reach infinity (a cost model far out of range), the pair-by-pair loop decides.
+    """
+    u_source = forecast.usage(source)
+    destinations = sorted(d for d in takers if d != source and forecast.usage(d) < level)
+    movable = sorted(
+        (bundle, traffic)
+        for bundle in bundles
+        if (traffic := bundle_traffic(load, source, bundle, halves)) != NO_TRAFFIC
+    )
+    if not destinations or not movable:
+        return None
+    new_source = np.array([forecast.usage(source, forecast.shifted(source, t, -1)) for _, t in movable])
+    u_destination, new_destination = forecast.arrivals(destinations, np.array([t for _, t in movable]))
+    with np.errstate(over="ignore", invalid="ignore"):
+        gained = (
+            square(u_source - level)
+            + square(u_destination - level)
+            - square(new_source - level)[:, np.newaxis]
+            - square(new_destination - level)
+        )
+    if not (np.isfinite(new_source).all() and np.isfinite(new_destination).all() and np.isfinite(gained).all()):
+        return best_move_pairwise(load, forecast, source, bundles, takers, level, config, halves, within)
+    limit = config.loadBalancerBrokerOverloadedThresholdPercentage
+    # over-placement: the destination would end hotter than the source, or above the overload threshold
+    above = new_destination > new_source[:, np.newaxis]
+    if within is not None:
+        # the mirror: a source left below its destination and beyond the band under the level is over-unloaded
+        above &= (new_destination > level + within) | (new_source[:, np.newaxis] < level - within)
+    gained[above | (new_destination > limit)] = -np.inf
+    for row, (bundle, _) in enumerate(movable):  # namespace policies: only the brokers a bundle's namespace allows
+        allowed = allowed_brokers(load, bundle)
+        if not allowed.issuperset(destinations):
+            gained[row, [col for col, d in enumerate(destinations) if d not in allowed]] = -np.inf
+    b, d = np.unravel_index(np.argmax(gained), gained.shape)  # the first of the largest: rows and columns are sorted
+    if not gained[b, d] > 1e-9:
+        return None
+    bundle, destination = movable[b][0], destinations[d]
+    new_destination_usage = forecast.usage(destination, forecast.shifted(destination, movable[b][1], +1))
+    return bundle, destination, (u_source, forecast.usage(destination)), (float(new_source[b]), new_destination_usage)
+
+
+def best_move_pairwise(
+    load: LoadData,
+    forecast: Forecast,
+    source: str,
+    bundles: list[str],
+    takers: set[str],
+    level: float,
+    config: LoadBalancerConfig,
+    halves: Mapping[str, Traffic] | None = None,
+    within: float | None = None,
+) -> Choice | None:
+    """``best_move`` one pair at a time (the reference it is tested against)."""
+    u_source = forecast.usage(source)
+    destinations = [d for d in takers if d != source and forecast.usage(d) < level]
+    limit = config.loadBalancerBrokerOverloadedThresholdPercentage
+    best, best_gain = None, 1e-9
+    for bundle in bundles:
+        traffic = bundle_traffic(load, source, bundle, halves)
+        if traffic == NO_TRAFFIC:
+            continue
+        new_source = forecast.usage(source, forecast.shifted(source, traffic, -1))
+        allowed = allowed_brokers(load, bundle)  # namespace policies
+        for destination in destinations:
+            if destination not in allowed:
+                continue
+            u_destination = forecast.usage(destination)
+            new_destination = forecast.usage(destination, forecast.shifted(destination, traffic, +1))
+            above = new_destination > new_source and (
+                within is None or new_destination > level + within or new_source < level - within
+            )
+            if above or new_destination > limit:
+                continue  # over-placement: the destination would end hotter than the source
+            gained = (
+                square(u_source - level)
+                + square(u_destination - level)
+                - square(new_source - level)
+                - square(new_destination - level)
+            )
+            if gained > best_gain or (gained == best_gain and best is not None and (bundle, destination) < best[:2]):
+                best_gain = gained
+                best = (bundle, destination, (u_source, u_destination), (new_source, new_destination))
+    return best

@@ -1,0 +1,180 @@
+"""Splits planned with the unloads: the split trigger's, and a bundle too big to move without overshooting.
+
+A split keeps its halves on the owner (``unload=false``) and the halves are placed in the same cycle, by the
+same forecast, as any bundle. A bundle that alone is more than its broker's excess over the balanced level (and
+twice the band) is split, range_equally_divide, when moving a half helps more than any plain move; where either
+half would still overshoot, the larger half is split again in the same cycle and a quarter moves (a broker
+holding only a hot half would otherwise stay over the level for good). Each split counts against the caps.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from pulsar_lb_operator.strategies import bundles as bundle_names
+from pulsar_lb_operator.strategies.config import LoadBalancerConfig
+from pulsar_lb_operator.strategies.loaddata import LoadData
+from pulsar_lb_operator.strategies.plans import Split
+from pulsar_lb_operator.strategies.shedding.predictive.forecast import Forecast, Traffic, bundle_traffic
+from pulsar_lb_operator.strategies.shedding.predictive.pairing import Move, best_move, gain
+from pulsar_lb_operator.strategies.splitting import algorithms
+
+TOPICS_PER_QUARTER = 2  # a half split again must leave each quarter two topics at least, or it cannot spread
+
+
+def split_halves(
+    load: LoadData, source: str, bundle: str, cuts: Sequence[int], total: Traffic | None = None
+) -> dict[str, Traffic]:
+    """The bundles a split at ``cuts`` makes, with the traffic each is expected to carry: from the snapshot's
+    topic stats when it has them (topics go to the range their CRC-32 falls in), else the bundle's shared
+    evenly. The next report shows the truth, and the prediction error says how far off this was."""
+    namespace, bundle_range = bundle_names.split_bundle_name(bundle)
+    edges = [bundle_range.lower, *sorted(c for c in cuts if bundle_range.lower < c < bundle_range.upper)]
+    edges.append(bundle_range.upper)
+    ranges = [bundle_names.BundleRange(lo, hi) for lo, hi in itertools.pairwise(edges)]
+    total = total or bundle_traffic(load, source, bundle)
+    topics = load.snapshot.topics.get(bundle)
+    shares: list[Traffic]
+    if topics:
+        sums = [[0.0, 0.0, 0.0] for _ in ranges]
+        for topic, stats in topics.items():
+            position = bundle_names.topic_hash(topic)
+            index = next((i for i, r in enumerate(ranges) if r.lower <= position < r.upper), len(ranges) - 1)
+            for k, value in enumerate(stats.traffic):
+                sums[index][k] += value
+        shares = [(a, b, c) for a, b, c in sums]
+    else:
+        shares = [(total[0] / len(ranges), total[1] / len(ranges), total[2] / len(ranges))] * len(ranges)
+    return {bundle_names.bundle_name(namespace, r): share for r, share in zip(ranges, shares)}
+
+
+@dataclass
+class Pieces:
+    """This cycle's splits and what they made: the pieces' traffic and topics, the actions per source."""
+
+    halves: dict[str, Traffic] = field(default_factory=dict)
+    topics: dict[str, int] = field(default_factory=dict)  # a piece planned this cycle: its estimated topic count
+    splits: list[Split] = field(default_factory=list)
+    per_source: dict[str, int] = field(default_factory=dict)  # splits and unloads from each broker this cycle
+
+    def copy(self) -> Pieces:
+        return Pieces(dict(self.halves), dict(self.topics), list(self.splits), dict(self.per_source))
+
+    def count(self, source: str) -> None:
+        self.per_source[source] = self.per_source.get(source, 0) + 1
+
+    def topics_of(self, load: LoadData, source: str, bundle: str) -> int:
+        stats = load.snapshot.brokers[source].lastStats
+        return self.topics.get(bundle, stats[bundle].topics if bundle in stats else 0)
+
+    def add_trigger_split(self, load: LoadData, split: Split, reason: str) -> dict[str, Traffic]:
+        """One of the split trigger's splits (range_equally_divide, boundaries known): kept on its owner, its
+        halves placed like any bundle."""
+        parts = split_halves(load, split.source, split.bundle, split.boundaries)
+        self.splits.append(replace(split, unload=False, reason=reason))
+        self.count(split.source)
+        self.halves.update(parts)
+        topics = self.topics_of(load, split.source, split.bundle)
+        self.topics.update(dict.fromkeys(parts, topics // len(parts)))
+        return parts
+
+
+def bundles_after_splits(load: LoadData, namespace: str, splits: Sequence[Split]) -> int:
+    """The namespace's bundles once this cycle's planned splits are made: each split adds one."""
+    return load.snapshot.bundle_count(namespace) + sum(
+        1 for sp in splits if bundle_names.namespace_of(sp.bundle) == namespace
+    )
+
+
+def split_to_move(
+    load: LoadData,
+    forecast: Forecast,
+    source: str,
+    movable: list[str],
+    takers: set[str],
+    level: float,
+    band: float,
+    config: LoadBalancerConfig,
+    pieces: Pieces,
+    room: int,
+) -> tuple[list[Move], list[str]]:
+    """Split ``source``'s biggest bundle that alone exceeds its excess over ``level`` (and twice the band),
+    range_equally_divide with the halves kept on ``source``, and move the half that helps most; ([], movable) if
+    none can move without overshooting. A piece planned this cycle (the split trigger's) may be split again: the
+    split runs after its parent's. Only a bundle of at least two topics (a piece: its parent's share), whose range
+    can be split, in a namespace under loadBalancerNamespaceMaximumBundles; the splits and the unload count against
+    the caps. ``pieces`` is updated; the source's movable bundles after the splits come back with the moves."""
+    cap = load.rails.max_unloads_per_broker
+    if room < 2 or pieces.per_source.get(source, 0) + 2 > cap:
+        return [], movable
+    usage = forecast.usage(source)
+    excess = usage - level
+    sizes = []
+    for bundle in movable:
+        if pieces.topics_of(load, source, bundle) < 2:
+            continue
+        namespace, bundle_range = bundle_names.split_bundle_name(bundle)
+        if not bundle_range.can_split():
+            continue
+        if bundles_after_splits(load, namespace, pieces.splits) >= config.loadBalancerNamespaceMaximumBundles:
+            continue
+        traffic = bundle_traffic(load, source, bundle, pieces.halves)
+        drop = usage - forecast.usage(source, forecast.shifted(source, traffic, -1))
+        if drop > max(excess, 2 * band):
+            sizes.append((drop, bundle))
+    if not sizes:
+        return [], movable
+    bundle = max(sizes)[1]
+    topics = pieces.topics_of(load, source, bundle)
+    namespace, bundle_range = bundle_names.split_bundle_name(bundle)
+    cuts = algorithms.range_equally_divide(bundle_range)
+    parts = split_halves(load, source, bundle, cuts, pieces.halves.get(bundle))
+    best = best_move(load, forecast, source, sorted(parts), takers, level, config, {**pieces.halves, **parts}, band)
+    split_cuts = {bundle: cuts}  # each bundle split, in order (a half after its parent), and its cuts
+    quarters: set[str] = set()
+    if best is None and _may_split_again(load, source, namespace, topics, pieces, room, config):
+        # both halves still overshoot: the larger half is split again, and a quarter moves
+        half = max(parts, key=lambda b: (usage - forecast.usage(source, forecast.shifted(source, parts[b], -1)), b))
+        half_cuts = algorithms.range_equally_divide(bundle_names.split_bundle_name(half)[1])
+        if load.snapshot.topics.get(bundle):  # the quarters' traffic from the topics' stats, by their hashes
+            finer = split_halves(load, source, bundle, sorted([*cuts, *half_cuts]), pieces.halves.get(bundle))
+        else:  # a half planned this cycle: its halves share its traffic evenly, as split_halves has it
+            finer = {**parts, **split_halves(load, source, half, half_cuts, parts[half])}
+            del finer[half]
+        halves = {**pieces.halves, **finer}
+        best = best_move(load, forecast, source, sorted(finer), takers, level, config, halves, band)
+        parts, split_cuts, quarters = finer, {bundle: cuts, half: half_cuts}, set(finer) - set(parts)
+    if best is None:
+        return [], movable
+    pieces.halves.update(parts)
+    pieces.topics.update({piece: topics // (4 if piece in quarters else 2) for piece in parts})
+    reasons = [
+        f"{bundle} alone is more than {source}'s {excess:.1f} points over the balanced level and no bundle can move "
+        f"without overshooting: split, the halves stay on {source}, "
+        + ("one moves now" if len(split_cuts) == 1 else "and one is split again"),
+        f"either half of {bundle} would overshoot: {next(reversed(split_cuts))} split again, a quarter moves now",
+    ]
+    for (split_bundle, at), reason in zip(split_cuts.items(), reasons):
+        pieces.count(source)
+        pieces.splits.append(Split(split_bundle, source, algorithms.RANGE_EQUALLY_DIVIDE, tuple(at), reason, False))
+    return [(source, *best)], sorted([*(b for b in movable if b != bundle), *parts])
+
+
+def _may_split_again(
+    load: LoadData, source: str, namespace: str, topics: int, pieces: Pieces, room: int, config: LoadBalancerConfig
+) -> bool:
+    """Whether a half may be split again in the same cycle: room for the two splits and the unload under both
+    caps, ``TOPICS_PER_QUARTER`` topics per quarter, and two bundles more within loadBalancerNamespaceMaximumBundles."""
+    return (
+        room >= 3
+        and pieces.per_source.get(source, 0) + 3 <= load.rails.max_unloads_per_broker
+        and topics >= 4 * TOPICS_PER_QUARTER
+        and bundles_after_splits(load, namespace, pieces.splits) + 2 <= config.loadBalancerNamespaceMaximumBundles
+    )
+
+
+def gains_more(candidate: list[Move], plain: list[Move], level: float) -> bool:
+    """Whether a split's move helps more than the best plain move (or there is none)."""
+    return bool(candidate) and (not plain or gain(candidate[0], level) > gain(plain[0], level))

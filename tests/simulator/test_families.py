@@ -1,0 +1,167 @@
+"""Scenario families: generated honestly and reproducibly, judged per disturbance, and ours on the rails' floor."""
+
+import json
+
+import pytest
+
+from pulsar_lb_operator import cli
+from pulsar_lb_operator.benchmarks import disturbances, families, family_report
+from pulsar_lb_operator.benchmarks.runs import Combination, run
+from pulsar_lb_operator.simulator.cluster import SimulatedCluster
+from pulsar_lb_operator.strategies.config import LoadBalancerConfig
+from pulsar_lb_operator.strategies.rails import DEFAULT_RAILS
+
+OURS = Combination("PredictivePairingShedder", "PredictivePairingShedder", None)
+
+
+def test_a_family_run_is_the_same_scenario_every_time_and_another_run_is_another():
+    for family in families.FAMILIES:
+        first, again, other = families.generate(family, 7), families.generate(family, 7), families.generate(family, 8)
+        assert first == again
+        assert first != other and first.seed != other.seed
+        assert first.name == f"{family}#7"
+
+
+@pytest.mark.parametrize(
+    ("family", "kinds"),
+    [
+        ("scale-out", {"add_broker"}),
+        ("scale-in", {"remove_broker"}),
+        ("rolling-restart", {"rolling_restart"}),
+        ("tenant-surge", {"traffic"}),
+        ("hot-topic", {"traffic"}),
+        ("noisy-neighbour", {"background"}),
+        ("heterogeneous", set()),
+        ("diurnal", set()),
+        ("noise", set()),
+    ],
+)
+def test_each_family_makes_its_kind_of_trouble_with_drawn_sizes(family, kinds):
+    """The family fixes the disturbance, not the cluster: sizes, hardware and traffic vary from run to run."""
+    scenarios = [families.generate(family, k) for k in range(5)]
+    for scenario in scenarios:
+        assert {e.type for e in scenario.events} == kinds
+    sizes = {(len(s.brokers), sum(n.bundles for n in s.namespaces)) for s in scenarios}
+    assert len(sizes) > 3
+    assert len({b.cores for s in scenarios for b in s.brokers}) > 1
+    if family == "diurnal":
+        assert all(ns.pattern.kind == "daily" for s in scenarios for ns in s.namespaces)
+    if family == "hot-topic":
+        assert all(len(s.events[0].topics) == 1 for s in scenarios)
+
+
+def test_a_generated_cluster_is_as_busy_as_drawn():
+    """The rates are scaled so the brokers' balanced level is the drawn usage: a scale-out's busy cluster is 55 to
+    80 % used before the new brokers join, and starts even (a balanced deal)."""
+    for k in range(4):
+        cluster = SimulatedCluster(families.generate("scale-out", k))
+        usage = [cluster.true_usage(b.id) for b in cluster.alive_brokers()]
+        assert 50 < sum(usage) / len(usage) < 85
+        assert max(usage) - min(usage) < 10
+
+
+def test_an_unknown_family_is_refused():
+    with pytest.raises(families.UnknownFamilyError, match="unknown scenario family 'surge'"):
+        families.family_names(["surge"])
+    assert families.family_names(["all"]) == list(families.FAMILIES)
+
+
+def test_a_run_is_cut_at_each_disturbance_and_each_part_judged_on_its_own():
+    """Start balanced (nothing to move), an event at sample 3 needing 12 moves (a join: its reports show it at
+    once), a surge at sample 20 (shown a report interval later) needing 3, and the spread coming back over the
+    target at sample 40 after staying under it (an excursion): four parts, each with its own floor and unloads."""
+    needs = iter([(0, 0), (12, 4), (3, 2), (2, 1), (3, 2), (1, 1)])
+    tracker = disturbances.Tracker(lambda: next(needs), LoadBalancerConfig(), 10.0, report_lag=1)
+    spreads = [2] * 3 + [50, 30, 20, 12, 8, 6] + [5] * 11 + [14, 14, 9] + [5] * 17 + [11, 12, 4] + [4] * 5
+    events = {3: ["add_broker"], 20: ["traffic"]}
+    for k, spread in enumerate(spreads):
+        usage = {"a": 50 + spread / 2, "b": 50 - spread / 2}
+        tracker.observe(usage, {}, events.get(k, []), settled=True)
+    moves = [4] * 10 + [5] * 2 + [6] + [22, 23] + [42]
+    parts = disturbances.segments(tracker.found, tracker.spreads, moves, 10.0, DEFAULT_RAILS)
+    assert [(p.kind, p.start, p.end, p.moves) for p in parts] == [
+        ("start", 0, 3, 0),
+        ("event", 3, 20, 12),
+        ("event", 20, 40, 3),
+        ("excursion", 40, len(spreads), 3),  # the most the drift needed while it lasted
+    ]
+    assert [p.unloads for p in parts] == [0, 13, 2, 1]
+    join, surge, drift = parts[1:]
+    assert (join.floor, join.cycles, join.judged) == (1 + 2, 4, True)  # 25 points out: 2 hits; 2 cycles of 10
+    assert (surge.floor, surge.cycles) == (1 + 7 + 1, 2)  # the reports show it a cycle later; 8 low hits
+    assert drift.cycles == 2 and drift.ratio == 1 / 3
+
+
+def test_an_event_is_measured_once_its_bundles_have_owners_again():
+    """A broker removed: its bundles are placed seconds after the sample that follows the event, so the
+    disturbance is measured (its bound asked) at the first sample with every bundle owned."""
+    asked = []
+    tracker = disturbances.Tracker(
+        lambda: asked.append(len(tracker.spreads) - 1) or (5, 2), LoadBalancerConfig(), 10.0, 1
+    )
+    for k in range(6):
+        tracker.observe({"a": 50, "b": 40 if k < 3 else 20}, {}, ["remove_broker"] if k == 2 else [], settled=k != 2)
+    assert asked == [0, 3] and [d.sample for d in tracker.found] == [0, 3]
+    assert tracker.found[1].lag == 0  # a report interval after the event already: the reports show it
+
+
+FAMILY_SAMPLE = {  # one run per family, numbers no other test or table uses
+    "scale-out": 901,
+    "scale-in": 901,
+    "heterogeneous": 901,
+    "rolling-restart": 901,
+    "tenant-surge": 901,
+    "hot-topic": 901,
+    "diurnal": 901,
+    "noisy-neighbour": 901,
+    "mixed": 901,
+    "noise": 901,
+}
+
+
+SHORT_OF_THE_BOUND = {  # issue 27's goals not met yet in these runs (the README's "Scenario families" says why)
+    "rolling-restart": "a returning broker filled with 12 moves where the lower bound counts 8",
+    "noisy-neighbour": "2 unloads where the lower bound counts 1",
+}
+
+
+@pytest.mark.parametrize(
+    "family",
+    [
+        pytest.param(f, marks=pytest.mark.xfail(strict=True, reason=SHORT_OF_THE_BOUND[f]))
+        if f in SHORT_OF_THE_BOUND
+        else f
+        for f in FAMILY_SAMPLE
+    ],
+)
+def test_ours_is_on_the_rails_floor_and_near_the_bound_in_every_family(family):
+    """Issue 27's goals on one generated run per family: every disturbance balanced within floor + 2 cycles, unloads
+    within 1.25× the lower bound at it, none where nothing needed moving, no bundle moved twice within 30 min."""
+    result = run(families.generate(family, FAMILY_SAMPLE[family]), OURS)
+    tally = family_report.Tally.of([result])
+    for part in result.metrics["segments"]:
+        if part["judged"]:
+            assert part["cycles"] is not None and part["cycles"] <= part["floor"] + 2, part
+        if part["moves"]:
+            assert part["unloads"] <= family_report.RATIO_GOAL * part["moves"], part
+    assert tally.noise_unloads == 0 and tally.flapping == 0
+
+
+def test_benchmark_family_command_writes_the_table_and_refuses_what_it_cannot_do(tmp_path, capsys):
+    args = ["benchmark", "--family", "noise", "--runs", "1", "--seed", "950", "--no-plots", "--jobs", "1"]
+    assert cli.main([*args, "--strategy", "AvgShedder", "--out", str(tmp_path)]) == 0
+    table = capsys.readouterr().out
+    assert table.startswith("| family | strategy | disturbances judged | on the floor |")
+    assert "| noise | AvgShedder |" in table and "| all | AvgShedder |" in table
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert {r["scenario"] for r in results} == {"noise#950"}
+    assert "Scenario families" in (tmp_path / "report.md").read_text()
+    for wrong, message in [
+        (["--family", "surge"], "unknown scenario family 'surge'"),
+        (["--runs", "3"], "--runs counts generated scenarios: it needs --family"),
+        (["--family", "noise", "--scenario", "demo"], "--family generates its scenarios"),
+        (["--family", "noise", "--runs", "0"], "must be positive"),
+    ]:
+        assert cli.main(["benchmark", *wrong, "--out", str(tmp_path)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("operator: error:") and message in err and err.count("\n") == 1
