@@ -22,8 +22,9 @@ def _name(path: Path) -> str:
     return str(path.relative_to(ROOT))
 
 
-def test_the_settings_example_loads():
-    block = re.search(r"```yaml\n(adminUrl:.*?)```", README, re.S).group(1)
+@pytest.mark.parametrize("path", [ROOT / "README.md", ROOT / "docs" / "configuration.md"], ids=_name)
+def test_the_settings_example_loads(path):
+    block = re.search(r"```yaml\n(adminUrl:.*?)```", path.read_text(), re.S).group(1)
     settings, config, explicit = resolve(yaml.safe_load(block), {}, {})
     assert settings.dryRun is False and settings.excludedNamespaces == ("pulsar/.*", "acme/critical")
     assert (
