@@ -43,6 +43,23 @@ def test_the_settings_example_also_drives_offline_planning(tmp_path, capsys):
     assert "shedding AvgShedder" in capsys.readouterr().out
 
 
+def test_the_helm_values_example_renders_as_the_readme_says():
+    """The values snippet passes the chart's schema, and the release it renders carries what the comments say."""
+    import helm_python as helm
+
+    values = yaml.safe_load(re.search(r"```yaml\n# my-values.yaml\n(.*?)```", README, re.S).group(1))
+    with helm.Chart.load(CHART_README.parent) as chart:
+        chart.validate_schema(values)
+        rendered = chart.render(values=values, name="lb", namespace="pulsar")
+    texts = [text for name, text in rendered.items() if not name.endswith("NOTES.txt")]
+    manifests = {d["kind"]: d for text in texts for d in yaml.safe_load_all(text) if d}
+    settings = yaml.safe_load(manifests["ConfigMap"]["data"]["settings.yaml"])
+    assert settings["maxUnloadsPerCycle"] == 10 and settings["dryRun"] is True and settings["tokenFile"]
+    assert settings["loadBalancerLoadSheddingStrategy"] == "AvgShedder" and "PrometheusRule" in manifests
+    volumes = manifests["Deployment"]["spec"]["template"]["spec"]["volumes"]
+    assert any(v.get("secret", {}).get("secretName") == "pulsar-token-admin" for v in volumes)
+
+
 def _anchor(heading: str) -> str:
     """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
