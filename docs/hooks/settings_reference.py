@@ -37,11 +37,11 @@ exit 2 with "did you mean …".
 """
 
 
-def comments(cls: type) -> dict[str, str]:
+def comments(cls: Any) -> dict[str, str]:
     """Each field's comment: its own trailing one, else the block of comment lines above the run of
     uncommented fields it heads (how the definitions group fields: "# AvgShedder", "# resource weights")."""
     source = inspect.getsource(cls)
-    names = {field.name for field in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    names = {field.name for field in dataclasses.fields(cls)}
     trailing: dict[int, str] = {}
     whole_line: dict[int, str] = {}
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
@@ -118,6 +118,21 @@ def environment_name(key: str) -> str | None:
     return name
 
 
+def table(definition: Any, last_column: str, environment: bool) -> list[str]:
+    """One row per field of the dataclass ``definition``."""
+    notes = comments(definition)
+    head = ["key", "type", "default", *(["environment"] if environment else []), last_column]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for field in dataclasses.fields(definition):
+        cells = [f"`{field.name}`", type_name(field.type), default_text(field)]
+        if environment:
+            env = environment_name(field.name)
+            cells.append(f"`{env}`" if env else "—")
+        cells.append(cell(notes.get(field.name, "")))
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def render() -> str:
     from pulsar_lb_operator.run.settings import OTHER_ENVIRONMENT, OperatorSettings
     from pulsar_lb_operator.strategies.config import LoadBalancerConfig
@@ -126,29 +141,15 @@ def render() -> str:
     lines += [
         "Defined in `operator/run/settings.py` (`OperatorSettings`). `PULSAR_ADMIN_URL` sets `adminUrl` too.",
         "",
-        "| key | type | default | environment | meaning |",
-        "|---|---|---|---|---|",
+        *table(OperatorSettings, "meaning", environment=True),
     ]
-    notes = comments(OperatorSettings)
-    for field in dataclasses.fields(OperatorSettings):
-        env = environment_name(field.name)
-        lines.append(
-            f"| `{field.name}` | {type_name(field.type)} | {default_text(field)} | "
-            f"{f'`{env}`' if env else '—'} | {cell(notes.get(field.name, ''))} |"
-        )
     lines += ["", "## Pulsar's load-balancer keys", ""]
     lines += [
         "Pulsar's own keys, with Pulsar's names and defaults (`strategies/config.py`, `LoadBalancerConfig`); they",
         "go in the same settings file or `--set`, and choose and tune the strategies ([Strategies](../strategies.md)).",
         "",
-        "| key | type | default | used by |",
-        "|---|---|---|---|",
+        *table(LoadBalancerConfig, "used by", environment=False),
     ]
-    notes = comments(LoadBalancerConfig)
-    for field in dataclasses.fields(LoadBalancerConfig):
-        lines.append(
-            f"| `{field.name}` | {type_name(field.type)} | {default_text(field)} | {cell(notes.get(field.name, ''))} |"
-        )
     lines += ["", "## Other environment variables", "", "| variable | meaning |", "|---|---|"]
     lines += [f"| `{name}` | {cell(meaning)} |" for name, meaning in sorted(OTHER_ENVIRONMENT.items())]
     return "\n".join(lines) + "\n"
