@@ -1,5 +1,6 @@
 """What the README and the docs claim holds: the settings example loads, the commands parse, the links resolve."""
 
+import dataclasses
 import re
 import shlex
 from pathlib import Path
@@ -8,7 +9,8 @@ import pytest
 import yaml
 
 from pulsar_lb_operator.cli import build_parser
-from pulsar_lb_operator.run.settings import resolve
+from pulsar_lb_operator.run.settings import OperatorSettings, resolve
+from pulsar_lb_operator.strategies.config import LoadBalancerConfig
 from pulsar_lb_operator.strategies.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -134,12 +136,19 @@ def test_every_operator_command_in_the_docs_is_one_the_cli_accepts():
     commands = [(path, line, words) for path in EVERY_DOC for line, words in _commands(path)]
     assert len(commands) > 40  # the README's and the docs' blocks were found
     parser = build_parser()
+    keys = {f.name for definition in (OperatorSettings, LoadBalancerConfig) for f in dataclasses.fields(definition)}
     wrong = []
     for path, line, words in commands:
         try:
-            parser.parse_args(words)
+            args = parser.parse_args(words)
         except (UserError, SystemExit) as exc:
             wrong.append(f"{_name(path)}: {line}: {exc}")
+            continue
+        wrong += [
+            f"{_name(path)}: {line}: no setting {key}"
+            for key, _ in getattr(args, "overrides", None) or []
+            if key not in keys
+        ]
     assert wrong == []
 
 
