@@ -74,3 +74,10 @@ def test_the_site_builds_with_every_link_and_anchor_checked(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     chart = (tmp_path / "site" / "chart" / "index.html").read_text()
     assert "High availability" in chart and 'href="../deploy/#going-live"' in chart
+
+
+def test_folded_blocks_render_their_markdown_on_the_site():
+    """A <details> block is raw HTML to mkdocs unless it says markdown="1": its list or table would show as text."""
+    for page in (ROOT / "docs").rglob("*.md"):
+        for tag in re.findall(r"<details[^>]*>", page.read_text()):
+            assert 'markdown="1"' in tag, f"{page.relative_to(ROOT)}: {tag}"

@@ -33,7 +33,7 @@ def mirrored() -> list[tuple[str, str, str]]:
 
 def block() -> str:
     rows = mirrored()
-    lines = [START, f"<details><summary>The {len(rows)} Java tests mirrored, one line each</summary>", ""]
+    lines = [START, f'<details markdown="1"><summary>The {len(rows)} Java tests mirrored, one line each</summary>', ""]
     lines += [f"- `{cls}.{method}` — `tests/conformance/{test}`" for cls, method, test in rows]
     lines += ["", "</details>", END]
     return "\n".join(lines)
