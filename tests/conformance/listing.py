@@ -1,7 +1,7 @@
-"""The README's list of the Java tests mirrored here, one line each, made from the tests' docstrings.
+"""The docs' list of the Java tests mirrored here, one line each, made from the tests' docstrings.
 
 A conformance test whose docstring starts with ``SomeJavaTest.testMethod`` mirrors that Java test;
-``test_listing.py`` fails when the README's list and the tests disagree. To rewrite the list:
+``test_listing.py`` fails when the list in docs/strategies.md and the tests disagree. To rewrite the list:
 
     python -m tests.conformance.listing
 """
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-README = HERE.parent.parent / "README.md"
+PAGE = HERE.parent.parent / "docs" / "strategies.md"
 START, END = "<!-- conformance-list:start -->", "<!-- conformance-list:end -->"
 JAVA_TEST = re.compile(r"(\w+Test)\.(\w+)")
 
@@ -33,25 +33,25 @@ def mirrored() -> list[tuple[str, str, str]]:
 
 def block() -> str:
     rows = mirrored()
-    lines = [START, f"<details><summary>The {len(rows)} Java tests mirrored, one line each</summary>", ""]
+    lines = [START, f'<details markdown="1"><summary>The {len(rows)} Java tests mirrored, one line each</summary>', ""]
     lines += [f"- `{cls}.{method}` — `tests/conformance/{test}`" for cls, method, test in rows]
     lines += ["", "</details>", END]
     return "\n".join(lines)
 
 
-def readme_block(text: str) -> str | None:
+def listed_block(text: str) -> str | None:
     if START not in text or END not in text:
         return None
     return text[text.index(START) : text.index(END) + len(END)]
 
 
 def main() -> int:
-    text = README.read_text()
-    current = readme_block(text)
+    text = PAGE.read_text()
+    current = listed_block(text)
     if current is None:
-        print(f"README.md has no {START} … {END} block", file=sys.stderr)
+        print(f"{PAGE.name} has no {START} … {END} block", file=sys.stderr)
         return 1
-    README.write_text(text.replace(current, block()))
+    PAGE.write_text(text.replace(current, block()))
     return 0
 
 

@@ -1,4 +1,4 @@
-"""The safety invariants (README, "Safety"), each against the simulator over loopback.
+"""The safety invariants (docs/safety.md), each against the simulator over loopback.
 
 Caps counted at sending, unknown outcomes counted as done, the last-moment kill switch and stop,
 write-ahead state, strict state files, one instance per state, dry run from every source.

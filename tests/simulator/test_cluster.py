@@ -228,14 +228,14 @@ def test_scenario_files_are_validated(tmp_path):
         load_scenario(tmp_path / "broken.yaml")
 
 
-def test_the_readme_scenario_example_parses_as_documented():
+def test_the_docs_scenario_example_parses_as_documented():
     import re
     from pathlib import Path
 
     import yaml
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    block = re.search(r"```yaml\n(name: my-cluster.*?)```", readme, re.S).group(1)
+    page = (Path(__file__).resolve().parents[2] / "docs" / "simulator.md").read_text()
+    block = re.search(r"```yaml\n(name: my-cluster.*?)```", page, re.S).group(1)
     scenario = parse_scenario(yaml.safe_load(block))
     assert [b.name for b in scenario.brokers] == ["broker-0", "broker-1", "broker-2", "broker-3"]
     assert scenario.initial_owners == {"broker-0": 3.0, "broker-1": 1.0, "broker-2": 1.0, "broker-3": 1.0}
