@@ -11,7 +11,7 @@ from pulsar_lb_operator.strategies.loaddata import build_load_data
 from pulsar_lb_operator.strategies.profile import CostModel, LoadProfile
 from pulsar_lb_operator.strategies.rails import Rails
 from pulsar_lb_operator.strategies.shedding import avg, predictive
-from pulsar_lb_operator.strategies.shedding.predictive import debounce, endstate, forecast, pairing
+from pulsar_lb_operator.strategies.shedding.predictive import endstate, forecast, pairing
 from tests.builders import NOW, broker_report, bundle, cfg, snapshot, stats
 
 CPU = 800.0  # 8 cores: LocalBrokerData's cpu limit
@@ -365,47 +365,3 @@ def test_the_exact_program_finds_the_plan_the_greedy_packing_misses():
     assert all(abs(end - 45.0) < 2.0 for end in plan.ends.values())
     rows = endstate._fewest(endstate._items(load, prediction, movable, plan.level, 45.0, 2.0, {}, {}), plan)
     assert len(rows) == 2  # each giver's 6: the greedy's choice, which no packing lands in the band
-
-
-def test_a_broker_of_a_kind_no_fit_knows_is_filled_in_a_step_its_samples_can_correct():
-    """Two fitted kinds: 8 cores paying 8 core-points per 100 msg/s and 16 cores paying 12 (pooled: 10). A 4-core
-    machine of a third kind joins empty: it may pay like either, so its arrivals are planned at the costlier kind's
-    cost (1.2× the pooled), and it receives no more than brings it to the level at that cost: it may end short of
-    the level, never over it. Once a sample shows it carrying traffic, its own samples set its cost."""
-
-    def report(cores, used, bundles, at=NOW):
-        limit = 100 * cores
-        stats_ = {b: stats(msgs / 2, msgs / 2) for b, msgs in bundles.items()}
-        return broker_report(
-            cpu=(used / 100 * limit, limit), bw_in=(0, NIC), bw_out=(0, NIC), bundles=stats_, last_update=at
-        )
-
-    small = {bundle("t/small", i): 400.0 for i in range(16)}  # 4 points each on 8 cores: 69 % with background 5
-    big = {bundle("t/big", i): 400.0 for i in range(16)}  # 3 points each on 16 cores
-    profile = LoadProfile(
-        cost_models=MappingProxyType({("small:1", "cpu"): model(5, 0.01), ("big:1", "cpu"): model(5, 0.0075)})
-    )
-    snap = snapshot({"small:1": report(8, 69.0, small), "big:1": report(16, 53.0, big), "new:1": report(4, 5.0, {})})
-    load = build_load_data(snap, {}, {}, ONE_HIT.grace_period_ms)[0].with_profile(profile)
-    slope = forecast.slopes(load, StrategyState())
-    assert slope["new:1"].caution == pytest.approx(1.2)
-    assert slope["small:1"].caution == slope["big:1"].caution == 1.0
-    prediction = forecast.Forecast(load, ONE_HIT, slope, StrategyState())
-    level = endstate.balanced_level(prediction, set(snap.brokers))
-
-    result = shed(snap, profile)
-    arrived = [u for u in result.unloads if u.destination == "new:1"]
-    assert arrived
-    # 400 msg/s cost 10 points at the pooled cost on 4 cores (its best estimate), 12 at the costlier kind's
-    best_estimate = 5.0 + 10.0 * len(arrived)
-    assert 5.0 + 12.0 * len(arrived) < level + endstate.STRICTLY + debounce.settled_gap(ONE_HIT)
-    assert best_estimate < level
-
-    carried = {u.bundle: 400.0 for u in arrived}
-    later = snapshot(
-        {"small:1": report(8, 60.0, small), "big:1": report(16, 50.0, big), "new:1": report(4, 40.0, carried)}
-    )
-    state = result.state.evolve(predictive_learned={"new:1": (5.0, 0.0, 0.0, 0)})
-    load = build_load_data(later, {}, {}, ONE_HIT.grace_period_ms)[0].with_profile(profile)
-    learned = forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state).learned
-    assert forecast.slopes(load, state.evolve(predictive_learned=learned))["new:1"].caution == 1.0

@@ -17,7 +17,6 @@ noise is measured from the departures themselves.
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -54,8 +53,6 @@ class Slope:
     bandwidth_out: float
     borrowed: bool  # the broker's own fit was poor or missing: the cluster's per-core slope over its capacity
     scale: tuple[float, float] | None = None  # a fitted broker's ``fitted_scale``, kept from cycle to cycle
-    applied: float = 1.0  # a borrowed slope: the factor on the cluster's per-core slope, learned from its samples
-    caution: float = 1.0  # what arrivals are planned to cost on it, as a multiple of ``cpu`` (see ``caution``)
 
     def delta(self, traffic: Traffic) -> tuple[float, float, float]:
         cpu = sum(c * t for c, t in zip(self.cpu, traffic))
@@ -75,9 +72,7 @@ def slopes(load: LoadData, state: StrategyState) -> dict[str, Slope] | None:
     of its kind (``_kind``: the good fits' slopes × their CPU limit, pooled by samples, none below zero; the whole
     cluster's for a kind with no good fit) over its own CPU limit, scaled so that its own traffic costs what its fit
     says (``fitted_scale``: a machine slower per core pays more); a broker with no good fit is scaled by what its
-    samples say (``learned_scale``), 1 until they do. A machine of a kind no good fit knows is planned to receive
-    at the costliest known kind's cost (``caution``) until its first sample with traffic: it is filled in a step its
-    samples can correct; the balanced level is still reckoned at its best estimate."""
+    samples say (``learned_scale``), 1 until they do."""
     brokers = load.snapshot.brokers
     models = {b: load.cost_models.get((b, "cpu")) for b in brokers}
     fitted = {b: m for b, m in models.items() if good(m) and brokers[b].cpu.limit > 0}
@@ -90,40 +85,23 @@ def slopes(load: LoadData, state: StrategyState) -> dict[str, Slope] | None:
     for b, m in fitted.items():
         kinds.setdefault(_kind(brokers[b]), {})[b] = m
     per_kind = {kind: _per_core(models, brokers) for kind, models in kinds.items()}
-    mix = np.sum([r.traffic for r in brokers.values()], axis=0)  # the cluster's traffic: its mix
+    mix = tuple(np.sum([r.traffic for r in brokers.values()], axis=0))  # the cluster's traffic: its mix
     out = {}
     for b, report in brokers.items():
         kind = per_kind.get(_kind(report))
         per_core = (pooled if kind is None else kind) / (report.cpu.limit or 1.0)
-        kept, wary = None, 1.0
+        kept = None
         if b in fitted:
-            carried = report.traffic if any(report.traffic) else tuple(mix)  # an empty broker: the cluster's mix
+            carried = report.traffic if any(report.traffic) else mix  # an empty broker: the cluster's mix
             kept = fitted_scale(fitted[b], per_core, state.predictive_scales.get(b), carried)
             scale = kept[0]
         else:
-            learned = state.predictive_learned.get(b)
-            scale = learned_scale(learned)
-            if kind is None and (learned is None or not learned[3]):
-                wary = caution(pooled, list(per_kind.values()), mix)
+            scale = learned_scale(state.predictive_learned.get(b))
         nic_in = report.bandwidthIn.limit or float("inf")
         nic_out = report.bandwidthOut.limit or float("inf")
         cpu: Traffic = tuple(float(v) for v in per_core * scale)  # type: ignore[assignment]
-        out[b] = Slope(
-            cpu, KBIT_PER_BYTE * 100 / nic_in, KBIT_PER_BYTE * 100 / nic_out, b not in fitted, kept, float(scale), wary
-        )
+        out[b] = Slope(cpu, KBIT_PER_BYTE * 100 / nic_in, KBIT_PER_BYTE * 100 / nic_out, b not in fitted, kept)
     return out
-
-
-def caution(pooled: np.ndarray, kinds: Sequence[np.ndarray | None], mix: np.ndarray) -> float:
-    """What a machine of a kind no fit knows may pay for the cluster's mix of traffic, as a multiple of the pooled
-    per-core cost: as much as the costliest kind that is known (1 with one kind). Its arrivals planned at that cost,
-    it ends at most at the level if it is like any machine the cluster has; one that pays less ends short of it and
-    its first sample says by how much — whereas one overfilled keeps what it got for the grace period."""
-    base = float(pooled @ mix)
-    costs = [float(k @ mix) for k in kinds if k is not None]
-    if not costs or not (base > 0 and math.isfinite(base)) or not all(math.isfinite(c) for c in costs):
-        return 1.0
-    return max(max(costs) / base, 1.0)
 
 
 def _kind(report: BrokerLoad) -> tuple[float, float]:
@@ -262,10 +240,8 @@ class Forecast:
 
     def shifted(self, broker: str, traffic: Traffic, sign: float) -> list[float]:
         """The broker's points with ``traffic`` added (sign +1) or taken away (−1)."""
-        cpu, *rest = self.slope[broker].delta(traffic)
-        if sign > 0:  # an arrival on a machine whose cost is not known yet: at its ``caution`` cost
-            cpu *= self.slope[broker].caution
-        return [max(v + sign * d, 0.0) for v, d in zip(self.points[broker], (cpu, *rest))]
+        delta = self.slope[broker].delta(traffic)
+        return [max(v + sign * d, 0.0) for v, d in zip(self.points[broker], delta)]
 
     def shift(self, broker: str, traffic: Traffic, sign: float) -> None:
         """Add (sign +1) or take away (−1) ``traffic`` on the broker: its points and the traffic it carries."""
@@ -290,7 +266,7 @@ class Forecast:
         """Each broker's usage now (a row), and after each of the bundles (rows of ``traffic``) arrives on it
         (a matrix, bundles × brokers): ``usage(b, shifted(b, t, +1))`` for every pair, in the same operations."""
         points = np.array([self.points[b] for b in brokers]).T  # cpu, bandwidth in, bandwidth out: one row each
-        cpu = np.array([self.slope[b].cpu for b in brokers]).T * [self.slope[b].caution for b in brokers]
+        cpu = np.array([self.slope[b].cpu for b in brokers]).T
         bandwidth_in = np.array([self.slope[b].bandwidth_in for b in brokers])
         bandwidth_out = np.array([self.slope[b].bandwidth_out for b in brokers])
         direct = np.array([self.direct[b] for b in brokers]) * self.weights[3]
@@ -334,7 +310,7 @@ def _learn(
 ) -> tuple[float, float, float, int]:
     """One sample for a borrowed slope's refinement: what the traffic cost (the sample less the background) against
     what the unrefined slope predicted, added to the least-squares sums; the background as first seen."""
-    predicted = slope.delta(traffic)[0] / slope.applied  # the cluster's per-core slope, unrefined
+    predicted = slope.delta(traffic)[0] / learned_scale(learned)  # the cluster's per-core slope, unrefined
     background, products, squares, count = learned if learned else (base, 0.0, 0.0, 0)
     if predicted > 0:
         products, squares, count = products + (cpu - background) * predicted, squares + predicted**2, count + 1
