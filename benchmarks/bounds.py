@@ -96,18 +96,23 @@ def bundle_contributions(cluster: SimulatedCluster) -> dict[str, dict[str, float
     return out
 
 
-def balance_needs(cluster: SimulatedCluster, target: float = TARGET_SPREAD) -> tuple[int, int]:
+def balance_needs(
+    cluster: SimulatedCluster, target: float = TARGET_SPREAD, held: frozenset[str] = frozenset()
+) -> tuple[int, int]:
     """At least this many unloads bring every broker that can take load within ±target/2 of the balanced level,
-    and at least this many of them leave one broker (the busiest giver's share).
+    and at least this many of them leave one broker (the busiest giver's share). ``held``: bundles unloaded within
+    the grace period (loadBalancerSheddingGracePeriodMinutes), which no shedder of Pulsar's may unload again: they
+    count in their owner's usage but are no move's bundle.
 
     Each broker above the band must give away its largest bundles (at what each costs it) until under it — those
     another broker can take without ending above the band, or all of them and one move more (``_fits_somewhere``); each
     broker below it must receive at least the fewest bundles whose costs there add up to its gap; and together the
     brokers below it must receive at least their total gap, which takes at least as many moves as the fewest
     bundles (of brokers not below the band, each at the most it costs on any of them, and none giving more than
-    takes it to the band's floor: ``_fewest_filling``) that add up to it: one bundle arrives per move. One move
-    serves one of each, so the bound is the largest of the three. A bundle's cost on a broker it arrives on is the
-    most it adds to any one resource there, which is never less than what it adds to the broker's weighted usage.
+    takes it to the band's floor, and each broker above the band giving at least its own count: ``_fewest_filling``)
+    that add up to it: one bundle arrives per move. One move serves one of each, so the bound is the largest of
+    the three. A bundle's cost on a broker it arrives on is the most it adds to any one resource there, which is
+    never less than what it adds to the broker's weighted usage.
     """
     alive = cluster.alive_brokers()
     usage = {b.name: cluster.true_usage(b.id) for b in alive}
@@ -118,15 +123,20 @@ def balance_needs(cluster: SimulatedCluster, target: float = TARGET_SPREAD) -> t
     stats = {b.name: {bundle: cluster.bundle_stats(bundle)[0] for bundle in cluster.owned_by(b.id)} for b in alive}
     lines = {b.name: linear_usage(cluster, b) for b in alive}
     traffic = {n: np.array([s.traffic for s in per.values()]).reshape(-1, 3) for n, per in stats.items()}
-    held = sum((traffic[n].sum(axis=0) for n in takers), np.zeros(3))
-    level = balanced_level([lines[n] for n in sorted(takers)], held) if held.any() else _mean(usage, takers)
+    carried = sum((traffic[n].sum(axis=0) for n in takers), np.zeros(3))
+    level = balanced_level([lines[n] for n in sorted(takers)], carried) if carried.any() else _mean(usage, takers)
     low, high = level - target / 2, level + target / 2
-    contributions = bundle_contributions(cluster)
+    contributions = {
+        n: {b: size for b, size in sizes.items() if b not in held} for n, sizes in bundle_contributions(cluster).items()
+    }
+    free = {n: [k for k, bundle in enumerate(per) if bundle not in held] for n, per in stats.items()}
     fits = _fits_somewhere(cluster, stats, lines, usage, takers, high)
     give = most = 0
+    forced: dict[str, int] = {}  # per broker above the band: the fewest of its bundles that take it under
     for name, value in usage.items():
         if value > high:
             sizes = contributions[name]
+            forced[name] = _fewest_reaching(list(sizes.values()), value - high)
             given = min(
                 _fewest_reaching([sizes[b] for b in sizes if b in fits], value - high),
                 _fewest_reaching(list(sizes.values()), value - high) + 1,
@@ -137,14 +147,14 @@ def balance_needs(cluster: SimulatedCluster, target: float = TARGET_SPREAD) -> t
     if not short:
         return give, most
     sources = [n for n in sorted(usage) if usage[n] >= low]
-    movable = np.concatenate([traffic[n] for n in sources] or [np.zeros((0, 3))])
+    movable = np.concatenate([traffic[n][free[n]] for n in sources] or [np.zeros((0, 3))])
     # what each movable bundle adds on each broker below the band: the most it adds to one resource there
     rise = np.array([(lines[n][1] @ movable.T).max(axis=0) for n in short]).reshape(len(short), -1)
     take = 0
     for row, name in enumerate(short):
         take += _fewest_reaching(rise[row], low - usage[name])
     deficit = sum(low - usage[n] for n in short)
-    volume = _fewest_filling(sources, contributions, rise.max(axis=0), usage, low, deficit)
+    volume = _fewest_filling(sources, contributions, rise.max(axis=0), usage, low, deficit, forced)
     return max(give, take, volume), most
 
 
@@ -155,12 +165,15 @@ def _fewest_filling(
     usage: dict[str, float],
     low: float,
     deficit: float,
+    forced: dict[str, int],
 ) -> int:
     """The fewest moves that can bring ``deficit`` points to the brokers below the band: each move one bundle of a
     broker not below it (``arriving``: the most each adds there, in ``sources``' order), and no broker giving more
     than takes it to the band's floor — at most that many of its own points, times the most any of its bundles
-    adds elsewhere per point it takes off it. With so much from each source at most, the moves go where they add
-    most (what j moves bring from one source only grows by less with each: taking them in turn is optimal)."""
+    adds elsewhere per point it takes off it — and at least ``forced`` moves from a broker above the band (what
+    it must give to get under it: its moves count, and what they bring, whether the brokers below need it or not).
+    With so much from each source at most, the moves go where they add most (what j moves bring from one source
+    only grows by less with each: taking them in turn is optimal, from the forced ones on)."""
     if deficit <= 0:
         return 0
     offer: list[list[float]] = []  # per source: what its 1st, 2nd, … move can add at most
@@ -173,8 +186,8 @@ def _fewest_filling(
         room = (usage[name] - low) * per_point
         totals = np.minimum(np.cumsum(sorted(adds, reverse=True)), room) if len(adds) else np.zeros(0)
         offer.append(list(np.diff(totals, prepend=0.0)))
-    heads = [0] * len(offer)
-    filled = moves = 0.0
+    heads = [min(forced.get(name, 0), len(o)) for name, o in zip(sources, offer)]
+    filled, moves = float(sum(sum(o[:h]) for o, h in zip(offer, heads))), float(sum(heads))
     while filled < deficit:
         gains = [o[h] if h < len(o) else 0.0 for o, h in zip(offer, heads)]
         best = int(np.argmax(gains)) if gains else 0

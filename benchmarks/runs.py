@@ -142,10 +142,19 @@ def run(
     )
     names = {b.id: b.name for b in cluster.brokers.values()}
     report_lag = math.ceil(scenario.report_interval_s / interval_s)
-    tracker = disturbances.Tracker(lambda: _unperturbed(cluster, balance_needs, target), config, target, report_lag)
+
+    def held() -> frozenset[str]:
+        """The bundles no shedder may unload at the next cycle: unloaded within the grace period before its
+        snapshot (taken now; a move of cycle c was made on the snapshot taken (c − 1) intervals in)."""
+        grace_s = config.grace_period_ms / 1000
+        return frozenset(m.bundle for m in result.moves if (cycle - m.cycle + 1) * interval_s < grace_s)
+
+    tracker = disturbances.Tracker(
+        lambda: _unperturbed(cluster, balance_needs, target, held()), config, target, report_lag
+    )
     event_samples: set[int] = set()  # samples taken after a scenario event: a drop there is not the strategy's
-    _record(cluster, metrics, result, tracker, events=())
     cycle = 0
+    _record(cluster, metrics, result, tracker, events=())
     while cluster.now_s < scenario.duration_s - 1e-9:
         cycle += 1
         before = metrics.samples[-1].usage

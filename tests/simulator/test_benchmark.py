@@ -8,7 +8,7 @@ import pytest
 
 from pulsar_lb_operator import cli
 from pulsar_lb_operator.benchmarks import replay, report
-from pulsar_lb_operator.benchmarks.bounds import balanceable_spread, moves_lower_bound, rails_floor
+from pulsar_lb_operator.benchmarks.bounds import balance_needs, balanceable_spread, moves_lower_bound, rails_floor
 from pulsar_lb_operator.benchmarks.runs import BASELINE, Combination, Move, flapping, overunloaded_sources, run
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.scenario import load_scenario, parse_scenario
@@ -387,3 +387,38 @@ def test_a_source_a_burst_leaves_low_is_the_jitter_columns_business_not_over_unl
     cells = report.seed_verdicts([result], {scenario.name: scenario})
     assert cells[OURS.label][6][report.COLUMNS[3]].verdict == "n/a"
     assert cells[OURS.label][6][report.COLUMNS[1]].verdict == "good"  # judged where it belongs: 2 unloads/h
+
+
+def test_the_lower_bound_moves_no_bundle_in_its_grace_period_and_counts_what_a_giver_must_give():
+    """a carries two bundles of 10 points and four of 2.5 (35 %), b nothing (5 %), c two of 10 (25 %): balanced
+    level 21.7, band 16.7–26.7. With every bundle free, a gives a 10 and b takes two: 2 moves. With a's two 10s
+    unloaded onto it within the grace period, no shedder may move them: a must give four 2.5s to get under the
+    band, and b, 11.7 short, gets 10 from them and needs one move more (c's 10): 5 — where counting a's moves and
+    b's arrivals apart said 4."""
+    broker = {"cores": 8, "cost_per_msg": 0.1, "cost_per_mib": 0, "background_cpu": 0.05, "jitter": 0}
+    scenario = parse_scenario(
+        {
+            "name": "held",
+            "seed": 3,
+            "duration_minutes": 5,
+            "brokers": [{"name": n, **broker} for n in "abc"],
+            "namespaces": [
+                {"name": "t/big", "bundles": 4, "topics": 4, "rate": 400, "msg_size": 100},
+                {"name": "t/small", "bundles": 4, "topics": 4, "rate": 100, "msg_size": 100},
+            ],
+            "initial_owners": {"a": 1},
+            "config": {"loadBalancerSheddingEnabled": False, "loadBalancerAutoBundleSplitEnabled": False},
+        }
+    )
+    cluster = SimulatedCluster(scenario)
+    ids = {b.name: b.id for b in cluster.brokers.values()}
+    big = sorted(b for b in cluster.all_bundles() if b.startswith("t/big/"))
+    for bundle in big[2:]:
+        cluster.ownership[bundle] = ids["c"]
+    assert {b.name: round(cluster.true_usage(b.id), 6) for b in cluster.brokers.values()} == {
+        "a": 35.0,
+        "b": 5.0,
+        "c": 25.0,
+    }
+    assert balance_needs(cluster)[0] == 2
+    assert balance_needs(cluster, held=frozenset(big[:2])) == (5, 4)

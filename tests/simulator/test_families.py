@@ -119,21 +119,7 @@ FAMILY_SAMPLE = {  # one run per family, numbers no other test or table uses
 }
 
 
-SHORT_OF_THE_BOUND = {  # issue 27's goals not met yet in these runs (the README's "Scenario families" says why)
-    "rolling-restart": "a returning broker filled with 12 moves where the lower bound counts 8",
-    "noisy-neighbour": "2 unloads where the lower bound counts 1",
-}
-
-
-@pytest.mark.parametrize(
-    "family",
-    [
-        pytest.param(f, marks=pytest.mark.xfail(strict=True, reason=SHORT_OF_THE_BOUND[f]))
-        if f in SHORT_OF_THE_BOUND
-        else f
-        for f in FAMILY_SAMPLE
-    ],
-)
+@pytest.mark.parametrize("family", FAMILY_SAMPLE)
 def test_ours_is_on_the_rails_floor_and_near_the_bound_in_every_family(family):
     """Issue 27's goals on one generated run per family: every disturbance balanced within floor + 2 cycles, unloads
     within 1.25× the lower bound at it, none where nothing needed moving, no bundle moved twice within 30 min."""
