@@ -149,8 +149,9 @@ def fold(
     those after ``starts[W]`` into window W's histogram, less the samples that left it (``leaving[W]``). A
     window in ``rebuilt`` drops its histogram for one built from the samples given for it (all inside it).
 
-    The histograms are rows added up by (bundle, window, metric, bucket) — plain sums Spark runs as generated
-    code, where maps merged per bundle ran as interpreted lambdas ten times slower."""
+    The histograms are rows added up by (bundle, window, metric, bucket): plain sums Spark runs as generated
+    code, where a map per bundle is merged by lambdas it interprets (at 100,000 bundles the fold with maps
+    took 1.8 times as long)."""
     rebuilt = rebuilt or {}
     changes = window_changes(samples, {w: s for w, s in starts.items() if w not in rebuilt}, leaving, rebuilt)
     parts = [] if changes is None else [changes]
