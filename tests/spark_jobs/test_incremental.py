@@ -17,7 +17,7 @@ from pulsar_lb_operator.store.history import HistoryStore
 from pulsar_lb_operator.strategies.snapshots import ClusterSnapshot, parse_broker_load
 from tests.spark_jobs.test_load_profile import COST_SCENARIO
 
-OPTIONS = ProfileOptions(windows_minutes=(60, 120))  # windows the test's samples slide out of
+OPTIONS = ProfileOptions(windows_minutes=(60, 120))  # windows the test's three hours slide out of
 
 
 def profile(spark, out):
@@ -58,14 +58,14 @@ def test_incremental_runs_give_the_full_recomputes_profile(spark, tmp_path):
     first = load_profile.build_profile(spark, store.uri, incremental, OPTIONS)
     assert first["mode"] == "full" and first["bundle_samples"] == 70 * 18
     runs = []
-    for minutes in (50, 15):  # samples leave both windows in each run; closed hours are compacted between runs
+    for minutes in (50, 15, 40):  # samples leave both windows; closed hours are compacted between runs
         cycles(minutes)
         compact(store, sim.now_ms)
         runs.append(load_profile.build_profile(spark, store.uri, incremental, OPTIONS))
         assert runs[-1]["mode"] == "incremental" and runs[-1]["bundle_samples"] == minutes * 18
     assert load_profile.build_profile(spark, store.uri, incremental, OPTIONS)["mode"] == "unchanged"
     recomputed = load_profile.build_profile(spark, store.uri, full, OPTIONS, full=True)
-    assert recomputed["mode"] == "full" and recomputed["bundle_samples"] == 135 * 18
+    assert recomputed["mode"] == "full" and recomputed["bundle_samples"] == 175 * 18
     assert runs[1]["files_read"] < recomputed["files_read"] / 2  # the 15-minute run read the recent hours only
 
     ours, theirs = profile(spark, incremental), profile(spark, full)
@@ -73,7 +73,7 @@ def test_incremental_runs_give_the_full_recomputes_profile(spark, tmp_path):
         assert ours[name].keys() == theirs[name].keys() and (theirs[name] or name == "hot_bundles"), name
         for key, row in theirs[name].items():
             if name == "bundle_averages":
-                assert ours[name][key]["samples"] == row["samples"] == 135  # counts: exactly
+                assert ours[name][key]["samples"] == row["samples"] == 175  # counts: exactly
             # the cost models' least-squares solve magnifies the sums' rounding (added in another order)
             rel = 1e-6 if name == "cost_model" else 1e-9
             assert ours[name][key] == pytest.approx(row, rel=rel, abs=1e-12), (name, key)
