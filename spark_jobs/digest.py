@@ -10,8 +10,9 @@ Error bound: bucket i holds the values in (γ^(i−1), γ^i] with γ = (1 + α)/
 bucket holding the sample of rank ⌈q·n⌉ — the sample percentile_approx names — so p50, p95 and max
 are within 1% of the exact sample value (0 stays 0); the counts are exact.
 
-DataFrame API only (a higher-order ``aggregate`` walks the sorted buckets): nothing of ours runs on the
-executors.
+A histogram is kept as rows (bundle, window, metric, bucket, count), not as a map per bundle: adding
+and reading rows are sums and a sort Spark compiles, where a map's merge and walk are lambdas it
+interprets. DataFrame API only: nothing of ours runs on the executors.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from pyspark.sql import functions as F
 ALPHA = 0.01
 GAMMA = (1 + ALPHA) / (1 - ALPHA)
 ZERO = -(2**30)  # the bucket of 0 (and of anything below 1e-9)
-HISTOGRAM = "map<int,bigint>"
 
 
 def bucket(value: Column) -> Column:
@@ -36,34 +36,6 @@ def value_of(index: Column) -> Column:
     return F.when(index == ZERO, F.lit(0.0)).otherwise(2 * F.pow(F.lit(GAMMA), index) / (GAMMA + 1))
 
 
-def empty() -> Column:
-    return F.expr(f"cast(map() as {HISTOGRAM})")
-
-
-def merged(a: Column, b: Column) -> Column:
-    """a + b bucket by bucket (either may be null: no samples); buckets left at 0 are dropped."""
-    summed = F.map_zip_with(
-        F.coalesce(a, empty()),
-        F.coalesce(b, empty()),
-        lambda _k, x, y: F.coalesce(x, F.lit(0)) + F.coalesce(y, F.lit(0)),
-    )
-    return F.map_filter(summed, lambda _k, v: v > 0)
-
-
-def quantile(histogram: Column, samples: Column, q: float) -> Column:
-    """The value of the sample of rank max(1, ⌈q·n⌉), within ALPHA; null for an empty histogram."""
-    target = F.greatest(F.lit(1), F.ceil(samples * F.lit(q)))
-    walk = F.aggregate(
-        F.array_sort(F.map_entries(histogram)),
-        F.struct(F.lit(0).cast("bigint").alias("c"), F.lit(None).cast("int").alias("k")),
-        lambda acc, e: F.struct(
-            (acc["c"] + e["value"]).alias("c"),
-            F.when(acc["k"].isNull() & (acc["c"] + e["value"] >= target), e["key"]).otherwise(acc["k"]).alias("k"),
-        ),
-        lambda acc: acc["k"],
-    )
-    return F.when(samples > 0, value_of(walk))
-
-
-def maximum(histogram: Column) -> Column:
-    return F.when(F.size(histogram) > 0, value_of(F.array_max(F.map_keys(histogram))))
+def rank(samples: Column, q: float) -> Column:
+    """The rank max(1, ⌈q·n⌉) of the sample percentile q names (percentile_approx's)."""
+    return F.greatest(F.lit(1), F.ceil(samples * F.lit(q)))

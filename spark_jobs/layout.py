@@ -6,6 +6,9 @@ No pyspark here: the operator's store imports it without starting a JVM.
     <kind>/date=YYYY-MM-DD/hour=HH/compacted-<epoch ms>.parquet    a closed hour, compacted
     bundle_hours/date=YYYY-MM-DD/compacted-<epoch ms>.parquet      per bundle and hour, one file a day
 
+A file's stamp is the newest sample time it holds (a cycle's samples all have its time; a compacted file
+takes its newest input's), so the newest sample of a history is read from its names.
+
 A reader takes, in each partition, the files :func:`visible` names: the newest compacted file and the
 cycle files stamped after it. Compaction's rename is its one atomic step, so a reader sees the cycle
 files or the compacted file, never both, never neither.

@@ -31,12 +31,11 @@ import os
 import sys
 from dataclasses import asdict, dataclass, field
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pulsar_lb_operator.spark_jobs import fold
-from pulsar_lb_operator.spark_jobs.layout import DAY_MS, partition_span
+from pulsar_lb_operator.spark_jobs.layout import DAY_MS, partition_span, stamp_of
 from pulsar_lb_operator.spark_jobs.sources import HistoryFiles
 from pulsar_lb_operator.spark_jobs.state import StateStore
 from pulsar_lb_operator.strategies import COST_RESOURCES as RESOURCES
@@ -127,12 +126,18 @@ def read_history(spark: SparkSession, history: str) -> tuple[DataFrame, DataFram
 
 
 def newest_time(files: HistoryFiles, kind: str) -> int | None:
-    """The newest sample's time. Only the newest date/hour partition is read."""
+    """The newest sample's time: the newest stamp in the newest date/hour partition's file names (the store
+    stamps a cycle's file with its samples' time and a compacted file with its newest input's), so no Spark
+    job runs for it; that partition is read only when a file there carries no stamp (not the store's)."""
     paths = files.files(kind)
     if not paths:
         return None
     newest = partition_span(paths[-1])
     since = newest[0] - 1 if newest is not None else None
+    in_partition = [p for p in paths if newest is None or partition_span(p) == newest]
+    stamps = [stamp_of(p.rsplit("/", 1)[-1]) for p in in_partition]
+    if all(stamps):
+        return max(stamps)
     frame = read_samples(files, kind, since)
     return frame.agg(F.max("time")).first()[0] if frame is not None else None
 
@@ -148,8 +153,8 @@ def bundle_averages(bundles: DataFrame) -> DataFrame:
 def bundle_windows(bundles: DataFrame, windows_minutes: tuple[int, ...]) -> DataFrame:
     """``bundle_windows`` of a frame of bundle samples, from nothing."""
     latest = bundles.agg(F.max("time")).first()[0]
-    state = fold.fold(bundles, None, {w: latest - w * 60_000 for w in windows_minutes}, {})
-    return fold.windows_view(state, windows_minutes)
+    _, histograms = fold.fold(bundles, None, None, {w: latest - w * 60_000 for w in windows_minutes}, {})
+    return fold.windows_view(histograms)
 
 
 def _usage_percent(resource: str) -> F.Column:
@@ -288,6 +293,7 @@ class _Inputs:
     rebuilt: dict[int, DataFrame]
     brokers_new: DataFrame | None
     state: DataFrame | None
+    histograms: DataFrame | None
     costs: DataFrame | None
 
 
@@ -296,11 +302,12 @@ def _inputs(spark: SparkSession, files: HistoryFiles, latest: int, options: Prof
     hot_since = latest - options.hot_window_minutes * 60_000
     if generation is None:  # full: every sample on disk (scanned twice, memory stays bounded)
         every = read_samples(files, "bundle_samples")
-        return _Inputs(every, every, starts, {}, {}, read_samples(files, "broker_samples"), None, None)
+        return _Inputs(every, every, starts, {}, {}, read_samples(files, "broker_samples"), None, None, None)
     then = generation.latest
-    recent = read_samples(files, "bundle_samples", min(then, hot_since), latest)
-    recent = recent.persist(StorageLevel.MEMORY_AND_DISK)  # the new samples, the hot window: read once
-    new = recent.where(F.col("time") > F.lit(then))
+    # read twice rather than cached: each cycle file holds one time, so Parquet's statistics skip a file
+    # outside the range unread, and caching cost more than the second read
+    new = read_samples(files, "bundle_samples", then, latest)
+    recent = read_samples(files, "bundle_samples", hot_since, latest)
     leaving, rebuilt = {}, {}
     oldest = files.files("bundle_samples")[:1]
     kept_from = (partition_span(oldest[0]) or (0, 0))[0] if oldest else latest
@@ -317,7 +324,17 @@ def _inputs(spark: SparkSession, files: HistoryFiles, latest: int, options: Prof
     costs = generation.costs(spark)
     brokers_then = costs.agg(F.max("last_time")).first()[0]
     brokers_new = read_samples(files, "broker_samples", brokers_then)
-    return _Inputs(new, recent, starts, leaving, rebuilt, brokers_new, generation.bundles(spark), costs)
+    return _Inputs(
+        new,
+        recent,
+        starts,
+        leaving,
+        rebuilt,
+        brokers_new,
+        generation.bundles(spark),
+        generation.histograms(spark),
+        costs,
+    )
 
 
 def build_profile(
@@ -349,40 +366,42 @@ def build_profile(
     mode = "incremental" if generation is not None else "full"
     step(f"reading history ({mode})")
     inputs = _inputs(spark, files, latest, options, generation)
-    try:
-        keep_after = latest - int(options.retention_days * DAY_MS)
+    keep_after = latest - int(options.retention_days * DAY_MS)
 
-        step("folding bundle samples")
-        state = fold.fold(inputs.new, inputs.state, inputs.starts, inputs.leaving, inputs.rebuilt)
-        scratch = states.scratch()
-        state.where(F.col("last_time") > F.lit(keep_after)).write.parquet(f"{scratch}/bundles")
-        state = spark.read.parquet(f"{scratch}/bundles")  # what was written: the views below read it, not the fold
-        costs = inputs.costs
-        if inputs.brokers_new is not None:
-            costs = add_sums(cost_model_sums(inputs.brokers_new), inputs.costs)
-        costs.where(F.col("day") >= F.lit(keep_after // DAY_MS)).coalesce(1).write.parquet(f"{scratch}/costs")
-        costs = spark.read.parquet(f"{scratch}/costs")
+    step("folding bundle samples")
+    state, histograms = fold.fold(
+        inputs.new, inputs.state, inputs.histograms, inputs.starts, inputs.leaving, inputs.rebuilt
+    )
+    scratch = states.scratch()
+    state.where(F.col("last_time") > F.lit(keep_after)).write.parquet(f"{scratch}/bundles")
+    # a bundle past the retention has no sample left in any window (windows are shorter): no rows here
+    histograms.write.parquet(f"{scratch}/histograms")
+    state = spark.read.parquet(f"{scratch}/bundles")  # what was written: the views below read it, not the fold
+    histograms = spark.read.parquet(f"{scratch}/histograms")
+    costs = inputs.costs
+    if inputs.brokers_new is not None:
+        costs = add_sums(cost_model_sums(inputs.brokers_new), inputs.costs)
+    costs.where(F.col("day") >= F.lit(keep_after // DAY_MS)).coalesce(1).write.parquet(f"{scratch}/costs")
+    costs = spark.read.parquet(f"{scratch}/costs")
 
-        brokers_window = read_samples(files, "broker_samples", brokers_latest - max(options.windows_minutes) * 60_000)
-        parts = {
-            "bundle_averages": lambda: fold.averages_view(state),
-            "bundle_windows": lambda: fold.windows_view(state, options.windows_minutes),
-            "broker_profile": lambda: broker_profile(brokers_window, options, brokers_latest),
-            "hot_bundles": lambda: hot_bundles(inputs.recent, options, latest),
-        }
-        for name, build in parts.items():
-            step(f"computing {name}")
-            build().coalesce(1).write.mode("overwrite").parquet(f"{out}/{name}")
-        step("fitting cost models")
-        models = [solve_cost_model(r.asDict()) for r in totals(costs).collect()]
-        if models:
-            spark.createDataFrame(models).coalesce(1).write.mode("overwrite").parquet(f"{out}/cost_model")
-        counted = state.agg(F.sum("samples"), F.count("*"), F.min("first_time")).first()
-        folded = inputs.new.count() if mode == "incremental" else int(counted[0] or 0)
-        brokers_counted = costs.where(F.col("resource") == RESOURCES[0]).agg(F.sum("samples")).first()[0] or 0
-        states.commit(scratch, latest, counted[2] if counted[2] is not None else latest)
-    finally:
-        inputs.recent.unpersist()  # the daemon's session lives on: nothing of this run stays cached
+    brokers_window = read_samples(files, "broker_samples", brokers_latest - max(options.windows_minutes) * 60_000)
+    parts = {
+        "bundle_averages": lambda: fold.averages_view(state),
+        "bundle_windows": lambda: fold.windows_view(histograms),
+        "broker_profile": lambda: broker_profile(brokers_window, options, brokers_latest),
+        "hot_bundles": lambda: hot_bundles(inputs.recent, options, latest),
+    }
+    for name, build in parts.items():
+        step(f"computing {name}")
+        build().coalesce(1).write.mode("overwrite").parquet(f"{out}/{name}")
+    step("fitting cost models")
+    models = [solve_cost_model(r.asDict()) for r in totals(costs).collect()]
+    if models:
+        spark.createDataFrame(models).coalesce(1).write.mode("overwrite").parquet(f"{out}/cost_model")
+    counted = state.agg(F.sum("samples"), F.count("*"), F.min("first_time")).first()
+    folded = inputs.new.count() if mode == "incremental" else int(counted[0] or 0)
+    brokers_counted = costs.where(F.col("resource") == RESOURCES[0]).agg(F.sum("samples")).first()[0] or 0
+    states.commit(scratch, latest, counted[2] if counted[2] is not None else latest)
     summary = {
         "mode": mode,
         "latest": latest,

@@ -1,6 +1,7 @@
 """The job's own state, kept beside the profile: what an incremental run starts from.
 
-    <out>/_state/gen-<latest>-<first>-<shape>/bundles     one row per bundle (fold.py): averages, histograms
+    <out>/_state/gen-<latest>-<first>-<shape>/bundles     one row per bundle (fold.py): the averages
+    <out>/_state/gen-<latest>-<first>-<shape>/histograms  the windows' histograms, a row per bucket (fold.py)
     <out>/_state/gen-<latest>-<first>-<shape>/costs       per broker, resource and day: the cost model's sums
     <out>/_state/gen-<latest>-<first>-<shape>/_COMPLETE   written last
 
@@ -9,7 +10,7 @@
 A run writes a new generation and marks it complete only after the profile is written, then deletes the
 older ones; a run that dies half way leaves an incomplete generation that the next run ignores (and
 deletes). ``shape`` names the windows and the digest: a state of another shape is not used (the next run
-is a full recompute).
+is a full recompute). ``h`` marks histograms kept as rows (an earlier state kept them as maps).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ PREFIX = "gen-"
 
 
 def shape_of(windows: tuple[int, ...]) -> str:
-    return "w" + "_".join(str(w) for w in windows) + f"-a{digest.ALPHA:g}"
+    return "w" + "_".join(str(w) for w in windows) + f"-a{digest.ALPHA:g}-h"
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,9 @@ class Generation:
 
     def bundles(self, spark: SparkSession) -> DataFrame:
         return spark.read.parquet(f"{self.path}/bundles")
+
+    def histograms(self, spark: SparkSession) -> DataFrame:
+        return spark.read.parquet(f"{self.path}/histograms")
 
     def costs(self, spark: SparkSession) -> DataFrame:
         return spark.read.parquet(f"{self.path}/costs")

@@ -35,13 +35,13 @@ from operator import attrgetter
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import structlog
 
 from pulsar_lb_operator.spark_jobs.layout import DAY_MS, HOUR_MS, overlaps, partition_of, partition_span, visible
 from pulsar_lb_operator.strategies import RESOURCE_FIELDS, ClusterSnapshot
-from pulsar_lb_operator.strategies.bundles import namespace_of
 
 log = structlog.get_logger(__name__)
 
@@ -280,16 +280,23 @@ class HistoryStore:
 # ---------------------------------------------------------------------------------------------- columns
 
 
+def _namespaces(bundles: pa.Array) -> pa.Array:
+    """``namespace_of`` of every bundle name (what precedes the last '/'; nothing without one), in Arrow."""
+    before_last = pc.list_element(pc.split_pattern(bundles, "/", max_splits=1, reverse=True), 0)
+    return pc.if_else(pc.match_substring(bundles, "/"), before_last, "")
+
+
 def snapshot_tables(snapshot: ClusterSnapshot) -> list[tuple[str, pa.Table]]:
-    """One cycle's ``broker_samples`` and ``bundle_samples`` as Arrow tables, built column by column (one
-    C-level pass per field): at 100,000 bundles a dict per row
-    costs more (``benchmarks/scale.py`` times both). Rows are in the brokers' order; compaction sorts them."""
+    """One cycle's ``broker_samples`` and ``bundle_samples`` as Arrow tables, built column by column: one
+    C-level pass per field into a numpy array, the owners as indices into the brokers' names and the
+    namespaces cut in Arrow — at 100,000 bundles a dict per row, or a Python list per column, costs more
+    (``benchmarks/scale.py`` times the append). Rows are in the brokers' order; compaction sorts them."""
     brokers = sorted(snapshot.brokers.items())
     loads = [load for _, load in brokers]
     taken = snapshot.taken_at
     broker_columns: dict[str, object] = {
         "time": np.full(len(brokers), taken, np.int64),
-        "broker": [b for b, _ in brokers],
+        "broker": pa.array([b for b, _ in brokers], pa.string()),
     }
     for name, (usage_col, limit_col) in zip(RESOURCE_FIELDS, _RES):
         resources = list(map(attrgetter(name), loads))
@@ -301,22 +308,23 @@ def snapshot_tables(snapshot: ClusterSnapshot) -> list[tuple[str, pa.Table]]:
 
     names: list[str] = []
     stats: list = []
-    owners: list[str] = []
-    for broker_id, load in brokers:
+    counts = np.empty(len(brokers), np.int64)
+    for i, (_, load) in enumerate(brokers):
         names += load.lastStats.keys()
         stats += load.lastStats.values()
-        owners += [broker_id] * len(load.lastStats)
-    bundle_names_array = pa.array(names, pa.string())
+        counts[i] = len(load.lastStats)
+    bundle_names = pa.array(names, pa.string())
+    owner_of = np.repeat(np.arange(len(brokers), dtype=np.int32), counts)
     bundle_columns: dict[str, object] = {
         "time": np.full(len(names), taken, np.int64),
-        "bundle": bundle_names_array,
-        "namespace": list(map(namespace_of, names)),
-        "owner": owners,
+        "bundle": bundle_names,
+        "namespace": _namespaces(bundle_names),
+        "owner": pc.cast(pa.DictionaryArray.from_arrays(owner_of, broker_columns["broker"]), pa.string()),
     }
     for column, attribute in zip(MESSAGE_COLUMNS, _MESSAGE_FIELDS):
-        bundle_columns[column] = list(map(attrgetter(attribute), stats))
+        bundle_columns[column] = np.fromiter(map(attrgetter(attribute), stats), np.float64, len(stats))
     for column, attribute in (("topics", "topics"), ("producers", "producerCount"), ("consumers", "consumerCount")):
-        bundle_columns[column] = list(map(attrgetter(attribute), stats))
+        bundle_columns[column] = np.fromiter(map(attrgetter(attribute), stats), np.int64, len(stats))
     return [
         ("broker_samples", pa.table(broker_columns, schema=BROKER_SCHEMA)),
         ("bundle_samples", pa.table(bundle_columns, schema=BUNDLE_SCHEMA)),

@@ -5,6 +5,7 @@ import contextlib
 import dataclasses
 import subprocess
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -14,8 +15,10 @@ from pulsar_lb_operator.run.settings import OperatorSettings
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.http import serve
 from pulsar_lb_operator.simulator.scenario import load_scenario, parse_scenario
+from pulsar_lb_operator.store import history
 from pulsar_lb_operator.store.history import BROKER_SCHEMA, BUNDLE_SCHEMA, HistoryStore, snapshot_tables
 from pulsar_lb_operator.strategies import LoadBalancerConfig
+from pulsar_lb_operator.strategies.bundles import namespace_of
 from pulsar_lb_operator.strategies.snapshots import ClusterSnapshot, parse_broker_load
 from tests.builders import SMALL_SCENARIO as SMALL
 
@@ -81,14 +84,22 @@ def test_appends_are_built_column_by_column_with_the_rows_they_always_had(tmp_pa
     tables = dict(snapshot_tables(snap))
     assert tables["bundle_samples"].schema == BUNDLE_SCHEMA and tables["broker_samples"].schema == BROKER_SCHEMA
     rows = tables["bundle_samples"].to_pylist()
+    assert len(rows) == sum(len(load.lastStats) for load in snap.brokers.values())
     for row in rows:
         stats = snap.brokers[row["owner"]].lastStats[row["bundle"]]
-        assert (row["msg_rate_out"], row["msg_throughput_in"], row["producers"], row["consumers"]) == (
-            stats.msgRateOut,
-            stats.msgThroughputIn,
-            stats.producerCount,
-            stats.consumerCount,
-        )
+        assert row == {
+            "time": snap.taken_at,
+            "bundle": row["bundle"],
+            "namespace": namespace_of(row["bundle"]),
+            "owner": row["owner"],
+            "msg_rate_in": stats.msgRateIn,
+            "msg_rate_out": stats.msgRateOut,
+            "msg_throughput_in": stats.msgThroughputIn,
+            "msg_throughput_out": stats.msgThroughputOut,
+            "topics": stats.topics,
+            "producers": stats.producerCount,
+            "consumers": stats.consumerCount,
+        }
     assert [r["bundle"] for r in rows if r["owner"] == rows[0]["owner"]] == sorted(
         snap.brokers[rows[0]["owner"]].lastStats
     )
@@ -180,3 +191,8 @@ def test_a_full_volume_skips_the_append_counts_it_and_the_cycle_goes_on(small_vo
         filler.unlink()
         assert other.run_once() is not None and other.history.read("broker_samples").num_rows == 4
         assert skipped._value.get() == 1
+
+
+def test_namespaces_are_cut_as_namespace_of_cuts_them():
+    names = ["tenant/ns/0x00000000_0x40000000", "tenant/ns/sub/0x0_0x1", "no-slash", ""]
+    assert history._namespaces(pa.array(names)).to_pylist() == [namespace_of(n) for n in names]

@@ -1,5 +1,7 @@
 """The load-profile job on real local Spark: hand-checked aggregates, cost-model recovery, hot bundles."""
 
+import shutil
+
 import pytest
 from pyspark.sql import Row
 
@@ -143,12 +145,18 @@ def test_cost_models_recover_the_simulators_true_costs_and_find_the_background(s
     assert {r.broker for r in profile} == set(sim.active_ids()) and all(r.usage_p95 >= r.usage_mean for r in profile)
 
 
-def test_the_newest_sample_time_comes_from_the_newest_hour_partition(spark, cost_history):
+def test_the_newest_sample_time_comes_from_the_newest_file_names(spark, cost_history, tmp_path):
     history, sim = cost_history
     files = HistoryFiles(spark, history)
     assert len({f.split("/hour=")[0] + f.split("/hour=")[1][:2] for f in files.files("bundle_samples")}) >= 6
     assert load_profile.newest_time(files, "bundle_samples") == sim.now_ms
-    newest_hour = files.files("bundle_samples")[-1].rsplit("/", 1)[0]
+    assert not files.read_paths  # from the names: no file read, no Spark job
+    # a file of another writer (no stamp in its name) in the newest hour: that hour is read, and only it
+    files = HistoryFiles(spark, str(shutil.copytree(history, tmp_path / "history")))
+    newest = files.files("bundle_samples")[-1]
+    newest_hour = newest.rsplit("/", 1)[0]
+    shutil.move(newest, f"{newest_hour}/theirs.parquet")
+    assert load_profile.newest_time(files, "bundle_samples") == sim.now_ms
     assert files.read_paths and all(p.startswith(newest_hour) for p in files.read_paths)
 
 
