@@ -614,6 +614,8 @@ def _error_text(exc: PulsarLbError, args: argparse.Namespace | None) -> str:
 
 def _admin_error(exc: AdminError, args: argparse.Namespace | None) -> str:
     """Pulsar's meaning of a 401/403 and where the token came from (never the token); else the error as is."""
+    if args is None:  # failed before the arguments were parsed: no token was read
+        return str(exc)
     try:
         from pulsar_lb_operator.run import live
 

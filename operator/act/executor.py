@@ -25,7 +25,7 @@ import enum
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
@@ -70,6 +70,9 @@ class Record:
         return {**self.action.to_json(), "outcome": self.outcome.value, "detail": self.detail, "at": self.at_ms}
 
 
+_Read = TypeVar("_Read")
+
+
 class _Reads:
     """What the destination rails read from the cluster: the active brokers and the isolation policies. Fresh for
     each action when executing (the cluster moves during the pauses); read once per preview."""
@@ -78,13 +81,13 @@ class _Reads:
         self.client, self.cluster, self.once = client, cluster, once
         self.memo: dict[str, Any] = {}
 
-    def _read(self, what: str, read: Callable[[], Any]) -> Any:
+    def _read(self, what: str, read: Callable[[], _Read]) -> _Read:
         if what not in self.memo or not self.once:
             try:
                 self.memo[what] = read()
             except (AdminError, SnapshotError) as exc:
                 self.memo[what] = exc
-        value = self.memo[what]
+        value: _Read | Exception = self.memo[what]
         if isinstance(value, Exception):
             raise value
         return value
@@ -282,7 +285,7 @@ class Executor:
             return None
         bundle_range = action.bundle.rsplit("/", 1)[1]
         for item in pending:
-            other = item["bundle"]
+            other: str = item["bundle"]
             if item.get("type", "unload") == "unload" and other != action.bundle and other.endswith("/" + bundle_range):
                 return other
         return None

@@ -477,7 +477,7 @@ class Session:
                 log.warning("ownedNamespaces not read: its bundles are its top bundles only", broker=broker_id, why=why)
                 bundle_list = None
             else:
-                bundle_list = sorted(bundles)  # type: ignore[arg-type]
+                bundle_list = sorted(bundles)
             version = load_manager.version  # the admin URL's broker's, for all: BrokerVersionFilter needs none
             if config.preferLaterVersions:  # the broker's own; unknown (an error, no answer) makes the filter fail
                 own = versions.get(broker_id)

@@ -46,7 +46,7 @@ def form_of(body: bytes) -> dict[str, str]:
     return {k: v[0] for k, v in parse_qs(body.decode("utf-8", errors="replace")).items()}
 
 
-def login(headers: Mapping[str, str], body: bytes, control_token: str | None, remote: str) -> Answer:
+def login(headers: control_auth.Headers, body: bytes, control_token: str | None, remote: str) -> Answer:
     """``POST /login``: the control token from the form, for a session cookie."""
     if control_token is None:
         return _refuse(remote, "login", "", 403, "read-only: no controlTokenFile is configured")
@@ -62,7 +62,7 @@ def login(headers: Mapping[str, str], body: bytes, control_token: str | None, re
 def change(
     daemon: Daemon,
     route: str,
-    headers: Mapping[str, str],
+    headers: control_auth.Headers,
     body: bytes,
     caller: control_auth.Caller,
     control_token: str | None,

@@ -16,8 +16,9 @@ from typing import Any
 
 import structlog
 
-from pulsar_lb_operator.act.executor import Executor, ExecutorState, Outcome, Record
+from pulsar_lb_operator.act.executor import Executor, Outcome, Record
 from pulsar_lb_operator.act.guard import Verdict
+from pulsar_lb_operator.act.ledger import ExecutorState
 from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.collect import elm
 from pulsar_lb_operator.collect.collector import collect
@@ -106,7 +107,8 @@ def run_cycle(
     detection. The conflict guard is the executor's (``Executor.guard``), asked by its preview and its execution.
     The cycle's id and its actions' ids are new ids (record/ids.py): ``rng`` serves the decisions only."""
     cycle_id = new_id()
-    detected, elm_notes = None, ()
+    detected = None
+    elm_notes: tuple[str, ...] = ()
     if load_manager is not None:
         detected = load_manager.begin(client)
         executor.broker_version = detected.version if detected is not None else executor.broker_version

@@ -39,7 +39,7 @@ from pulsar_lb_operator.adminapi import AdminClient, AdminError
 from pulsar_lb_operator.collect import elm
 from pulsar_lb_operator.record.audit import publisher as audit_publisher
 from pulsar_lb_operator.run import endpoints, shutdown, workflows
-from pulsar_lb_operator.run.cycle import CycleResult, OperatorState, run_cycle
+from pulsar_lb_operator.run.cycle import CycleResult, run_cycle
 from pulsar_lb_operator.run.leadership import COUNTERS_ANNOTATION, STATE_ANNOTATION
 from pulsar_lb_operator.run.metrics import Metrics
 from pulsar_lb_operator.run.settings import OperatorSettings
@@ -47,6 +47,7 @@ from pulsar_lb_operator.store import statefile
 from pulsar_lb_operator.store.control import ControlFile
 from pulsar_lb_operator.store.history import HistoryStore
 from pulsar_lb_operator.store.profile import read_profile
+from pulsar_lb_operator.store.statefile import OperatorState
 from pulsar_lb_operator.strategies import ConfigError, LoadBalancerConfig, SnapshotError, StateError, UserError
 
 log = structlog.get_logger(__name__)
@@ -81,7 +82,7 @@ class Daemon:
     interval_s: float | None = None
     clock_ms: object = None  # a callable returning epoch ms; None: the wall clock
     stop: threading.Event = field(default_factory=threading.Event)
-    metrics: Metrics | None = None  # None: the daemon's own, labelled with its cluster
+    metrics: Metrics = field(init=False)  # the daemon's own registry, labelled with its cluster
     state: OperatorState = field(default_factory=OperatorState)
     last_ok: float | None = None
     cycles: int = 0
@@ -90,8 +91,7 @@ class Daemon:
     abandoned: bool = False  # set when shutdown gave up waiting for a hung call
 
     def __post_init__(self) -> None:
-        if self.metrics is None:
-            self.metrics = Metrics(self.cluster)
+        self.metrics = Metrics(self.cluster)
         self.rng = random.Random(self.settings.seed)
         clock = (lambda: self.clock_ms() / 1000) if callable(self.clock_ms) else time.time
         self.executor = Executor(

@@ -23,10 +23,11 @@ from pulsar_lb_operator.collect.collector import with_namespaces_and_topics
 from pulsar_lb_operator.record import render
 from pulsar_lb_operator.record.audit import publisher as audit_publisher
 from pulsar_lb_operator.run import daemon as daemon_module
-from pulsar_lb_operator.run.cycle import CycleResult, OperatorState, run_cycle
+from pulsar_lb_operator.run.cycle import CycleResult, run_cycle
 from pulsar_lb_operator.run.settings import OperatorSettings, resolve
 from pulsar_lb_operator.store import files, statefile
 from pulsar_lb_operator.store.control import ControlFile
+from pulsar_lb_operator.store.statefile import OperatorState
 from pulsar_lb_operator.strategies import ConfigError, LoadBalancerConfig
 
 

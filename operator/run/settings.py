@@ -326,7 +326,7 @@ def resolve(
     ours.update({k: v for k, v in flags.items() if v is not None})
     # An optional setting given as "" or null (a chart's empty value) is unset.
     ours = {k: v for k, v in ours.items() if not (v in ("", None) and "| None" in str(fields[k].type))}
-    converted = {
+    converted: dict[str, Any] = {
         k: "" if k in MAY_BE_EMPTY and v == "" else convert_value(k, fields[k].type.replace(" | None", ""), v)
         for k, v in ours.items()
     }

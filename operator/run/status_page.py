@@ -48,7 +48,7 @@ def _control_token(daemon: Daemon) -> str | None:
         return None
 
 
-def handle(daemon: Daemon, method: str, path: str, headers: Mapping[str, str], body: bytes, remote: str) -> Answer:
+def handle(daemon: Daemon, method: str, path: str, headers: control_auth.Headers, body: bytes, remote: str) -> Answer:
     route = path.split("?", 1)[0].rstrip("/") or "/"
     control_token = _control_token(daemon)
     caller = control_auth.identify(headers, _admin_token(daemon), control_token, time.time())

@@ -16,17 +16,19 @@ from collections.abc import Callable
 from typing import TextIO
 
 from pulsar_lb_operator import hints
-from pulsar_lb_operator.act.executor import Executor, Outcome, Safety
+from pulsar_lb_operator.act.executor import Executor, Outcome
 from pulsar_lb_operator.act.guard import BuiltinGuard
+from pulsar_lb_operator.act.safety import Safety
 from pulsar_lb_operator.adminapi import AdminClient, AdminError
 from pulsar_lb_operator.benchmarks.metrics import RunMetrics
 from pulsar_lb_operator.collect import elm
 from pulsar_lb_operator.record.audit import AuditPublisher, Spool
-from pulsar_lb_operator.run.cycle import OperatorState, run_cycle
+from pulsar_lb_operator.run.cycle import run_cycle
 from pulsar_lb_operator.simulator import elm as sim_elm
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.http import ServeError, SimulatedPulsar, serve
 from pulsar_lb_operator.simulator.scenario import load_scenario
+from pulsar_lb_operator.store.statefile import OperatorState
 from pulsar_lb_operator.strategies import ConfigError, LoadBalancerConfig, SnapshotError, Split
 
 CONVERGED_SPREAD = 10.0  # points of usage between the busiest and the idlest broker
@@ -142,11 +144,10 @@ def run_demo(
                     audit=audit.publish if audit else None,
                     load_manager=session,
                 )
+                state = result.state
             except (AdminError, SnapshotError, elm.ElmDataUnreadable) as exc:  # e.g. the admin URL's broker restarts
                 result = None
                 failure = str(exc)
-            else:
-                state = result.state
             cluster.advance(interval_s)
             sample = metrics.record(cluster)
             for broker_name in sample.usage:

@@ -44,7 +44,7 @@ class OperatorState:
     strategy: StrategyState = field(default_factory=StrategyState)
     executor: ExecutorState = field(default_factory=ExecutorState)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "format": STATE_FORMAT,
             "strategy": self.strategy.to_json(),

@@ -138,11 +138,15 @@ class AuditPublisher:
 
     # ------------------------------------------------------------------ the sender thread
 
+    def _pause(self, seconds: float) -> None:
+        """tenacity's sleep between attempts, cut short by ``stop()``."""
+        self._stop.wait(seconds)
+
     def _run(self) -> None:
         retrying = tenacity.Retrying(
             wait=tenacity.wait_exponential(multiplier=0.5, max=self._max_backoff_s),
             stop=lambda _state: self._stop.is_set(),
-            sleep=self._stop.wait,
+            sleep=self._pause,
             before_sleep=self._on_retry,
             retry=tenacity.retry_if_exception_type(Exception),
             reraise=True,
