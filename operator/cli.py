@@ -622,7 +622,7 @@ def _admin_error(exc: AdminError, args: argparse.Namespace | None) -> str:
         settings = live.settings_from(args)[0]  # the same inputs the command read
     except Exception:
         return str(exc)
-    meaning = hints.admin_auth(exc, settings)
+    meaning = hints.admin_auth(exc, settings.auth().token_source())
     return f"{meaning} ({exc.url})" if meaning else str(exc)
 
 

@@ -33,7 +33,6 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from pulsar_lb_operator import hints
 from pulsar_lb_operator.act.executor import Executor
-from pulsar_lb_operator.act.guard import BuiltinGuard
 from pulsar_lb_operator.act.ledger import ExecutorState, ExecutorStateError
 from pulsar_lb_operator.adminapi import AdminClient, AdminError
 from pulsar_lb_operator.collect import elm
@@ -103,7 +102,7 @@ class Daemon:
             stop_requested=self.stop.is_set,
             fence=self._fence,
             draining=lambda: self.draining,
-            guard=BuiltinGuard.from_settings(self.client, self.settings, self.config),  # asked before anything is sent
+            guard=self.settings.builtin_guard(self.client, self.config),  # asked before anything is sent
         )
         self.control = ControlFile(self.settings.stateFile)
         self.draining: frozenset[str] = frozenset()
@@ -112,7 +111,7 @@ class Daemon:
         # a state file that exists but is unusable stops the daemon here (StateFileError, exit 2)
         self.state = statefile.load(Path(self.settings.stateFile), reset=self.reset_state)
         # detects the load manager every cycle and reads ELM's topics on ELM clusters
-        self.load_manager = elm.Session.from_settings(self.settings)
+        self.load_manager = elm.Session.from_settings(self.settings.elm())
         self._was_leader: bool | None = None
         self._lock = threading.Lock()
         self.history = (
@@ -127,7 +126,7 @@ class Daemon:
         )
         self._history_jobs = threading.Lock()  # compaction and aggregation: never over the same files at once
         self.audit = audit_publisher.from_settings(
-            self.settings, self.metrics.audit_published.inc, self.metrics.audit_dropped.inc
+            self.settings.audit(), self.metrics.audit_published.inc, self.metrics.audit_dropped.inc
         )
         if self.audit is not None:
             self.metrics.audit_backlog.set_function(self.audit.spool.backlog)
@@ -279,7 +278,7 @@ class Daemon:
         # elm.py: ELM's topics unreadable is a ConnectionError (an OSError); a strategy ELM cannot feed a ConfigError
         except (AdminError, SnapshotError, OSError, ConfigError) as exc:
             self.metrics.cycles.labels("error").inc()
-            log.error("cycle failed", reason=hints.admin_auth(exc, self.settings) or str(exc))
+            log.error("cycle failed", reason=hints.admin_auth(exc, self.settings.auth().token_source()) or str(exc))
             return None
         except Exception:  # a bug must not kill the daemon; the next cycle tries again
             self.metrics.cycles.labels("error").inc()

@@ -34,7 +34,7 @@ HTML = "text/html; charset=utf-8"
 
 def _admin_token(daemon: Daemon) -> str | None:
     try:
-        return daemon.settings.token()
+        return daemon.settings.auth().token()
     except Exception:  # an unreadable token file: the page stays locked rather than open
         return "\0unreadable"
 

@@ -86,9 +86,9 @@ def test_the_brokers_last_sequence_id_is_not_sent_twice_and_a_wiped_spool_is_ren
 
 def test_settings_turn_audit_on_with_one_value_and_reject_a_bad_topic():
     settings = OperatorSettings(adminUrl="https://pulsar-broker:8443", auditEnabled=True)
-    assert settings.audit_service_url() == "pulsar+ssl://pulsar-broker:6651"
-    assert settings.audit_spool_dir() == "state/audit-spool"
-    assert OperatorSettings(adminUrl="http://b:8080").audit_service_url() == "pulsar://b:6650"
+    assert settings.audit().service_url == "pulsar+ssl://pulsar-broker:6651"
+    assert settings.audit().spool_dir == "state/audit-spool"
+    assert OperatorSettings(adminUrl="http://b:8080").audit().service_url == "pulsar://b:6650"
     with pytest.raises(ConfigError, match="auditTopic"):
         OperatorSettings(auditTopic="audit")
     with pytest.raises(ConfigError, match="auditServiceUrl"):

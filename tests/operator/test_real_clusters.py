@@ -386,7 +386,7 @@ def test_the_audit_publisher_authenticates_as_the_admin_client_does(plugin, tmp_
     values = auth_settings(plugin, tmp_path, SECRET)
     settings = OperatorSettings(adminUrl="https://broker:8443", auditEnabled=True, caBundle="ca.pem", **values)
     publisher = AuditPublisher(Spool(tmp_path / "spool"), "pulsar+ssl://broker:6651", "persistent://p/a/t")
-    publisher._credentials = from_settings(settings)
+    publisher._credentials = from_settings(settings.auth())
     publisher._ensure_producer()
     client = next(m for m in _Recorder.made if type(m).__name__ == "Client")
     authentication = client.kwargs["authentication"]
