@@ -16,14 +16,14 @@ from typing import Any
 
 import structlog
 
-from pulsar_lb_operator.act.executor import Executor, Outcome, Record
+from pulsar_lb_operator.act.executor import Executor
 from pulsar_lb_operator.act.guard import Verdict
-from pulsar_lb_operator.act.ledger import ExecutorState
 from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.collect import elm
 from pulsar_lb_operator.collect.collector import collect
 from pulsar_lb_operator.record import audit as audit_events
 from pulsar_lb_operator.record.ids import new_id
+from pulsar_lb_operator.records import ExecutorState, Outcome, Record
 from pulsar_lb_operator.store.statefile import OperatorState
 from pulsar_lb_operator.strategies import (
     Action,
@@ -198,7 +198,7 @@ def run_cycle(
         def persist(attempted: ExecutorState) -> None:
             # Mid-cycle, only the unloads already attempted sit in the strategy's grace period.
             if save is not None:
-                sent = {p["bundle"] for p in attempted.pending}
+                sent = attempted.awaiting()
                 save(OperatorState(strategy_state.forget_unloads(planned_unloads - sent), attempted))
 
         if propose_only:

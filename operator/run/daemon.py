@@ -33,10 +33,10 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from pulsar_lb_operator import hints
 from pulsar_lb_operator.act.executor import Executor
-from pulsar_lb_operator.act.ledger import ExecutorState, ExecutorStateError
 from pulsar_lb_operator.adminapi import AdminClient, AdminError
 from pulsar_lb_operator.collect import elm
 from pulsar_lb_operator.record.audit import publisher as audit_publisher
+from pulsar_lb_operator.records import ExecutorState, ExecutorStateError
 from pulsar_lb_operator.run import endpoints, shutdown, workflows
 from pulsar_lb_operator.run.cycle import CycleResult, run_cycle
 from pulsar_lb_operator.run.leadership import COUNTERS_ANNOTATION, STATE_ANNOTATION

@@ -15,12 +15,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from pulsar_lb_operator import hints, lifecycle
-from pulsar_lb_operator.act.executor import Executor, Outcome, Record
+from pulsar_lb_operator.act.executor import Executor
 from pulsar_lb_operator.adminapi import AdminClient, auth
 from pulsar_lb_operator.collect import elm
 from pulsar_lb_operator.collect.collector import with_namespaces_and_topics
 from pulsar_lb_operator.record import render
 from pulsar_lb_operator.record.audit import publisher as audit_publisher
+from pulsar_lb_operator.records import Outcome, Record
 from pulsar_lb_operator.run import daemon as daemon_module
 from pulsar_lb_operator.run.cycle import CycleResult, run_cycle
 from pulsar_lb_operator.run.settings import OperatorSettings, resolve

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from pulsar_lb_operator.act.executor import Record
 from pulsar_lb_operator.act.safety import switch_on
+from pulsar_lb_operator.records import Record
 from pulsar_lb_operator.run.cycle import CycleResult
 from pulsar_lb_operator.store.control import APPROVED, EXECUTED, PENDING, ControlError, ControlFile, DaemonRecord
 from pulsar_lb_operator.strategies import ClusterSnapshot, Plan, action_from_json

@@ -16,13 +16,14 @@ from collections.abc import Callable
 from typing import TextIO
 
 from pulsar_lb_operator import hints
-from pulsar_lb_operator.act.executor import Executor, Outcome
+from pulsar_lb_operator.act.executor import Executor
 from pulsar_lb_operator.act.guard import BuiltinGuard
 from pulsar_lb_operator.act.safety import Safety
 from pulsar_lb_operator.adminapi import AdminClient, AdminError
 from pulsar_lb_operator.benchmarks.metrics import RunMetrics
 from pulsar_lb_operator.collect import elm
 from pulsar_lb_operator.record.audit import AuditPublisher, Spool
+from pulsar_lb_operator.records import Outcome
 from pulsar_lb_operator.run.cycle import run_cycle
 from pulsar_lb_operator.simulator import elm as sim_elm
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster

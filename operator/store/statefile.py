@@ -27,7 +27,7 @@ from typing import Any
 import structlog
 
 from pulsar_lb_operator import hints
-from pulsar_lb_operator.act.ledger import ExecutorState, ExecutorStateError
+from pulsar_lb_operator.records import ExecutorState, ExecutorStateError
 from pulsar_lb_operator.store import files
 from pulsar_lb_operator.strategies import PulsarLbError, StateError, StrategyState
 

@@ -12,9 +12,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from pulsar_lb_operator.act.executor import Outcome
 from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.cli import main
+from pulsar_lb_operator.records import Outcome
 from pulsar_lb_operator.run.daemon import Daemon
 from pulsar_lb_operator.run.leadership import LeaseClient, LeaseElector, elector_from_settings
 from pulsar_lb_operator.run.settings import OperatorSettings, resolve

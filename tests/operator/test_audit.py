@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from pulsar_lb_operator.act.executor import Outcome, Record
 from pulsar_lb_operator.cli import main
 from pulsar_lb_operator.record.audit import AuditPublisher, Spool, SpoolFullError
 from pulsar_lb_operator.record.audit.events import FORMAT, KIND_OF_OUTCOME, CycleContext, record_event
+from pulsar_lb_operator.records import Outcome, Record
 from pulsar_lb_operator.run.settings import OperatorSettings
 from pulsar_lb_operator.sandbox.demo import run_demo
 from pulsar_lb_operator.strategies.config import ConfigError

@@ -10,9 +10,9 @@ import time
 import pytest
 import requests
 
-from pulsar_lb_operator.act.executor import Outcome
 from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.benchmarks.metrics import RunMetrics
+from pulsar_lb_operator.records import Outcome
 from pulsar_lb_operator.run.daemon import Daemon
 from pulsar_lb_operator.run.settings import OperatorSettings
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
@@ -133,7 +133,7 @@ def test_a_restart_keeps_hit_counters_and_cooldowns(served, tmp_path):
     assert moved  # the second consecutive hit acted
     third = make_daemon(served, tmp_path)
     assert set(moved) <= set(third.state.executor.last_moved)  # cooldowns survived too
-    assert {p["bundle"] for p in third.state.executor.pending} == set(moved)
+    assert {p.bundle for p in third.state.executor.pending} == set(moved)
 
 
 def test_the_scheduled_daemon_serves_probes_and_stops_cleanly(tmp_path):

@@ -19,9 +19,10 @@ import pulsar
 import pytest
 
 from pulsar_lb_operator import cli
-from pulsar_lb_operator.act.executor import Executor, Outcome, Safety
+from pulsar_lb_operator.act.executor import Executor, Safety
 from pulsar_lb_operator.adminapi import AdminClient, AdminError
 from pulsar_lb_operator.collect import elm
+from pulsar_lb_operator.records import Outcome
 from pulsar_lb_operator.run.cycle import OperatorState, run_cycle
 from pulsar_lb_operator.run.daemon import Daemon
 from pulsar_lb_operator.run.settings import OperatorSettings
@@ -710,7 +711,7 @@ def test_the_executor_transfers_on_elm_and_verifies_the_destination_owns_it_and_
     """ELM's transfer as the operator observes it: the unload goes to the owner with destinationBroker (no leader
     hop), the destination owns the bundle when the 204 comes; the verification a cycle later says so. An unload
     whose bundle reached the destination in between gets ELM's 500, named as such, and verifies as planned."""
-    from pulsar_lb_operator.act.executor import ExecutorState
+    from pulsar_lb_operator.records import ExecutorState
     from pulsar_lb_operator.strategies.plans import Plan, Unload
 
     with elm_cluster(publish=False) as (sim, _):

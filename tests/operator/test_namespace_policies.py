@@ -8,9 +8,10 @@ import random
 
 import pytest
 
-from pulsar_lb_operator.act.executor import Executor, ExecutorState, Outcome, Safety
+from pulsar_lb_operator.act.executor import Executor, Safety
 from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.collect.collector import collect
+from pulsar_lb_operator.records import ExecutorState, Outcome
 from pulsar_lb_operator.run.cycle import OperatorState, run_cycle
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.http import serve

@@ -15,10 +15,11 @@ import responses
 import yaml
 
 from pulsar_lb_operator import cli
-from pulsar_lb_operator.act.executor import Executor, Outcome, Safety
+from pulsar_lb_operator.act.executor import Executor, Safety
 from pulsar_lb_operator.adminapi import AdminClient, BadResponse, Conflict, ServerError, errors
 from pulsar_lb_operator.adminapi.auth import OAuth2Credentials, TokenCredentials, from_settings
 from pulsar_lb_operator.record.audit import AuditPublisher, Spool
+from pulsar_lb_operator.records import Outcome
 from pulsar_lb_operator.run import live
 from pulsar_lb_operator.run.cycle import OperatorState, run_cycle
 from pulsar_lb_operator.run.settings import OperatorSettings, resolve
@@ -442,7 +443,7 @@ def test_an_unload_of_a_bundle_already_being_unloaded_is_unknown_in_transition_t
         unloads = [r for r in first.records if r.outcome is not Outcome.SKIPPED]  # (5 per broker at most)
         assert len(unloads) == 5 and {r.outcome for r in unloads} == {Outcome.UNKNOWN}
         assert all(r.detail.startswith("HTTP 500: in transition") and "is being unloaded" in r.detail for r in unloads)
-        assert {p["bundle"] for p in first.state.executor.pending} == {r.action.bundle for r in unloads}
+        assert {p.bundle for p in first.state.executor.pending} == {r.action.bundle for r in unloads}
         assert first.failed == len(unloads)  # counted as done, with a person to look: exit 1 for rebalance
 
         sim.cluster.advance(5)  # the window passed; the clients looked the bundles up again

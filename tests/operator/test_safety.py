@@ -10,8 +10,9 @@ import random
 import pytest
 
 from pulsar_lb_operator import cli
-from pulsar_lb_operator.act.executor import Executor, ExecutorState, Outcome, Safety
+from pulsar_lb_operator.act.executor import Executor, Safety
 from pulsar_lb_operator.adminapi import AdminClient
+from pulsar_lb_operator.records import ExecutorState, Outcome
 from pulsar_lb_operator.run.cycle import OperatorState, run_cycle
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.faults import FaultRule
