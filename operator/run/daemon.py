@@ -38,7 +38,7 @@ from pulsar_lb_operator.collect import elm
 from pulsar_lb_operator.record.audit import publisher as audit_publisher
 from pulsar_lb_operator.records import ExecutorState, ExecutorStateError
 from pulsar_lb_operator.run import endpoints, shutdown, workflows
-from pulsar_lb_operator.run.cycle import CycleResult, run_cycle
+from pulsar_lb_operator.run.cycle import CycleContext, CycleResult, run_cycle
 from pulsar_lb_operator.run.leadership import COUNTERS_ANNOTATION, STATE_ANNOTATION
 from pulsar_lb_operator.run.metrics import Metrics
 from pulsar_lb_operator.run.settings import OperatorSettings
@@ -130,6 +130,18 @@ class Daemon:
         )
         if self.audit is not None:
             self.metrics.audit_backlog.set_function(self.audit.spool.backlog)
+        self.cycle = CycleContext(  # what every cycle works with; each cycle's own inputs are run_cycle's
+            self.client,
+            self.cluster,
+            self.config,
+            self.executor,
+            self.shedding,
+            self.placement,
+            broker_timeout_s=self.settings.brokerTimeoutSeconds,
+            load_manager=self.load_manager,
+            audit=self._publish_audit,
+            save=self._save,
+        )
         self.metrics.kill_switch.set_function(lambda: 1 if self.executor.safety.killed() else 0)  # read at scrape
         self.metrics.interval.set(self.period_s)
         self.metrics.last_success.set(time.time())
@@ -207,6 +219,11 @@ class Daemon:
     def _fence(self) -> str | None:
         return None if self.elector is None or self.elector.is_leader() else "no longer the leader"
 
+    def _publish_audit(self, events: list[dict[str, Any]]) -> None:
+        """The cycle's audit events to the publisher, when ``auditEnabled`` started one."""
+        if self.audit is not None:
+            self.audit.publish(events)
+
     def _save(self, state: OperatorState) -> None:
         """The state file, and with leader election the Lease too: written before each call is sent.
 
@@ -237,22 +254,13 @@ class Daemon:
             manual = self.settings.approval == "manual"
             profile = read_profile(self.settings.profileUri) if self.settings.profileUri else None
             result = run_cycle(
-                self.client,
-                self.cluster,
-                self.config,
-                self.executor,
+                self.cycle,
                 self.state,
                 self.rng,
-                self.shedding,
-                self.placement,
                 now_ms=now_ms,
-                broker_timeout_s=self.settings.brokerTimeoutSeconds,
                 profile=profile,
-                audit=self.audit.publish if self.audit else None,
-                save=self._save,
                 draining=self.draining,
                 propose_only=manual,
-                load_manager=self.load_manager,
             )
             self.state = result.state
             self._save(self.state)
@@ -405,7 +413,7 @@ class Daemon:
             cluster=self.cluster,
             dry_run=self.settings.dryRun,
             interval_s=self.period_s,
-            strategy=self.shedding or self.config.loadBalancerLoadSheddingStrategy,
+            strategy=self.cycle.shedding or self.config.loadBalancerLoadSheddingStrategy,
             leader_election=self.elector is not None,
             state_file=str(Path(self.settings.stateFile).absolute()),  # where operator drain/approve/pause write
         )

@@ -23,7 +23,7 @@ from pulsar_lb_operator.record import render
 from pulsar_lb_operator.record.audit import publisher as audit_publisher
 from pulsar_lb_operator.records import Outcome, Record
 from pulsar_lb_operator.run import daemon as daemon_module
-from pulsar_lb_operator.run.cycle import CycleResult, run_cycle
+from pulsar_lb_operator.run.cycle import CycleContext, CycleResult, run_cycle
 from pulsar_lb_operator.run.settings import OperatorSettings, resolve
 from pulsar_lb_operator.store import files, statefile
 from pulsar_lb_operator.store.control import ControlFile
@@ -136,23 +136,21 @@ def _rebalance(
     audit = audit_publisher.from_settings(settings.audit())
     report = _JsonLines(settings.dryRun) if args.output == "json" else _Text(settings.dryRun)
     try:
-        result = run_cycle(
+        context = CycleContext(
             client,
             cluster,
             config,
             executor,
-            state,
-            random.Random(args.seed),
             args.strategy,
             placement,
             broker_timeout_s=settings.brokerTimeoutSeconds,
+            load_manager=session,
             audit=audit.publish if audit else None,
             save=lambda s: statefile.save(state_path, s),
-            draining=draining,
-            load_manager=session,
             on_plan=report.plan,
             on_outcome=report.outcome,
         )
+        result = run_cycle(context, state, random.Random(args.seed), draining=draining)
     finally:
         session.close()
         if audit is not None and not audit.close(flush_s=10.0):

@@ -8,7 +8,7 @@ from pulsar_lb_operator.act.executor import Executor, Safety
 from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.collect.collector import collect
 from pulsar_lb_operator.records import ExecutorState, Outcome
-from pulsar_lb_operator.run.cycle import OperatorState, run_cycle
+from pulsar_lb_operator.run.cycle import CycleContext, OperatorState, run_cycle
 from pulsar_lb_operator.simulator.cluster import UNLOAD_WINDOW_S, SimulatedCluster
 from pulsar_lb_operator.simulator.faults import FaultRule
 from pulsar_lb_operator.simulator.http import serve
@@ -95,7 +95,8 @@ def test_dry_run_calls_no_mutating_endpoint(sim):
     executor = Executor(client_for(sim), "sim", Safety(dry_run=True), clock=lambda: sim.cluster.now_ms / 1000)
     state = OperatorState()
     for _ in range(3):
-        result = run_cycle(client_for(sim), "sim", config, executor, state, random.Random(1), now_ms=sim.cluster.now_ms)
+        context = CycleContext(client_for(sim), "sim", config, executor)
+        result = run_cycle(context, state, random.Random(1), now_ms=sim.cluster.now_ms)
         state = result.state
         sim.cluster.advance(60)
     assert any(r.outcome is Outcome.DRY_RUN for r in result.records)  # there was something to do

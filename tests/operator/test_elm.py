@@ -23,7 +23,7 @@ from pulsar_lb_operator.act.executor import Executor, Safety
 from pulsar_lb_operator.adminapi import AdminClient, AdminError
 from pulsar_lb_operator.collect import elm
 from pulsar_lb_operator.records import Outcome
-from pulsar_lb_operator.run.cycle import OperatorState, run_cycle
+from pulsar_lb_operator.run.cycle import CycleContext, OperatorState, run_cycle
 from pulsar_lb_operator.run.daemon import Daemon
 from pulsar_lb_operator.run.settings import OperatorSettings
 from pulsar_lb_operator.sandbox import demo
@@ -196,17 +196,8 @@ def test_a_cycle_reads_brokerloaddata_and_top_bundles_with_pulsar_client_and_tra
         clock = lambda: cluster.now_ms / 1000  # noqa: E731
         executor = Executor(client, "sim", Safety(dry_run=False), clock=clock, sleep=lambda _s: None)
         try:
-            result = run_cycle(
-                client,
-                "sim",
-                config,
-                executor,
-                OperatorState(),
-                random.Random(1),
-                "TransferShedder",
-                now_ms=cluster.now_ms,
-                load_manager=session,
-            )
+            context = CycleContext(client, "sim", config, executor, "TransferShedder", load_manager=session)
+            result = run_cycle(context, OperatorState(), random.Random(1), now_ms=cluster.now_ms)
         finally:
             session.close()
             client.close()
@@ -378,16 +369,8 @@ def check_modular(served, version):
     client = AdminClient(served.admin_url)
     session = elm.Session()
     executor = Executor(client, "sim", Safety(dry_run=True), sleep=lambda _s: None)
-    result = run_cycle(
-        client,
-        "sim",
-        LoadBalancerConfig(),
-        executor,
-        OperatorState(),
-        random.Random(1),
-        now_ms=served.cluster.now_ms,
-        load_manager=session,
-    )
+    context = CycleContext(client, "sim", LoadBalancerConfig(), executor, load_manager=session)
+    result = run_cycle(context, OperatorState(), random.Random(1), now_ms=served.cluster.now_ms)
     assert result.load_manager.kind == "modular" and result.load_manager.version == version
     brokers = result.snapshot.brokers.values()
     assert len(brokers) == 3 and sum(len(b.lastStats) for b in brokers) == 16  # every bundle's stats: load reports
@@ -597,10 +580,8 @@ def transfer_cycles(dry_run: bool = False):
         state = [OperatorState()]
 
         def cycle():
-            result = run_cycle(
-                client, "sim", config, executor, state[0], random.Random(1), "TransferShedder",
-                now_ms=cluster.now_ms, load_manager=session,
-            )  # fmt: skip
+            context = CycleContext(client, "sim", config, executor, "TransferShedder", load_manager=session)
+            result = run_cycle(context, state[0], random.Random(1), now_ms=cluster.now_ms)
             state[0] = result.state
             return result
 

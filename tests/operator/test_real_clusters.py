@@ -21,7 +21,7 @@ from pulsar_lb_operator.adminapi.auth import OAuth2Credentials, TokenCredentials
 from pulsar_lb_operator.record.audit import AuditPublisher, Spool
 from pulsar_lb_operator.records import Outcome
 from pulsar_lb_operator.run import live
-from pulsar_lb_operator.run.cycle import OperatorState, run_cycle
+from pulsar_lb_operator.run.cycle import CycleContext, OperatorState, run_cycle
 from pulsar_lb_operator.run.settings import OperatorSettings, resolve
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.http import serve
@@ -216,7 +216,7 @@ def test_the_template_override_and_redirects_to_published_addresses_rerouted():
 
 def _cycle(client, settings, config, state, cluster):
     executor = Executor(client, cluster, settings.safety(config))
-    return run_cycle(client, cluster, config, executor, state, random.Random(1))
+    return run_cycle(CycleContext(client, cluster, config, executor), state, random.Random(1))
 
 
 def test_a_token_file_rotated_in_place_is_picked_up_between_cycles_without_restart(tmp_path):
