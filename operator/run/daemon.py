@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http.server import ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -39,6 +39,7 @@ from pulsar_lb_operator.record.audit import publisher as audit_publisher
 from pulsar_lb_operator.records import ExecutorState, ExecutorStateError
 from pulsar_lb_operator.run import endpoints, shutdown, workflows
 from pulsar_lb_operator.run.cycle import CycleContext, CycleResult, run_cycle
+from pulsar_lb_operator.run.daemon_view import Elector
 from pulsar_lb_operator.run.leadership import COUNTERS_ANNOTATION, STATE_ANNOTATION
 from pulsar_lb_operator.run.metrics import Metrics
 from pulsar_lb_operator.run.settings import OperatorSettings
@@ -54,20 +55,6 @@ log = structlog.get_logger(__name__)
 RECENT_CYCLES = 20  # cycles the status page lists
 USAGE_POINTS = 240  # per-cycle usage samples kept for the status page (an hour at 15 s cycles)
 COMPACT_EVERY_MINUTES = 10  # an hour is compacted within 15 minutes of its end (5 minutes' grace for late cycles)
-
-
-class Elector(Protocol):
-    """Leader election (operator/run/leadership.py): only the leader acts, and it keeps its record on the Lease."""
-
-    def start(self) -> None: ...
-
-    def stop(self) -> None: ...
-
-    def is_leader(self) -> bool: ...
-
-    def publish(self, key: str, value: str) -> bool: ...
-
-    def inherited(self, key: str) -> str | None: ...
 
 
 @dataclass

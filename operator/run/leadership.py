@@ -33,6 +33,11 @@ oauthlib, …) with floors that clash with what is installed beside it (``python
 project with ``--no-deps`` and ``pip check``, so a new dependency also means a regenerated lock.
 ``requests`` is already a dependency; in-cluster configuration is four files and two environment
 variables (``KUBERNETES_SERVICE_HOST``/``_PORT``, the service account's token, CA and namespace).
+
+**Why one module of ~690 lines.** One job, client-go's leader election over a Lease: the elector's loop (about
+380 lines) follows client-go's ``tryAcquireOrRenew`` branch by branch and reads as one piece beside the three
+REST calls it makes (``LeaseClient``) and the stand-in for a single instance (``AlwaysLeader``); nothing else
+uses any of them.
 """
 
 from __future__ import annotations
