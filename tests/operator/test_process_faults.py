@@ -126,7 +126,7 @@ def test_kill_9_right_after_an_unload_was_sent_then_restart_never_moves_it_again
     in_flight = wait_for(lambda: pending_on_disk(state))
     time.sleep(0.3)  # the call has reached the broker, which is sitting on it
     first.finish(signal.SIGKILL)
-    sent = {p.bundle for p in in_flight}
+    sent = {p["bundle"] for p in in_flight}
     live_served.clear_faults()
     second = Operator(live_served, tmp_path, "run", *ACT)
     wait_for(lambda: second.events("plan") >= 3)
