@@ -493,7 +493,7 @@ def balance(brokers: int, bundles: int, dry_cycles: int, real_cycles: int, strat
 
     from pulsar_lb_operator.act.executor import Executor, Outcome, Safety
     from pulsar_lb_operator.adminapi import AdminClient
-    from pulsar_lb_operator.run.cycle import OperatorState, run_cycle
+    from pulsar_lb_operator.run.cycle import CycleContext, OperatorState, run_cycle
     from pulsar_lb_operator.strategies import LoadBalancerConfig
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
@@ -539,7 +539,10 @@ def balance(brokers: int, bundles: int, dry_cycles: int, real_cycles: int, strat
             )
             seconds, result = _timed(
                 lambda executor=executor, state=state: run_cycle(
-                    client, data.get("cluster", "sim"), config, executor, state, rng, strategy, now_ms=clock["now_ms"]
+                    CycleContext(client, data.get("cluster", "sim"), config, executor, strategy),
+                    state,
+                    rng,
+                    now_ms=clock["now_ms"],
                 )
             )
             state = result.state

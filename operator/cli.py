@@ -4,6 +4,9 @@ Exit codes: 0 ok, 1 some actions failed or had no clear answer, 2 bad input (wit
 a traceback), 3 another operator instance is active on the same state. An error's exit code is its
 class's ``exit_code`` in the tree under ``PulsarLbError`` (strategies/errors.py): a user error is 2, the
 cluster's is 1, another instance is 3; this module keeps no list of its own.
+
+Over 500 lines because it is the one place that lists every command with its flags and help as ``--help``
+shows them (the parser, about 240 lines); each command's body is a few lines calling the stage that does it.
 """
 
 from __future__ import annotations
@@ -614,13 +617,15 @@ def _error_text(exc: PulsarLbError, args: argparse.Namespace | None) -> str:
 
 def _admin_error(exc: AdminError, args: argparse.Namespace | None) -> str:
     """Pulsar's meaning of a 401/403 and where the token came from (never the token); else the error as is."""
+    if args is None:  # failed before the arguments were parsed: no token was read
+        return str(exc)
     try:
         from pulsar_lb_operator.run import live
 
         settings = live.settings_from(args)[0]  # the same inputs the command read
     except Exception:
         return str(exc)
-    meaning = hints.admin_auth(exc, settings)
+    meaning = hints.admin_auth(exc, settings.auth().token_source())
     return f"{meaning} ({exc.url})" if meaning else str(exc)
 
 

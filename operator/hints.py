@@ -12,7 +12,6 @@ import importlib.util
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from pulsar_lb_operator.strategies import UserError
 
@@ -49,18 +48,9 @@ def port_in_use(what: str, host: str, port: int, exc: OSError, fix: str) -> str:
     return f"{what}: cannot listen on {host}:{port} ({reason}): {fix}"
 
 
-def token_source(settings: Any) -> str:
-    """Where the admin token was read from — never the token."""
-    if settings.tokenFile:
-        return f"the token was read from tokenFile {str(settings.tokenFile)!r}"
-    if os.environ.get(settings.tokenEnv):
-        return f"the token was read from the environment variable {settings.tokenEnv}"
-    env = settings.tokenEnv
-    return f"no token was sent: neither tokenFile (--token-file) nor the environment variable {env} is set"
-
-
-def admin_auth(exc: Any, settings: Any) -> str | None:
-    """Pulsar's meaning of a 401 or 403 from the admin API, or None for any other error.
+def admin_auth(exc: Exception, token_source: str) -> str | None:
+    """Pulsar's meaning of a 401 or 403 from the admin API, or None for any other error. ``token_source``: where
+    the token was read from (``AuthSettings.token_source``), never the token.
 
     Pulsar answers 401 with Jetty's HTML page when the request's authentication fails (no token, a wrong or
     expired one, one signed with another key), and 401 or 403 with ``{"reason": …}`` when the token is valid
@@ -71,7 +61,7 @@ def admin_auth(exc: Any, settings: Any) -> str | None:
         return None
     reason = str(getattr(exc, "reason", "") or "")
     said = "" if not reason or reason.startswith("HTTP ") else reason  # "HTTP 401: <html>…" is no reason
-    source = token_source(settings)
+    source = token_source
     if status == 401 and not said:
         return (
             "401 Unauthorized: the brokers did not accept the request's authentication — the token is missing, "

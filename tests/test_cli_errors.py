@@ -235,8 +235,8 @@ def test_with_the_right_token_the_same_command_works(secured, monkeypatch, capsy
 def test_the_daemon_logs_the_same_meaning(monkeypatch):
     settings = OperatorSettings(tokenFile="/pulsar/tokens/admin/token")
     html = Unauthorized("http://b:8080/admin/v2/clusters", "HTTP 401: <html><body>Authentication required", 401)
-    assert "tokenFile '/pulsar/tokens/admin/token'" in hints.admin_auth(html, settings)
-    assert hints.admin_auth(RuntimeError("x"), settings) is None
+    assert "tokenFile '/pulsar/tokens/admin/token'" in hints.admin_auth(html, settings.auth().token_source())
+    assert hints.admin_auth(RuntimeError("x"), settings.auth().token_source()) is None
 
 
 # -- "No action" -------------------------------------------------------------------------------------------

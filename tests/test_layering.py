@@ -112,10 +112,11 @@ def test_the_foundation_imports_nothing_of_ours() -> None:
 
 
 # Inside the operator, the stages in the order their imports allow, lowest first: a stage imports only
-# stages before it. (The data flows collect → decide → act → store → record; the state file stores the
-# executor's record, so ``store`` sits above ``act``.)
+# stages before it. (The data flows collect → decide → act → store → record; what the executor, the state file and
+# the recorders share — outcomes, the executor's record — is in ``records``, below them all.)
 OPERATOR_STAGES = (
     ("__init__", "hints", "lifecycle"),  # the version; messages with their fixes; child processes and temp dirs
+    ("records",),  # outcomes and the executor's record: typed, shared by act, store and record
     ("adminapi",),  # the admin REST client: the edge both collect and act talk through
     ("collect",),
     ("act",),
@@ -165,7 +166,7 @@ def test_the_stage_check_catches_a_backward_import(tmp_path: Path, monkeypatch: 
     for name, text in {
         "collect/bad.py": "from pulsar_lb_operator.act.executor import Executor\n",
         "act/bad.py": "def f():\n    from pulsar_lb_operator.run import settings\n",
-        "store/ok.py": "from pulsar_lb_operator.act.executor import ExecutorState\n",
+        "store/ok.py": "from pulsar_lb_operator.records import ExecutorState\n",
     }.items():
         path = tmp_path / "operator" / name
         path.parent.mkdir(parents=True, exist_ok=True)

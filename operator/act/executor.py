@@ -21,20 +21,20 @@ invariants (README, "Safety"):
 
 from __future__ import annotations
 
-import enum
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
 from pulsar_lb_operator.act.guard import BuiltinGuard
-from pulsar_lb_operator.act.ledger import ExecutorState, Ledger
+from pulsar_lb_operator.act.ledger import Ledger
 from pulsar_lb_operator.act.safety import Safety
 from pulsar_lb_operator.adminapi import AdminClient, AdminError, Conflict, ServerError, TransportError
 from pulsar_lb_operator.adminapi.errors import already_on_destination
 from pulsar_lb_operator.collect.collector import read_isolation_policies
+from pulsar_lb_operator.records import ExecutorState, Outcome, Pending, Record
 from pulsar_lb_operator.strategies import Action, Plan, SnapshotError, Split, Unload
 from pulsar_lb_operator.strategies import bundles as bundle_names
 from pulsar_lb_operator.strategies import policies as ns_policies
@@ -42,32 +42,11 @@ from pulsar_lb_operator.strategies import policies as ns_policies
 log = structlog.get_logger(__name__)
 
 
-class Outcome(enum.Enum):
-    DRY_RUN = "dry_run"  # would have been sent
-    SKIPPED = "skipped"  # stopped by a safety rail
-    EXECUTED = "executed"  # the admin API accepted it
-    UNKNOWN = "unknown"  # sent, but no clear answer (timeout, reset, 5xx, 409): counted as done, verified later
-    FAILED = "failed"  # the admin API refused it explicitly (nothing happened), or it could not be sent
-    MOVED_AS_PLANNED = "moved_as_planned"  # verified: the bundle is owned by the planned destination
-    MOVED_ELSEWHERE = "moved_elsewhere"  # verified: owned by another broker
-    NOT_MOVED = "not_moved"  # verified: still unowned or back on its source after the check period
-    SPLIT_DONE = "split_done"  # verified: the bundle's range no longer exists in its namespace
-    NOT_SPLIT = "not_split"  # verified: the bundle's range still exists after the check period
-
-
 # An explicit refusal: the broker checked the request and did nothing. Anything else may have acted.
 REFUSED_STATUSES = frozenset({400, 401, 403, 404, 405, 412})
 
 
-@dataclass(frozen=True)
-class Record:
-    action: Action
-    outcome: Outcome
-    detail: str
-    at_ms: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {**self.action.to_json(), "outcome": self.outcome.value, "detail": self.detail, "at": self.at_ms}
+_Read = TypeVar("_Read")
 
 
 class _Reads:
@@ -78,13 +57,13 @@ class _Reads:
         self.client, self.cluster, self.once = client, cluster, once
         self.memo: dict[str, Any] = {}
 
-    def _read(self, what: str, read: Callable[[], Any]) -> Any:
+    def _read(self, what: str, read: Callable[[], _Read]) -> _Read:
         if what not in self.memo or not self.once:
             try:
                 self.memo[what] = read()
             except (AdminError, SnapshotError) as exc:
                 self.memo[what] = exc
-        value = self.memo[what]
+        value: _Read | Exception = self.memo[what]
         if isinstance(value, Exception):
             raise value
         return value
@@ -222,7 +201,7 @@ class Executor:
             return f"namespace {namespace} is excluded"
         if action.source in self.safety.excluded_brokers:
             return f"broker {action.source} is excluded"
-        if any(p["bundle"] == action.bundle for p in ledger.pending):
+        if any(p.bundle == action.bundle for p in ledger.pending):
             return "an earlier action on this bundle awaits verification of where it went"
         moved_at = ledger.last_moved.get(action.bundle)
         cooldown_ms = self.safety.cooldown_minutes * 60_000
@@ -275,15 +254,15 @@ class Executor:
         which = f"isolation policy {policy.name}" if policy else "it is another namespace's primary broker"
         return f"destination {action.destination} is excluded by the isolation policies of {namespace} ({which})"
 
-    def _same_range_in_flight(self, action: Unload, pending: list[dict[str, Any]]) -> str | None:
+    def _same_range_in_flight(self, action: Unload, pending: list[Pending]) -> str | None:
         """On brokers before 4.0.10 a second destination for the same range would overwrite the first's:
         the bundle of another namespace with this range whose unload is still unverified, if any."""
         if not bundle_names.destination_keyed_by_range(self.broker_version):
             return None
         bundle_range = action.bundle.rsplit("/", 1)[1]
         for item in pending:
-            other = item["bundle"]
-            if item.get("type", "unload") == "unload" and other != action.bundle and other.endswith("/" + bundle_range):
+            other = item.bundle
+            if not item.is_split and other != action.bundle and other.endswith("/" + bundle_range):
                 return other
         return None
 
@@ -341,15 +320,15 @@ class Executor:
         Whatever cannot be read now stays pending (and its bundle untouched) until a later cycle can.
         """
         records: list[Record] = []
-        still: list[dict[str, Any]] = []
+        still: list[Pending] = []
         owners: dict[str, str] | None = None
         owners_read = False  # one attempt per cycle: a broker that cannot answer now is asked next cycle
         for item in state.pending:
-            age_s = (self.now_ms() - int(item.get("at", 0))) / 1000
+            age_s = (self.now_ms() - item.at) / 1000
             if age_s < self.safety.verify_after_seconds:
                 still.append(item)
                 continue
-            if item.get("type") == "split":
+            if item.is_split:
                 record = self._verify_split(item, age_s)
                 if record is None:
                     still.append(item)
@@ -361,11 +340,11 @@ class Executor:
             if owners is None:  # cannot read ownership now: try again next cycle
                 still.append(item)
                 continue
-            action = Unload(item["bundle"], item["source"], item.get("destination"), "verification")
-            owner = owners.get(item["bundle"])
-            if owner is not None and owner == item.get("destination"):
+            action = Unload(item.bundle, item.source, item.destination, "verification")
+            owner = owners.get(item.bundle)
+            if owner is not None and owner == item.destination:
                 records.append(self._record(action, Outcome.MOVED_AS_PLANNED, f"owned by {owner}"))
-            elif owner is not None and owner != item["source"]:
+            elif owner is not None and owner != item.source:
                 records.append(self._record(action, Outcome.MOVED_ELSEWHERE, f"owned by {owner}"))
             elif age_s < 3 * self.safety.verify_after_seconds:
                 still.append(item)  # not looked up yet; clients reconnect lazily
@@ -376,13 +355,13 @@ class Executor:
             on_record(record)
         return records, replace(state, pending=tuple(still))
 
-    def _verify_split(self, item: dict[str, Any], age_s: float) -> Record | None:
-        action = Split(item["bundle"], item["source"], "verification", (), "verification")
+    def _verify_split(self, item: Pending, age_s: float) -> Record | None:
+        action = Split(item.bundle, item.source, "verification", (), "verification")
         try:
-            namespace, bundle_range = bundle_names.split_bundle_name(item["bundle"])
+            namespace, bundle_range = bundle_names.split_bundle_name(item.bundle)
             bounds = sorted(bundle_names.parse_boundary(b) for b in self.client.bundles(namespace))
         except (AdminError, bundle_names.BundleNameError) as exc:
-            log.warning("split verification postponed", bundle=item["bundle"], reason=str(exc))
+            log.warning("split verification postponed", bundle=item.bundle, reason=str(exc))
             return None
         if bundle_range not in bundle_names.ranges_of(bounds):
             return self._record(action, Outcome.SPLIT_DONE, "the range was split")

@@ -73,16 +73,6 @@ class BuiltinGuard:
     turned_off: set[str] = field(default_factory=set)  # keys this process turned off
     last: Verdict | None = None
 
-    @classmethod
-    def from_settings(cls, client: AdminClient, settings: Any, config: Any) -> BuiltinGuard:
-        """As the operator's settings ask (``rebalance``, the daemon's cycles and approved proposals alike)."""
-        return cls(
-            client,
-            disable=settings.disableBuiltinShedding,
-            coexist=settings.coexistWithBuiltinShedding,
-            splits=config.loadBalancerAutoBundleSplitEnabled,
-        )
-
     def read(self) -> tuple[tuple[str, ...], str | None]:
         """The keys of Pulsar's own balancer that would act beside the operator, and why they could not be read
         (then every one the operator could meet counts as on)."""

@@ -34,6 +34,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -41,6 +42,7 @@ from urllib.parse import urlsplit
 import requests
 import structlog
 
+from pulsar_lb_operator import hints
 from pulsar_lb_operator.adminapi import origins
 from pulsar_lb_operator.adminapi.errors import AuthenticationError
 from pulsar_lb_operator.strategies import ConfigError
@@ -364,31 +366,68 @@ class OAuth2Credentials(Credentials):
         return pulsar.AuthenticationOauth2(json.dumps(params))
 
 
-def from_settings(settings: Any) -> Credentials:
+@dataclass(frozen=True)
+class AuthSettings:
+    """What the credentials are built from: the settings' authPlugin, token, client certificate and OAuth2 keys.
+
+    Built once from the operator's settings (run/settings.py), whose keys the errors name."""
+
+    plugin: str | None = None  # authPlugin
+    token_file: str | None = None  # tokenFile
+    token_env: str = "PULSAR_LB_TOKEN"  # tokenEnv
+    tls_cert_file: str | None = None  # tlsCertFile
+    tls_key_file: str | None = None  # tlsKeyFile
+    oauth2_issuer_url: str | None = None  # oauth2IssuerUrl
+    oauth2_audience: str | None = None  # oauth2Audience
+    oauth2_credentials_file: str | None = None  # oauth2CredentialsFile
+    oauth2_scope: str | None = None  # oauth2Scope
+
+    def token(self) -> str | None:
+        """The admin token now (tokenFile, else the environment variable tokenEnv names); ConfigError naming
+        tokenFile, with its fix, when the file cannot be read."""
+        if self.token_file:
+            try:
+                return Path(self.token_file).read_text(encoding="utf-8").strip() or None
+            except OSError as exc:
+                message = f"tokenFile: cannot read {self.token_file!r}: {exc.strerror or exc}"
+                raise ConfigError(hints.with_fix(message, hints.file_fix(exc, self.token_file))) from None
+        return os.environ.get(self.token_env) or None
+
+    def token_source(self) -> str:
+        """Where the admin token was read from — never the token."""
+        if self.token_file:
+            return f"the token was read from tokenFile {self.token_file!r}"
+        if os.environ.get(self.token_env):
+            return f"the token was read from the environment variable {self.token_env}"
+        env = self.token_env
+        return f"no token was sent: neither tokenFile (--token-file) nor the environment variable {env} is set"
+
+
+def from_settings(settings: AuthSettings) -> Credentials:
     """The credentials the settings ask for, their files checked (ConfigError naming the setting)."""
-    plugin = plugin_name(settings.authPlugin)
-    cert = (settings.tlsCertFile, settings.tlsKeyFile) if settings.tlsCertFile and settings.tlsKeyFile else None
-    has_token = bool(settings.tokenFile or os.environ.get(settings.tokenEnv))
+    plugin = plugin_name(settings.plugin)
+    cert = (settings.tls_cert_file, settings.tls_key_file) if settings.tls_cert_file and settings.tls_key_file else None
+    has_token = bool(settings.token_file or os.environ.get(settings.token_env))
     credentials: Credentials
     if plugin == "tls":
         if cert is None:
             raise ConfigError("tlsCertFile: authPlugin tls needs tlsCertFile and tlsKeyFile")
         credentials = TlsCredentials(*cert)
     elif plugin == "oauth2":
-        if not settings.oauth2IssuerUrl or not settings.oauth2CredentialsFile:
+        if not settings.oauth2_issuer_url or not settings.oauth2_credentials_file:
             raise ConfigError("oauth2IssuerUrl: authPlugin oauth2 needs oauth2IssuerUrl and oauth2CredentialsFile")
         credentials = OAuth2Credentials(
-            settings.oauth2IssuerUrl,
-            settings.oauth2CredentialsFile,
-            settings.oauth2Audience,
-            settings.oauth2Scope,
+            settings.oauth2_issuer_url,
+            settings.oauth2_credentials_file,
+            settings.oauth2_audience,
+            settings.oauth2_scope,
             cert,
         )
     elif plugin == "token" or (plugin is None and has_token):
         if not has_token:
-            raise ConfigError(f"authPlugin: token needs tokenFile or the environment variable {settings.tokenEnv}")
-        settings.token()  # an unreadable tokenFile: the settings' own error, with its fix
-        credentials = TokenCredentials(file=settings.tokenFile, env=settings.tokenEnv, cert=cert)
+            raise ConfigError(f"authPlugin: token needs tokenFile or the environment variable {settings.token_env}")
+        settings.token()  # an unreadable tokenFile: its own error, with its fix
+        credentials = TokenCredentials(file=settings.token_file, env=settings.token_env, cert=cert)
     else:
         credentials = Credentials(cert)
     credentials.check()

@@ -26,6 +26,11 @@ The environment a process starts with is the one it keeps; a change to it later 
 Credentials (adminapi/auth.py) are asked for on every hop, so a rotated token file or a refreshed OAuth2
 token is used at once; a 401 renews them and tries that hop once more. A broker's own web URL — for the
 endpoints only that broker answers — is what the broker publishes, or an override: see ``broker_url``.
+
+**Why one module of ~690 lines.** ``AdminClient`` is the one edge to Pulsar's admin API: finding each broker's
+own web URL and which origins it vouches for (about 200 lines), the request core that checks every hop against
+those origins (about 230), and one short verb per endpoint (about 80). The first two read and write the same
+state — the origins credentials may go to — on every hop; split apart, each would reach into the other's.
 """
 
 from __future__ import annotations

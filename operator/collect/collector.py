@@ -31,7 +31,7 @@ import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import structlog
@@ -105,15 +105,18 @@ def _read_one(client: AdminClient, broker_id: str, deadline_s: float) -> BrokerL
     return parse_broker_load(broker_id, report, f"load-report of {broker_id}")
 
 
+_Answer = TypeVar("_Answer")
+
+
 def _fetch_all(
-    broker_ids: list[str], fetch: Callable[[str], BrokerLoad], workers: int, timeout_s: float
-) -> dict[str, BrokerLoad | Exception]:
+    broker_ids: list[str], fetch: Callable[[str], _Answer], workers: int, timeout_s: float
+) -> dict[str, _Answer | Exception]:
     """Run ``fetch`` for every broker on ``workers`` daemon threads; what has not answered by the
     deadline is simply missing. Daemon threads, so a hung broker never keeps a finished command alive."""
     todo: queue.SimpleQueue[str] = queue.SimpleQueue()
     for broker_id in broker_ids:
         todo.put(broker_id)
-    results: dict[str, BrokerLoad | Exception] = {}
+    results: dict[str, _Answer | Exception] = {}
     finished = threading.Condition()
 
     def work() -> None:
@@ -123,7 +126,7 @@ def _fetch_all(
             except queue.Empty:
                 return
             try:
-                outcome: BrokerLoad | Exception = fetch(broker_id)
+                outcome: _Answer | Exception = fetch(broker_id)
             except Exception as exc:  # handed to the caller, who decides what is an expected failure
                 outcome = exc
             with finished:
@@ -284,8 +287,9 @@ def read_policies(
     groups: dict[str, str] = {}
     todo = [n for n in namespaces if n not in cache]
     for namespace in namespaces:
-        if namespace in cache and cache[namespace][1] is not None:
-            groups[namespace] = cache[namespace][1]
+        known = cache[namespace][1] if namespace in cache else None
+        if known is not None:
+            groups[namespace] = known
     answers = _fetch_all(todo, lambda n: read_anti_affinity_group(client, n, timeout_s), max_workers, timeout_s + 1.0)
     failed: dict[str, str] = {}
     for namespace in todo:
@@ -348,7 +352,7 @@ def with_namespaces_and_topics(client: AdminClient, snapshot: ClusterSnapshot, t
     )
 
 
-def _topics_by_bundle(doc: dict) -> dict[str, dict[str, TopicStats]]:
+def _topics_by_bundle(doc: dict[str, Any]) -> dict[str, dict[str, TopicStats]]:
     """broker-stats/topics (namespace → range → domain → topic → stats) as bundle → topic → stats."""
     out: dict[str, dict[str, TopicStats]] = {}
     for namespace, ranges in doc.items():

@@ -32,17 +32,17 @@ are refused with a ConfigError naming the strategy and the load manager — neve
 averages of bundles no longer in any top K are forgotten (``top_bundles_only``), so no shedder acts on stats ELM
 stopped publishing.
 
-**The conflict guard** (guard.py) runs once, and under ELM only after ELM's data was read: ELM's
-UnloadScheduler sheds only while ``loadBalancerEnabled && loadBalancerSheddingEnabled`` — the same key as the
-modular manager's — and the operator never turns it off when it is not going to balance. When the system topics
-cannot be read, ``ElmDataUnreadable`` (a ConnectionError) names exactly what, and the cycle stops before acting.
+**The conflict guard** is the executor's (act/guard.py), asked right before its first mutating call, so after
+the load — load reports or ELM's topics — was read and planned from: ELM's UnloadScheduler sheds only while
+``loadBalancerEnabled && loadBalancerSheddingEnabled`` — the same key as the modular manager's — and the operator
+never turns it off when it is not going to balance. When the system topics cannot be read, ``ElmDataUnreadable``
+(a ConnectionError) names exactly what, and the cycle stops before acting.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, TextIO
@@ -275,39 +275,35 @@ def top_bundles_only(state: StrategyState, snapshot: ClusterSnapshot) -> Strateg
 # ------------------------------------------------------------------------------------------------ the session
 
 
+@dataclass(frozen=True)
+class ElmSettings:
+    """What the session reads from the operator's settings."""
+
+    service_url: str | None = None  # elmServiceUrl; None: the cluster's own, from its metadata
+    read_timeout_s: float = 0.0  # elmReadTimeoutSeconds; 0: one report interval of the brokers
+
+
 @dataclass
 class Session:
     """What a cycle needs to work on either load manager, kept between cycles (the daemon's, or one command's).
 
-    ``begin`` detects the load manager (every cycle) and, on a modular cluster, runs the conflict guard once
-    before anything else, as before; ``collect`` reads the load — load reports, or ELM's topics — and runs the
-    guard once when it was deferred (ELM, or a load manager that could not be detected) and the load was read.
+    ``begin`` detects the load manager (every cycle); ``collect`` reads the load — load reports, or ELM's topics.
     ``tell``: where a command says, before it waits for ELM's brokers, how long it may wait and why (the daemon
     logs it); a terminal also shows the wait as it goes (WaitLine).
     """
 
     service_url: str | None = None  # elmServiceUrl; None: the cluster's own, from its metadata
     read_timeout_s: float = 0.0  # 0: one report interval of the brokers (loadBalancerReportUpdateMaxIntervalMinutes)
-    guard: Callable[[], object] | None = None
     current: LoadManager | None = None
     reader: SystemTopicReader | None = None
-    guarded: bool = False
     tell: TextIO | None = None
     progress: WaitLine | None = None
 
     @classmethod
-    def from_settings(
-        cls, settings: Any, guard: Callable[[], object] | None = None, tell: TextIO | None = None
-    ) -> Session:
+    def from_settings(cls, settings: ElmSettings, tell: TextIO | None = None) -> Session:
         import sys
 
-        return cls(
-            getattr(settings, "elmServiceUrl", None) or None,
-            float(getattr(settings, "elmReadTimeoutSeconds", 0.0) or 0.0),
-            guard,
-            tell=tell,
-            progress=WaitLine.on_terminal(sys.stderr),
-        )
+        return cls(settings.service_url, settings.read_timeout_s, tell=tell, progress=WaitLine.on_terminal(sys.stderr))
 
     # -------------------------------------------------------------- detection
 
@@ -323,8 +319,7 @@ class Session:
                 )
                 return previous
             log.warning(
-                "cannot read loadManagerClassName; reading load reports, and the conflict guard waits until they "
-                "were read",
+                "cannot read loadManagerClassName; reading load reports",
                 reason=found.error,
             )
             return found
@@ -340,17 +335,8 @@ class Session:
         return found
 
     def begin(self, client: AdminClient) -> LoadManager:
-        """Detect; on a cluster known to run another load manager than ELM, run the guard (once) now."""
-        found = self.detect(client)
-        if found.class_name is not None and not found.extensible:
-            self._guard()
-        return found
-
-    def _guard(self) -> None:
-        if self.guarded or self.guard is None:
-            return
-        self.guard()
-        self.guarded = True
+        """The cycle's first step: which load manager the cluster runs now."""
+        return self.detect(client)
 
     # -------------------------------------------------------------- reading
 
@@ -378,9 +364,8 @@ class Session:
         *,
         now_ms: int | None = None,
         broker_timeout_s: float = 20.0,
-        guard: bool = True,
     ) -> Collection:
-        """The cycle's snapshot, from ELM's topics or from load reports; then the deferred guard, if any."""
+        """The cycle's snapshot, from ELM's topics or from load reports."""
         found = load_manager or self.current or self.detect(client)
         if found.extensible:
             collection = self.collect_extensible(client, cluster, config, found, now_ms, broker_timeout_s)
@@ -392,8 +377,6 @@ class Session:
                 now_ms=now_ms,
                 broker_timeout_s=broker_timeout_s,
             )
-        if guard and collection.snapshot.brokers:
-            self._guard()
         return collection
 
     def wait(self, reader: SystemTopicReader, broker_ids: list[str], timeout_s: float) -> None:
@@ -477,7 +460,7 @@ class Session:
                 log.warning("ownedNamespaces not read: its bundles are its top bundles only", broker=broker_id, why=why)
                 bundle_list = None
             else:
-                bundle_list = sorted(bundles)  # type: ignore[arg-type]
+                bundle_list = sorted(bundles)
             version = load_manager.version  # the admin URL's broker's, for all: BrokerVersionFilter needs none
             if config.preferLaterVersions:  # the broker's own; unknown (an error, no answer) makes the filter fail
                 own = versions.get(broker_id)

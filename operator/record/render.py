@@ -7,7 +7,7 @@ import re
 import textwrap
 from collections.abc import Sequence
 
-from pulsar_lb_operator.act.executor import Record
+from pulsar_lb_operator.records import Record
 from pulsar_lb_operator.strategies import Plan, Split, Unload
 
 # AvgShedder's note on a pair it is still counting (strategies/shedding/avg.py; PredictivePairingShedder falls

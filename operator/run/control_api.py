@@ -15,18 +15,16 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qs, unquote
 
 import structlog
 
 from pulsar_lb_operator.run import control_auth, workflows
+from pulsar_lb_operator.run.daemon_view import DaemonView
 from pulsar_lb_operator.store import control as control_store
 from pulsar_lb_operator.store.control import ControlError
 from pulsar_lb_operator.strategies import UserError
-
-if TYPE_CHECKING:
-    from pulsar_lb_operator.run.daemon import Daemon
 
 log = structlog.get_logger(__name__)
 
@@ -46,7 +44,7 @@ def form_of(body: bytes) -> dict[str, str]:
     return {k: v[0] for k, v in parse_qs(body.decode("utf-8", errors="replace")).items()}
 
 
-def login(headers: Mapping[str, str], body: bytes, control_token: str | None, remote: str) -> Answer:
+def login(headers: control_auth.Headers, body: bytes, control_token: str | None, remote: str) -> Answer:
     """``POST /login``: the control token from the form, for a session cookie."""
     if control_token is None:
         return _refuse(remote, "login", "", 403, "read-only: no controlTokenFile is configured")
@@ -60,9 +58,9 @@ def login(headers: Mapping[str, str], body: bytes, control_token: str | None, re
 
 
 def change(
-    daemon: Daemon,
+    daemon: DaemonView,
     route: str,
-    headers: Mapping[str, str],
+    headers: control_auth.Headers,
     body: bytes,
     caller: control_auth.Caller,
     control_token: str | None,
@@ -109,7 +107,7 @@ def _name(parts: list[str], form: Mapping[str, str]) -> tuple[str | None, str]:
     return None, ""
 
 
-def _carry_out(daemon: Daemon, action: str, target: str, form: Mapping[str, str], remote: str) -> str:
+def _carry_out(daemon: DaemonView, action: str, target: str, form: Mapping[str, str], remote: str) -> str:
     by = f"status page ({remote})"
     now = daemon.executor.now_ms()
     safety = daemon.executor.safety
@@ -144,7 +142,7 @@ def _carry_out(daemon: Daemon, action: str, target: str, form: Mapping[str, str]
         raise Refused(503, f"not recorded: {exc.strerror or exc}") from None
 
 
-def _check_broker(daemon: Daemon, broker: str) -> None:
+def _check_broker(daemon: DaemonView, broker: str) -> None:
     if not BROKER_ID.match(broker):
         raise Refused(400, f"{broker!r} is not a broker id (host:port, as the admin API lists it)")
     last = daemon.recent[-1].snapshot if daemon.recent else None

@@ -28,8 +28,13 @@ import hmac
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
+from email.message import Message
 from http.cookies import CookieError, SimpleCookie
+from typing import TypeAlias
 from urllib.parse import urlsplit
+
+# A request's headers: the status page's (http.server's, case-insensitive) or a plain mapping in tests.
+Headers: TypeAlias = "Mapping[str, str] | Message[str, str]"
 
 SESSION_COOKIE = "pulsar_lb_operator_session"
 SESSION_SECONDS = 12 * 3600
@@ -49,7 +54,7 @@ class Caller:
         return csrf_value(control_token, self.session) if control_token and self.session else ""
 
 
-def identify(headers: Mapping[str, str], admin_token: str | None, control_token: str | None, now_s: float) -> Caller:
+def identify(headers: Headers, admin_token: str | None, control_token: str | None, now_s: float) -> Caller:
     header = headers.get("Authorization", "")
     given = _password(header)
     bearer = bool(control_token and header.startswith("Bearer ") and equal(given or "", control_token))
@@ -86,7 +91,7 @@ def new_session(control_token: str, now_s: float) -> str:
     return f"{body}.{_mac(control_token, 'session:' + body)}"
 
 
-def session_of(headers: Mapping[str, str], control_token: str | None, now_s: float) -> str | None:
+def session_of(headers: Headers, control_token: str | None, now_s: float) -> str | None:
     """The nonce of a valid, unexpired session cookie signed with the current control token; else None."""
     if not control_token:
         return None
@@ -115,7 +120,7 @@ def set_cookie(value: str, max_age: int = SESSION_SECONDS) -> str:
     return f"{SESSION_COOKIE}={value}; Max-Age={max_age}; Path=/; HttpOnly; SameSite=Strict"
 
 
-def same_origin(headers: Mapping[str, str]) -> bool:
+def same_origin(headers: Headers) -> bool:
     """The browser says the request comes from a page of this server: Origin (else Referer) names its Host."""
     host = headers.get("Host", "")
     source = headers.get("Origin") or headers.get("Referer") or ""

@@ -26,20 +26,20 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http.server import ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from pulsar_lb_operator import hints
 from pulsar_lb_operator.act.executor import Executor
-from pulsar_lb_operator.act.guard import BuiltinGuard
-from pulsar_lb_operator.act.ledger import ExecutorState, ExecutorStateError
 from pulsar_lb_operator.adminapi import AdminClient, AdminError
 from pulsar_lb_operator.collect import elm
 from pulsar_lb_operator.record.audit import publisher as audit_publisher
+from pulsar_lb_operator.records import ExecutorState, ExecutorStateError
 from pulsar_lb_operator.run import endpoints, shutdown, workflows
-from pulsar_lb_operator.run.cycle import CycleResult, OperatorState, run_cycle
+from pulsar_lb_operator.run.cycle import CycleContext, CycleResult, run_cycle
+from pulsar_lb_operator.run.daemon_view import Elector
 from pulsar_lb_operator.run.leadership import COUNTERS_ANNOTATION, STATE_ANNOTATION
 from pulsar_lb_operator.run.metrics import Metrics
 from pulsar_lb_operator.run.settings import OperatorSettings
@@ -47,6 +47,7 @@ from pulsar_lb_operator.store import statefile
 from pulsar_lb_operator.store.control import ControlFile
 from pulsar_lb_operator.store.history import HistoryStore
 from pulsar_lb_operator.store.profile import read_profile
+from pulsar_lb_operator.store.statefile import OperatorState
 from pulsar_lb_operator.strategies import ConfigError, LoadBalancerConfig, SnapshotError, StateError, UserError
 
 log = structlog.get_logger(__name__)
@@ -54,20 +55,6 @@ log = structlog.get_logger(__name__)
 RECENT_CYCLES = 20  # cycles the status page lists
 USAGE_POINTS = 240  # per-cycle usage samples kept for the status page (an hour at 15 s cycles)
 COMPACT_EVERY_MINUTES = 10  # an hour is compacted within 15 minutes of its end (5 minutes' grace for late cycles)
-
-
-class Elector(Protocol):
-    """Leader election (operator/run/leadership.py): only the leader acts, and it keeps its record on the Lease."""
-
-    def start(self) -> None: ...
-
-    def stop(self) -> None: ...
-
-    def is_leader(self) -> bool: ...
-
-    def publish(self, key: str, value: str) -> bool: ...
-
-    def inherited(self, key: str) -> str | None: ...
 
 
 @dataclass
@@ -81,7 +68,7 @@ class Daemon:
     interval_s: float | None = None
     clock_ms: object = None  # a callable returning epoch ms; None: the wall clock
     stop: threading.Event = field(default_factory=threading.Event)
-    metrics: Metrics | None = None  # None: the daemon's own, labelled with its cluster
+    metrics: Metrics = field(init=False)  # the daemon's own registry, labelled with its cluster
     state: OperatorState = field(default_factory=OperatorState)
     last_ok: float | None = None
     cycles: int = 0
@@ -90,8 +77,7 @@ class Daemon:
     abandoned: bool = False  # set when shutdown gave up waiting for a hung call
 
     def __post_init__(self) -> None:
-        if self.metrics is None:
-            self.metrics = Metrics(self.cluster)
+        self.metrics = Metrics(self.cluster)
         self.rng = random.Random(self.settings.seed)
         clock = (lambda: self.clock_ms() / 1000) if callable(self.clock_ms) else time.time
         self.executor = Executor(
@@ -103,7 +89,7 @@ class Daemon:
             stop_requested=self.stop.is_set,
             fence=self._fence,
             draining=lambda: self.draining,
-            guard=BuiltinGuard.from_settings(self.client, self.settings, self.config),  # asked before anything is sent
+            guard=self.settings.builtin_guard(self.client, self.config),  # asked before anything is sent
         )
         self.control = ControlFile(self.settings.stateFile)
         self.draining: frozenset[str] = frozenset()
@@ -112,7 +98,7 @@ class Daemon:
         # a state file that exists but is unusable stops the daemon here (StateFileError, exit 2)
         self.state = statefile.load(Path(self.settings.stateFile), reset=self.reset_state)
         # detects the load manager every cycle and reads ELM's topics on ELM clusters
-        self.load_manager = elm.Session.from_settings(self.settings)
+        self.load_manager = elm.Session.from_settings(self.settings.elm())
         self._was_leader: bool | None = None
         self._lock = threading.Lock()
         self.history = (
@@ -127,10 +113,22 @@ class Daemon:
         )
         self._history_jobs = threading.Lock()  # compaction and aggregation: never over the same files at once
         self.audit = audit_publisher.from_settings(
-            self.settings, self.metrics.audit_published.inc, self.metrics.audit_dropped.inc
+            self.settings.audit(), self.metrics.audit_published.inc, self.metrics.audit_dropped.inc
         )
         if self.audit is not None:
             self.metrics.audit_backlog.set_function(self.audit.spool.backlog)
+        self.cycle = CycleContext(  # what every cycle works with; each cycle's own inputs are run_cycle's
+            self.client,
+            self.cluster,
+            self.config,
+            self.executor,
+            self.shedding,
+            self.placement,
+            broker_timeout_s=self.settings.brokerTimeoutSeconds,
+            load_manager=self.load_manager,
+            audit=self._publish_audit,
+            save=self._save,
+        )
         self.metrics.kill_switch.set_function(lambda: 1 if self.executor.safety.killed() else 0)  # read at scrape
         self.metrics.interval.set(self.period_s)
         self.metrics.last_success.set(time.time())
@@ -208,6 +206,11 @@ class Daemon:
     def _fence(self) -> str | None:
         return None if self.elector is None or self.elector.is_leader() else "no longer the leader"
 
+    def _publish_audit(self, events: list[dict[str, Any]]) -> None:
+        """The cycle's audit events to the publisher, when ``auditEnabled`` started one."""
+        if self.audit is not None:
+            self.audit.publish(events)
+
     def _save(self, state: OperatorState) -> None:
         """The state file, and with leader election the Lease too: written before each call is sent.
 
@@ -238,22 +241,13 @@ class Daemon:
             manual = self.settings.approval == "manual"
             profile = read_profile(self.settings.profileUri) if self.settings.profileUri else None
             result = run_cycle(
-                self.client,
-                self.cluster,
-                self.config,
-                self.executor,
+                self.cycle,
                 self.state,
                 self.rng,
-                self.shedding,
-                self.placement,
                 now_ms=now_ms,
-                broker_timeout_s=self.settings.brokerTimeoutSeconds,
                 profile=profile,
-                audit=self.audit.publish if self.audit else None,
-                save=self._save,
                 draining=self.draining,
                 propose_only=manual,
-                load_manager=self.load_manager,
             )
             self.state = result.state
             self._save(self.state)
@@ -279,7 +273,7 @@ class Daemon:
         # elm.py: ELM's topics unreadable is a ConnectionError (an OSError); a strategy ELM cannot feed a ConfigError
         except (AdminError, SnapshotError, OSError, ConfigError) as exc:
             self.metrics.cycles.labels("error").inc()
-            log.error("cycle failed", reason=hints.admin_auth(exc, self.settings) or str(exc))
+            log.error("cycle failed", reason=hints.admin_auth(exc, self.settings.auth().token_source()) or str(exc))
             return None
         except Exception:  # a bug must not kill the daemon; the next cycle tries again
             self.metrics.cycles.labels("error").inc()
@@ -406,7 +400,7 @@ class Daemon:
             cluster=self.cluster,
             dry_run=self.settings.dryRun,
             interval_s=self.period_s,
-            strategy=self.shedding or self.config.loadBalancerLoadSheddingStrategy,
+            strategy=self.cycle.shedding or self.config.loadBalancerLoadSheddingStrategy,
             leader_election=self.elector is not None,
             state_file=str(Path(self.settings.stateFile).absolute()),  # where operator drain/approve/pause write
         )

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from pulsar_lb_operator import hints
 from pulsar_lb_operator.run import status_page
+from pulsar_lb_operator.run.daemon_view import DaemonView
 from pulsar_lb_operator.store.control import ControlError
 from pulsar_lb_operator.strategies import ConfigError
 
@@ -29,7 +29,7 @@ MAX_FORM_BYTES = 8192  # the status page's forms are a few fields; a larger body
 REQUEST_TIMEOUT_S = 10.0
 
 
-def serve(daemon: Any, host: str, port: int) -> ThreadingHTTPServer:
+def serve(daemon: DaemonView, host: str, port: int) -> ThreadingHTTPServer:
     """Starts serving on a thread of its own; a port that cannot be bound, or a control token that cannot be
     read or is too short, is a one-line ConfigError (exit 2 at start, not a page that silently turned read-only)."""
     if daemon.settings.control_token() is None:

@@ -33,6 +33,11 @@ oauthlib, …) with floors that clash with what is installed beside it (``python
 project with ``--no-deps`` and ``pip check``, so a new dependency also means a regenerated lock.
 ``requests`` is already a dependency; in-cluster configuration is four files and two environment
 variables (``KUBERNETES_SERVICE_HOST``/``_PORT``, the service account's token, CA and namespace).
+
+**Why one module of ~690 lines.** One job, client-go's leader election over a Lease: the elector's loop (about
+380 lines) follows client-go's ``tryAcquireOrRenew`` branch by branch and reads as one piece beside the three
+REST calls it makes (``LeaseClient``) and the stand-in for a single instance (``AlwaysLeader``); nothing else
+uses any of them.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -631,8 +637,20 @@ class AlwaysLeader:
         self.stop()
 
 
+@dataclass(frozen=True)
+class LeaseSettings:
+    """What leader election reads from the operator's settings (run/settings.py builds it)."""
+
+    enabled: bool = False  # leaderElection
+    name: str = "pulsar-lb-operator"  # leaseName
+    namespace: str | None = None  # leaseNamespace; None: the pod's own
+    duration_s: float = 15.0  # leaseDurationSeconds
+    renew_deadline_s: float = 10.0  # renewDeadlineSeconds
+    retry_period_s: float = 2.0  # retryPeriodSeconds
+
+
 def elector_from_settings(
-    settings: Any,
+    settings: LeaseSettings,
     on_change: Callable[[bool], object] | None = None,
     *,
     client: LeaseClient | None = None,
@@ -640,24 +658,24 @@ def elector_from_settings(
 ) -> LeaseElector | AlwaysLeader:
     """A LeaseElector when ``leaderElection`` is on (in-cluster API access unless ``client`` is given),
     else an AlwaysLeader. Raises ConfigError, naming the key, when the pod cannot do leader election."""
-    if not settings.leaderElection:
+    if not settings.enabled:
         return AlwaysLeader(identity, on_change)
-    namespace = settings.leaseNamespace or pod_namespace()
+    namespace = settings.namespace or pod_namespace()
     if not namespace:
         raise ConfigError(
             f"leaseNamespace: not set, and {SERVICE_ACCOUNT_DIR / 'namespace'} is not readable (not in a pod?)"
         )
     if client is None:
-        timeout = max(0.05, (settings.renewDeadlineSeconds - settings.retryPeriodSeconds) / 2)
+        timeout = max(0.05, (settings.renew_deadline_s - settings.retry_period_s) / 2)
         client = LeaseClient.in_cluster(timeout=timeout)
     return LeaseElector(
-        settings.leaseName,
+        settings.name,
         namespace,
         client=client,
         identity=identity,
-        lease_duration=settings.leaseDurationSeconds,
-        renew_deadline=settings.renewDeadlineSeconds,
-        retry_period=settings.retryPeriodSeconds,
+        lease_duration=settings.duration_s,
+        renew_deadline=settings.renew_deadline_s,
+        retry_period=settings.retry_period_s,
         on_change=on_change,
     )
 

@@ -15,18 +15,19 @@ from collections.abc import Iterator
 from typing import Any
 
 from pulsar_lb_operator import hints, lifecycle
-from pulsar_lb_operator.act import guard
-from pulsar_lb_operator.act.executor import Executor, Outcome, Record
+from pulsar_lb_operator.act.executor import Executor
 from pulsar_lb_operator.adminapi import AdminClient, auth
 from pulsar_lb_operator.collect import elm
 from pulsar_lb_operator.collect.collector import with_namespaces_and_topics
 from pulsar_lb_operator.record import render
 from pulsar_lb_operator.record.audit import publisher as audit_publisher
+from pulsar_lb_operator.records import Outcome, Record
 from pulsar_lb_operator.run import daemon as daemon_module
-from pulsar_lb_operator.run.cycle import CycleResult, OperatorState, run_cycle
+from pulsar_lb_operator.run.cycle import CycleContext, CycleResult, run_cycle
 from pulsar_lb_operator.run.settings import OperatorSettings, resolve
 from pulsar_lb_operator.store import files, statefile
 from pulsar_lb_operator.store.control import ControlFile
+from pulsar_lb_operator.store.statefile import OperatorState
 from pulsar_lb_operator.strategies import ConfigError, LoadBalancerConfig
 
 
@@ -50,7 +51,7 @@ def connect(settings: OperatorSettings) -> tuple[AdminClient, str]:
             raise ConfigError(hints.with_fix(message, hints.file_fix(exc, settings.caBundle))) from None
     client = AdminClient(
         settings.adminUrl or "",
-        credentials=auth.from_settings(settings),  # token, TLS client certificate or OAuth2, files checked
+        credentials=auth.from_settings(settings.auth()),  # token, TLS client certificate or OAuth2, files checked
         ca_bundle=settings.caBundle,
         verify=settings.tlsVerify,
         max_body_bytes=int(settings.maxResponseMegabytes * 2**20),
@@ -118,7 +119,7 @@ def _rebalance(
     state_path: str,
     stop: threading.Event,
 ) -> int:
-    session = elm.Session.from_settings(settings, tell=sys.stderr)  # on ELM: how long the first read may wait
+    session = elm.Session.from_settings(settings.elm(), tell=sys.stderr)  # on ELM: how long the first read may wait
     placement = args.placement
     if placement is None and "loadBalancerLoadPlacementStrategy" in explicit:
         placement = config.loadBalancerLoadPlacementStrategy
@@ -130,28 +131,26 @@ def _rebalance(
         sleep=stop.wait,
         stop_requested=stop.is_set,
         draining=lambda: draining,
-        guard=guard.BuiltinGuard.from_settings(client, settings, config),
+        guard=settings.builtin_guard(client, config),
     )
-    audit = audit_publisher.from_settings(settings)
+    audit = audit_publisher.from_settings(settings.audit())
     report = _JsonLines(settings.dryRun) if args.output == "json" else _Text(settings.dryRun)
     try:
-        result = run_cycle(
+        context = CycleContext(
             client,
             cluster,
             config,
             executor,
-            state,
-            random.Random(args.seed),
             args.strategy,
             placement,
             broker_timeout_s=settings.brokerTimeoutSeconds,
+            load_manager=session,
             audit=audit.publish if audit else None,
             save=lambda s: statefile.save(state_path, s),
-            draining=draining,
-            load_manager=session,
             on_plan=report.plan,
             on_outcome=report.outcome,
         )
+        result = run_cycle(context, state, random.Random(args.seed), draining=draining)
     finally:
         session.close()
         if audit is not None and not audit.close(flush_s=10.0):
@@ -231,9 +230,9 @@ class _JsonLines:
 def snapshot(args: argparse.Namespace) -> int:
     settings, config, _ = settings_from(args)
     client, cluster = connect(settings)
-    session = elm.Session.from_settings(settings, tell=sys.stderr)
+    session = elm.Session.from_settings(settings.elm(), tell=sys.stderr)
     try:
-        collection = session.collect(client, cluster, config, guard=False)  # load reports, or ELM's topics
+        collection = session.collect(client, cluster, config)  # load reports, or ELM's topics
         snap = with_namespaces_and_topics(client, collection.snapshot, topics=args.with_topics)
         files.write_json_atomically(args.out, snap.to_json())
         print(
@@ -281,11 +280,11 @@ def run_daemon(args: argparse.Namespace) -> int:
 
 
 def _elector(settings: OperatorSettings) -> daemon_module.Elector | None:
-    if not getattr(settings, "leaderElection", False):
+    if not settings.leaderElection:
         return None
     from pulsar_lb_operator.run.leadership import elector_from_settings
 
-    return elector_from_settings(settings)
+    return elector_from_settings(settings.lease())
 
 
 def _exit_now_if_threads_linger(code: int, abandoned: bool) -> None:

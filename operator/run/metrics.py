@@ -127,8 +127,8 @@ class Metrics:
         self.score.clear()
         for broker in plan.brokers:
             self.score.labels(broker.broker).set(broker.usage_before)
-        for broker, error in result.state.strategy.prediction_errors.items():
-            self.prediction_error.labels(broker).set(error)
+        for broker_id, error in result.state.strategy.prediction_errors.items():
+            self.prediction_error.labels(broker_id).set(error)
         if result.load_manager is not None:  # operator/collect/elm.py detects it every cycle
             self.load_manager.clear()
             self.load_manager.labels(result.load_manager.kind, result.load_manager.version or "").set(1)

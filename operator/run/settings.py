@@ -15,7 +15,6 @@ to be reformatted. What would go (the type conversion, ~40 lines) would come bac
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,9 +23,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pulsar_lb_operator import hints
+from pulsar_lb_operator.act.guard import BuiltinGuard
 from pulsar_lb_operator.act.safety import KILL_SWITCH_ENV, Safety
-from pulsar_lb_operator.adminapi import auth
+from pulsar_lb_operator.adminapi import AdminClient, auth
+from pulsar_lb_operator.adminapi.auth import AuthSettings
 from pulsar_lb_operator.adminapi.client import TEMPLATE_FIELDS, render_template, service_url_of, template_fields
+from pulsar_lb_operator.collect.elm import ElmSettings
+from pulsar_lb_operator.record.audit.publisher import AuditSettings
+from pulsar_lb_operator.run.leadership import LeaseSettings
 from pulsar_lb_operator.strategies import (
     DEFAULT_RAILS,
     ConfigError,
@@ -220,7 +224,58 @@ class OperatorSettings:
             urls[broker_id] = url
         return urls
 
+    # ---- what each stage reads: built from these settings, the stage never sees the rest
+
+    def auth(self) -> AuthSettings:
+        return AuthSettings(
+            plugin=self.authPlugin,
+            token_file=self.tokenFile,
+            token_env=self.tokenEnv,
+            tls_cert_file=self.tlsCertFile,
+            tls_key_file=self.tlsKeyFile,
+            oauth2_issuer_url=self.oauth2IssuerUrl,
+            oauth2_audience=self.oauth2Audience,
+            oauth2_credentials_file=self.oauth2CredentialsFile,
+            oauth2_scope=self.oauth2Scope,
+        )
+
+    def audit(self) -> AuditSettings:
+        service_url = self.auditServiceUrl or (service_url_of(self.adminUrl) if self.adminUrl else None)
+        return AuditSettings(
+            enabled=self.auditEnabled,
+            service_url=service_url,
+            topic=self.auditTopic,
+            spool_dir=self.auditSpoolDir or str(Path(self.stateFile).parent / "audit-spool"),
+            spool_max_bytes=int(self.auditSpoolMaxMegabytes * 2**20),
+            auth=self.auth(),
+            ca_file=self.caBundle,
+            tls_verify=self.tlsVerify,
+        )
+
+    def lease(self) -> LeaseSettings:
+        return LeaseSettings(
+            enabled=self.leaderElection,
+            name=self.leaseName,
+            namespace=self.leaseNamespace,
+            duration_s=self.leaseDurationSeconds,
+            renew_deadline_s=self.renewDeadlineSeconds,
+            retry_period_s=self.retryPeriodSeconds,
+        )
+
+    def elm(self) -> ElmSettings:
+        return ElmSettings(self.elmServiceUrl or None, self.elmReadTimeoutSeconds)
+
+    def builtin_guard(self, client: AdminClient, config: LoadBalancerConfig) -> BuiltinGuard:
+        """The conflict guard as these settings ask (``rebalance``, the daemon's cycles and approved proposals)."""
+        return BuiltinGuard(
+            client,
+            disable=self.disableBuiltinShedding,
+            coexist=self.coexistWithBuiltinShedding,
+            splits=config.loadBalancerAutoBundleSplitEnabled,
+        )
+
     def safety(self, config: LoadBalancerConfig, dry_run: bool | None = None) -> Safety:
+        """The executor's rails; the one place they are made from the settings."""
         return Safety(
             dry_run=self.dryRun if dry_run is None else dry_run,
             max_unloads_per_cycle=self.maxUnloadsPerCycle,
@@ -257,23 +312,6 @@ class OperatorSettings:
                 f"{CONTROL_TOKEN_MIN_CHARS} (e.g. openssl rand -hex 32 > {self.controlTokenFile})"
             )
         return token
-
-    def audit_spool_dir(self) -> str:
-        return self.auditSpoolDir or str(Path(self.stateFile).parent / "audit-spool")
-
-    def audit_service_url(self) -> str | None:
-        if self.auditServiceUrl:
-            return self.auditServiceUrl
-        return service_url_of(self.adminUrl) if self.adminUrl else None
-
-    def token(self) -> str | None:
-        if self.tokenFile:
-            try:
-                return Path(self.tokenFile).read_text(encoding="utf-8").strip() or None
-            except OSError as exc:
-                message = f"tokenFile: cannot read {self.tokenFile!r}: {exc.strerror or exc}"
-                raise ConfigError(hints.with_fix(message, hints.file_fix(exc, self.tokenFile))) from None
-        return os.environ.get(self.tokenEnv) or None
 
 
 def _env_name(key: str) -> str:
@@ -326,7 +364,7 @@ def resolve(
     ours.update({k: v for k, v in flags.items() if v is not None})
     # An optional setting given as "" or null (a chart's empty value) is unset.
     ours = {k: v for k, v in ours.items() if not (v in ("", None) and "| None" in str(fields[k].type))}
-    converted = {
+    converted: dict[str, Any] = {
         k: "" if k in MAY_BE_EMPTY and v == "" else convert_value(k, fields[k].type.replace(" | None", ""), v)
         for k, v in ours.items()
     }

@@ -14,16 +14,14 @@ import html
 import json
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote
 
 import structlog
 
 from pulsar_lb_operator.run import control_api, control_auth, workflows
+from pulsar_lb_operator.run.daemon_view import DaemonView
 from pulsar_lb_operator.strategies import ConfigError, Split
-
-if TYPE_CHECKING:
-    from pulsar_lb_operator.run.daemon import Daemon
 
 log = structlog.get_logger(__name__)
 
@@ -32,14 +30,14 @@ HOUR_MS = 3_600_000
 HTML = "text/html; charset=utf-8"
 
 
-def _admin_token(daemon: Daemon) -> str | None:
+def _admin_token(daemon: DaemonView) -> str | None:
     try:
-        return daemon.settings.token()
+        return daemon.settings.auth().token()
     except Exception:  # an unreadable token file: the page stays locked rather than open
         return "\0unreadable"
 
 
-def _control_token(daemon: Daemon) -> str | None:
+def _control_token(daemon: DaemonView) -> str | None:
     """None (read-only) when none is configured, and when the file cannot be read now: never open by accident."""
     try:
         return daemon.settings.control_token()
@@ -48,7 +46,9 @@ def _control_token(daemon: Daemon) -> str | None:
         return None
 
 
-def handle(daemon: Daemon, method: str, path: str, headers: Mapping[str, str], body: bytes, remote: str) -> Answer:
+def handle(
+    daemon: DaemonView, method: str, path: str, headers: control_auth.Headers, body: bytes, remote: str
+) -> Answer:
     route = path.split("?", 1)[0].rstrip("/") or "/"
     control_token = _control_token(daemon)
     caller = control_auth.identify(headers, _admin_token(daemon), control_token, time.time())
@@ -71,7 +71,7 @@ def handle(daemon: Daemon, method: str, path: str, headers: Mapping[str, str], b
 # ---------------------------------------------------------------------------------------------- data
 
 
-def status(daemon: Daemon, controls: bool | None = None) -> dict[str, Any]:
+def status(daemon: DaemonView, controls: bool | None = None) -> dict[str, Any]:
     """The page's data; ``controls``: whether a control token is configured (None: read it now)."""
     control = daemon.control.read()
     switch = daemon.executor.safety.kill_switch()
@@ -147,7 +147,7 @@ def _button(action: str, label: str, csrf: str, extra: str = "") -> str:
     )
 
 
-def render(daemon: Daemon, caller: control_auth.Caller, control_token: str | None) -> str:
+def render(daemon: DaemonView, caller: control_auth.Caller, control_token: str | None) -> str:
     data = status(daemon, controls=control_token is not None)
     csrf = caller.csrf(control_token)
     e = html.escape

@@ -3,7 +3,7 @@ who will carry out a request.
 
 Both live in the control file (``control.py``) so the daemon, the commands and the status page see the
 same thing, and both survive restarts. Nothing here calls the cluster: a proposal is executed by the
-executor behind the same rails as any cycle (``Daemon.execute_approved``), and a drain is planned by
+executor behind the same rails as any cycle (``DaemonView.execute_approved``), and a drain is planned by
 ``strategies.drain`` inside the cycle.
 
 A request only counts when the daemon will act on it: the daemon writes its own record (``announce``) and
@@ -15,19 +15,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 
-from pulsar_lb_operator.act.executor import Record
 from pulsar_lb_operator.act.safety import switch_on
+from pulsar_lb_operator.records import Record
 from pulsar_lb_operator.run.cycle import CycleResult
+from pulsar_lb_operator.run.daemon_view import DaemonView
 from pulsar_lb_operator.store.control import APPROVED, EXECUTED, PENDING, ControlError, ControlFile, DaemonRecord
 from pulsar_lb_operator.strategies import ClusterSnapshot, Plan, action_from_json
 from pulsar_lb_operator.strategies import bundles as bundle_names
-
-if TYPE_CHECKING:
-    from pulsar_lb_operator.run.daemon import Daemon
 
 log = structlog.get_logger(__name__)
 
@@ -113,7 +111,7 @@ def still_pending(proposals: Mapping[str, Mapping[str, Any]]) -> list[Mapping[st
 # ---------------------------------------------------------------------------------------------- who acts
 
 
-def daemon_record(daemon: Daemon, leading: bool) -> DaemonRecord:
+def daemon_record(daemon: DaemonView, leading: bool) -> DaemonRecord:
     """The daemon as a command needs to know it: whether it leads, what it does with plans, where its pause is."""
     holder = getattr(daemon.elector, "holder", None)  # the elector's Lease holder, last seen
     safety = daemon.executor.safety
@@ -128,7 +126,7 @@ def daemon_record(daemon: Daemon, leading: bool) -> DaemonRecord:
     )
 
 
-def announce(daemon: Daemon, leading: bool) -> None:
+def announce(daemon: DaemonView, leading: bool) -> None:
     """Write the daemon's record into its control file (at start and on every change of role). A failure is
     logged and the daemon goes on: the commands then say they cannot tell who acts, and refuse."""
     record = daemon_record(daemon, leading)

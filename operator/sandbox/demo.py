@@ -16,17 +16,20 @@ from collections.abc import Callable
 from typing import TextIO
 
 from pulsar_lb_operator import hints
-from pulsar_lb_operator.act.executor import Executor, Outcome, Safety
+from pulsar_lb_operator.act.executor import Executor
 from pulsar_lb_operator.act.guard import BuiltinGuard
+from pulsar_lb_operator.act.safety import Safety
 from pulsar_lb_operator.adminapi import AdminClient, AdminError
 from pulsar_lb_operator.benchmarks.metrics import RunMetrics
 from pulsar_lb_operator.collect import elm
 from pulsar_lb_operator.record.audit import AuditPublisher, Spool
-from pulsar_lb_operator.run.cycle import OperatorState, run_cycle
+from pulsar_lb_operator.records import Outcome
+from pulsar_lb_operator.run.cycle import CycleContext, run_cycle
 from pulsar_lb_operator.simulator import elm as sim_elm
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.http import ServeError, SimulatedPulsar, serve
 from pulsar_lb_operator.simulator.scenario import load_scenario
+from pulsar_lb_operator.store.statefile import OperatorState
 from pulsar_lb_operator.strategies import ConfigError, LoadBalancerConfig, SnapshotError, Split
 
 CONVERGED_SPREAD = 10.0  # points of usage between the busiest and the idlest broker
@@ -93,6 +96,16 @@ def run_demo(
     # as a person going live does (disableBuiltinShedding: true): Pulsar's own balancer off before the first action
     guard = BuiltinGuard(client, disable=True, splits=config.loadBalancerAutoBundleSplitEnabled)
     executor = Executor(client, scenario.cluster, safety, clock=sim_clock, sleep=lambda _s: None, guard=guard)
+    context = CycleContext(
+        client,
+        scenario.cluster,
+        config,
+        executor,
+        strategy,
+        placement,
+        load_manager=session,
+        audit=audit.publish if audit else None,
+    )
     names = {b.id: b.name for b in cluster.brokers.values()}
     interval_s = config.loadBalancerSheddingIntervalMinutes * 60
     total_s = (minutes or scenario.duration_s / 60) * 60
@@ -129,24 +142,11 @@ def run_demo(
             if reporters is not None:  # what the brokers published has reached the operator's readers
                 session.connect(client).caught_up(reporters.sent, 10.0)
             try:
-                result = run_cycle(
-                    client,
-                    scenario.cluster,
-                    config,
-                    executor,
-                    state,
-                    rng,
-                    strategy,
-                    placement,
-                    now_ms=cluster.now_ms,
-                    audit=audit.publish if audit else None,
-                    load_manager=session,
-                )
+                result = run_cycle(context, state, rng, now_ms=cluster.now_ms)
+                state = result.state
             except (AdminError, SnapshotError, elm.ElmDataUnreadable) as exc:  # e.g. the admin URL's broker restarts
                 result = None
                 failure = str(exc)
-            else:
-                state = result.state
             cluster.advance(interval_s)
             sample = metrics.record(cluster)
             for broker_name in sample.usage:

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pulsar_lb_operator.run.cycle import OperatorState
 from pulsar_lb_operator.simulator.http import Request
 from pulsar_lb_operator.store import files
+from pulsar_lb_operator.store.statefile import OperatorState
 from pulsar_lb_operator.strategies import StateError
 
 MAYBE_ACTED = (0, 409)  # no answer, or a conflict: as unknown as a 5xx
@@ -125,7 +125,7 @@ def double_actions(requests: list[Request], windows: list[Window], grace_ms: flo
 
 def state_lost(requests: list[Request], state_file: Path) -> list[str]:
     """Bundles a call that may have acted went to, missing from the cooldowns on disk."""
-    acted = {bundle_of(r) for r in calls(requests) if maybe_acted(r)}
+    acted = {bundle for r in calls(requests) if maybe_acted(r) and (bundle := bundle_of(r)) is not None}
     if not acted:
         return []
     try:

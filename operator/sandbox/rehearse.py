@@ -417,7 +417,14 @@ def run(scenario_name: str, case: Case) -> Tally:
 
 
 def render(tallies: list[Tally]) -> str:
-    headers = ("case", "faults injected", "daemon crashes", "rail violations", "double actions", "state lost")
+    headers: tuple[str, ...] = (
+        "case",
+        "faults injected",
+        "daemon crashes",
+        "rail violations",
+        "double actions",
+        "state lost",
+    )
     headers += ("secrets in logs", "sent astray", "left behind")
     total = Tally("total")
     for tally in tallies:

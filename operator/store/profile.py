@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from types import MappingProxyType
+from typing import Any
 
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -20,11 +21,12 @@ def read_profile(uri: str) -> LoadProfile | None:
     fs, root = _filesystem(uri)
     root = root.rstrip("/")
 
-    def rows(name: str) -> list[dict]:
+    def rows(name: str) -> list[dict[str, Any]]:
         path = f"{root}/{name}"
         if fs.get_file_info(path).type == pafs.FileType.NotFound:
             raise FileNotFoundError(path)
-        return pq.read_table(path, filesystem=fs).to_pylist()
+        table: list[dict[str, Any]] = pq.read_table(path, filesystem=fs).to_pylist()
+        return table
 
     try:
         averages = rows("bundle_averages")

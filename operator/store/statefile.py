@@ -27,7 +27,7 @@ from typing import Any
 import structlog
 
 from pulsar_lb_operator import hints
-from pulsar_lb_operator.act.ledger import ExecutorState, ExecutorStateError
+from pulsar_lb_operator.records import ExecutorState, ExecutorStateError
 from pulsar_lb_operator.store import files
 from pulsar_lb_operator.strategies import PulsarLbError, StateError, StrategyState
 
@@ -44,7 +44,7 @@ class OperatorState:
     strategy: StrategyState = field(default_factory=StrategyState)
     executor: ExecutorState = field(default_factory=ExecutorState)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "format": STATE_FORMAT,
             "strategy": self.strategy.to_json(),

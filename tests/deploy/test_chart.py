@@ -12,9 +12,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from pulsar_lb_operator.act.executor import Outcome
 from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.cli import main
+from pulsar_lb_operator.records import Outcome
 from pulsar_lb_operator.run.daemon import Daemon
 from pulsar_lb_operator.run.leadership import LeaseClient, LeaseElector, elector_from_settings
 from pulsar_lb_operator.run.settings import OperatorSettings, resolve
@@ -355,7 +355,7 @@ def test_the_rendered_lease_settings_drive_an_elector_that_takes_the_lease():
     manifests, _, _ = render({"replicaCount": 2})
     ours, _, _ = resolve(settings_file(manifests), {}, {})
     with FakeKubeApi() as api:
-        elector = elector_from_settings(ours, client=LeaseClient(api.url, token=api.token), identity="lb-0")
+        elector = elector_from_settings(ours.lease(), client=LeaseClient(api.url, token=api.token), identity="lb-0")
         assert isinstance(elector, LeaseElector)
         assert elector.try_acquire_or_renew() and elector.is_leader()
         lease = api.lease("pulsar", manifests["Deployment"]["metadata"]["name"])
@@ -454,7 +454,7 @@ def _pod(manifests, sim, api, data_dir, name):
     ours = dataclasses.replace(
         ours, stateFile=str(data_dir / "state.json"), historyUri="", profileUri="", metricsPort=0
     )
-    elector = elector_from_settings(ours, client=LeaseClient(api.url, token=api.token), identity=name)
+    elector = elector_from_settings(ours.lease(), client=LeaseClient(api.url, token=api.token), identity=name)
     client = AdminClient(sim.admin_url, retries=1)
     return Daemon(ours, config, client, "sim", clock_ms=lambda: sim.cluster.now_ms, elector=elector)
 

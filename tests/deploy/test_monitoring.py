@@ -16,8 +16,8 @@ import promql_parser
 import pytest
 import yaml
 
-from pulsar_lb_operator.act.executor import Outcome, Record
 from pulsar_lb_operator.adminapi import AdminClient
+from pulsar_lb_operator.records import Outcome, Record
 from pulsar_lb_operator.run.cycle import CycleResult, OperatorState
 from pulsar_lb_operator.run.daemon import Daemon
 from pulsar_lb_operator.run.settings import OperatorSettings

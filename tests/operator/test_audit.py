@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from pulsar_lb_operator.act.executor import Outcome, Record
 from pulsar_lb_operator.cli import main
 from pulsar_lb_operator.record.audit import AuditPublisher, Spool, SpoolFullError
 from pulsar_lb_operator.record.audit.events import FORMAT, KIND_OF_OUTCOME, CycleContext, record_event
+from pulsar_lb_operator.records import Outcome, Record
 from pulsar_lb_operator.run.settings import OperatorSettings
 from pulsar_lb_operator.sandbox.demo import run_demo
 from pulsar_lb_operator.strategies.config import ConfigError
@@ -86,9 +86,9 @@ def test_the_brokers_last_sequence_id_is_not_sent_twice_and_a_wiped_spool_is_ren
 
 def test_settings_turn_audit_on_with_one_value_and_reject_a_bad_topic():
     settings = OperatorSettings(adminUrl="https://pulsar-broker:8443", auditEnabled=True)
-    assert settings.audit_service_url() == "pulsar+ssl://pulsar-broker:6651"
-    assert settings.audit_spool_dir() == "state/audit-spool"
-    assert OperatorSettings(adminUrl="http://b:8080").audit_service_url() == "pulsar://b:6650"
+    assert settings.audit().service_url == "pulsar+ssl://pulsar-broker:6651"
+    assert settings.audit().spool_dir == "state/audit-spool"
+    assert OperatorSettings(adminUrl="http://b:8080").audit().service_url == "pulsar://b:6650"
     with pytest.raises(ConfigError, match="auditTopic"):
         OperatorSettings(auditTopic="audit")
     with pytest.raises(ConfigError, match="auditServiceUrl"):

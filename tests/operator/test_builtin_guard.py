@@ -86,6 +86,8 @@ def test_what_the_operator_turned_off_and_a_person_turned_back_on_stops_it_again
         posts = [r for r in sim.requests if r.method == "POST"]
         first_put = next(r for r in sim.requests if r.method == "PUT")
         assert len(posts) == 1 and sim.requests.index(posts[0]) < sim.requests.index(first_put)
+        read_first = sim.requests[: sim.requests.index(posts[0])]  # never off before the load was read and planned
+        assert any(r.path.endswith("/load-report") for r in read_first)
         sim.cluster.advance(31 * 60)  # past the grace period: there is something to move again
         AdminClient(sim.admin_url).set_dynamic_config("loadBalancerSheddingEnabled", "true")  # handed back
         before = len(calls(sim))

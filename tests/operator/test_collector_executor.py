@@ -4,10 +4,11 @@ import random
 
 import pytest
 
-from pulsar_lb_operator.act.executor import Executor, ExecutorState, Outcome, Safety
+from pulsar_lb_operator.act.executor import Executor, Safety
 from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.collect.collector import collect
-from pulsar_lb_operator.run.cycle import OperatorState, run_cycle
+from pulsar_lb_operator.records import ExecutorState, Outcome
+from pulsar_lb_operator.run.cycle import CycleContext, OperatorState, run_cycle
 from pulsar_lb_operator.simulator.cluster import UNLOAD_WINDOW_S, SimulatedCluster
 from pulsar_lb_operator.simulator.faults import FaultRule
 from pulsar_lb_operator.simulator.http import serve
@@ -94,7 +95,8 @@ def test_dry_run_calls_no_mutating_endpoint(sim):
     executor = Executor(client_for(sim), "sim", Safety(dry_run=True), clock=lambda: sim.cluster.now_ms / 1000)
     state = OperatorState()
     for _ in range(3):
-        result = run_cycle(client_for(sim), "sim", config, executor, state, random.Random(1), now_ms=sim.cluster.now_ms)
+        context = CycleContext(client_for(sim), "sim", config, executor)
+        result = run_cycle(context, state, random.Random(1), now_ms=sim.cluster.now_ms)
         state = result.state
         sim.cluster.advance(60)
     assert any(r.outcome is Outcome.DRY_RUN for r in result.records)  # there was something to do
@@ -160,7 +162,7 @@ def test_a_500_on_unload_is_an_unknown_outcome_counted_as_done_and_not_retried(s
     action = _unload(sim)
     records, state = executor_for(sim).apply(Plan("t", "t", 0, (action, _unload(sim, index=1))), ExecutorState())
     assert [r.outcome for r in records] == [Outcome.UNKNOWN, Outcome.UNKNOWN] and "HTTP 500" in records[0].detail
-    assert {p["bundle"] for p in state.pending} == {action.bundle, _unload(sim, index=1).bundle}
+    assert {p.bundle for p in state.pending} == {action.bundle, _unload(sim, index=1).bundle}
     assert set(state.last_moved) == state.awaiting()
     unload_calls = [r for r in sim.requests if r.method == "PUT" and r.path.endswith("/unload")]
     assert len(unload_calls) == 2  # one attempt each

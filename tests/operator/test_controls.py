@@ -12,8 +12,8 @@ import pytest
 from prometheus_client import generate_latest
 
 from pulsar_lb_operator import cli
-from pulsar_lb_operator.act.executor import Outcome
 from pulsar_lb_operator.act.safety import OFF_VALUES, Safety, switch_on
+from pulsar_lb_operator.records import Outcome
 from pulsar_lb_operator.run import status_page
 from pulsar_lb_operator.run.settings import OTHER_ENVIRONMENT, resolve
 from pulsar_lb_operator.store.control import ControlFile

@@ -1,5 +1,6 @@
 """The daemon end to end against the simulator over loopback."""
 
+import dataclasses
 import os
 import re
 import signal
@@ -10,9 +11,9 @@ import time
 import pytest
 import requests
 
-from pulsar_lb_operator.act.executor import Outcome
 from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.benchmarks.metrics import RunMetrics
+from pulsar_lb_operator.records import Outcome
 from pulsar_lb_operator.run.daemon import Daemon
 from pulsar_lb_operator.run.settings import OperatorSettings
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
@@ -23,7 +24,7 @@ from pulsar_lb_operator.strategies import LoadBalancerConfig
 from tests.builders import free_port, operator_script
 
 
-def make_daemon(sim, tmp_path, **settings):
+def make_daemon(sim, tmp_path, pulsar=None, **settings):
     base = {
         "dryRun": False,
         "pauseSeconds": 0,
@@ -33,7 +34,7 @@ def make_daemon(sim, tmp_path, **settings):
         "historyUri": str(tmp_path / "history"),
         "profileUri": str(tmp_path / "profile"),
     }
-    config = LoadBalancerConfig().replace(sim.cluster.scenario.config)
+    config = LoadBalancerConfig().replace({**sim.cluster.scenario.config, **(pulsar or {})})
     client = AdminClient(sim.admin_url, retries=1)
     return Daemon(OperatorSettings(**{**base, **settings}), config, client, "sim", clock_ms=lambda: sim.cluster.now_ms)
 
@@ -62,7 +63,7 @@ def test_heterogeneous_load_goes_to_the_idle_alike_broker_never_to_the_busy_mach
     """AvgShedder pairs 10 with 70 here (the 70 has nothing to give) and leaves 50 unpaired, PIP-364's
     "normal" rating; TransferShedder moves on from a broker without bundles to the next one."""
     daemon = make_daemon(served, tmp_path)
-    daemon.shedding = "TransferShedder"
+    daemon.cycle = dataclasses.replace(daemon.cycle, shedding="TransferShedder")
     before = RunMetrics().record(served.cluster).usage
     metrics = drive(served, daemon, 15)
     last = metrics.samples[-1].usage
@@ -81,8 +82,7 @@ def test_rolling_restart_the_last_broker_gets_its_share_back(served, tmp_path):
 
 
 def test_failures_mid_cycle_never_crash_and_never_act_unsafely(served, tmp_path):
-    daemon = make_daemon(served, tmp_path)
-    daemon.config = daemon.config.replace({"loadBalancerAvgShedderHitCountHighThreshold": 1})
+    daemon = make_daemon(served, tmp_path, pulsar={"loadBalancerAvgShedderHitCountHighThreshold": 1})
     # a 500 on every unload: each is an unknown outcome, counted toward the caps; the daemon goes on
     served.add_fault(
         FaultRule("broker-0", path="/unload", status=500, body="--- An unexpected error occurred in the server ---")
@@ -94,7 +94,7 @@ def test_failures_mid_cycle_never_crash_and_never_act_unsafely(served, tmp_path)
     served.clear_faults()
     # a slow broker is left out of the cycle, the others are still planned
     served.add_fault("broker-1:*:/broker-stats/load-report:delay=2")
-    daemon.settings = OperatorSettings(**{**vars(daemon.settings), "brokerTimeoutSeconds": 0.5})
+    daemon.cycle = dataclasses.replace(daemon.cycle, broker_timeout_s=0.5)
     result = daemon.run_once()
     assert result is not None and len(result.skipped_brokers) == 1
     served.clear_faults()
@@ -117,7 +117,7 @@ def test_failures_mid_cycle_never_crash_and_never_act_unsafely(served, tmp_path)
     assert not [q for q in served.requests if q.method == "PUT" and any(d in q.query for d in dead)]
     # the admin URL itself unreachable: the cycle fails, the daemon does not
     daemon.executor.apply = original
-    daemon.client = AdminClient("http://127.0.0.1:1", retries=1)
+    daemon.cycle = dataclasses.replace(daemon.cycle, client=AdminClient("http://127.0.0.1:1", retries=1))
     assert daemon.run_once() is None and daemon.metrics.cycles.labels("error")._value.get() == 1
 
 
@@ -133,7 +133,7 @@ def test_a_restart_keeps_hit_counters_and_cooldowns(served, tmp_path):
     assert moved  # the second consecutive hit acted
     third = make_daemon(served, tmp_path)
     assert set(moved) <= set(third.state.executor.last_moved)  # cooldowns survived too
-    assert {p["bundle"] for p in third.state.executor.pending} == set(moved)
+    assert {p.bundle for p in third.state.executor.pending} == set(moved)
 
 
 def test_the_scheduled_daemon_serves_probes_and_stops_cleanly(tmp_path):
@@ -234,7 +234,7 @@ def test_predictive_pairing_closes_the_heterogeneous_gap_over_http(served, tmp_p
         tmp_path / "profile", day_of_history_profile(served.cluster.scenario, lambda _s: served.cluster).cost_models
     )
     daemon = make_daemon(served, tmp_path, profileUri=str(tmp_path / "profile"))
-    daemon.shedding = "PredictivePairingShedder"
+    daemon.cycle = dataclasses.replace(daemon.cycle, shedding="PredictivePairingShedder")
     before = RunMetrics().record(served.cluster).usage
     metrics = drive(served, daemon, 8)
     last = metrics.samples[-1].usage

@@ -19,10 +19,11 @@ import pulsar
 import pytest
 
 from pulsar_lb_operator import cli
-from pulsar_lb_operator.act.executor import Executor, Outcome, Safety
+from pulsar_lb_operator.act.executor import Executor, Safety
 from pulsar_lb_operator.adminapi import AdminClient, AdminError
 from pulsar_lb_operator.collect import elm
-from pulsar_lb_operator.run.cycle import OperatorState, run_cycle
+from pulsar_lb_operator.records import Outcome
+from pulsar_lb_operator.run.cycle import CycleContext, OperatorState, run_cycle
 from pulsar_lb_operator.run.daemon import Daemon
 from pulsar_lb_operator.run.settings import OperatorSettings
 from pulsar_lb_operator.sandbox import demo
@@ -195,17 +196,8 @@ def test_a_cycle_reads_brokerloaddata_and_top_bundles_with_pulsar_client_and_tra
         clock = lambda: cluster.now_ms / 1000  # noqa: E731
         executor = Executor(client, "sim", Safety(dry_run=False), clock=clock, sleep=lambda _s: None)
         try:
-            result = run_cycle(
-                client,
-                "sim",
-                config,
-                executor,
-                OperatorState(),
-                random.Random(1),
-                "TransferShedder",
-                now_ms=cluster.now_ms,
-                load_manager=session,
-            )
+            context = CycleContext(client, "sim", config, executor, "TransferShedder", load_manager=session)
+            result = run_cycle(context, OperatorState(), random.Random(1), now_ms=cluster.now_ms)
         finally:
             session.close()
             client.close()
@@ -367,7 +359,7 @@ def test_detection_reads_the_class_name_and_version_never_the_load_reports_statu
 
 
 @pytest.mark.parametrize("release", list(RELEASES))
-def test_a_modular_cluster_keeps_its_load_reports_and_its_guard_before_anything_else(release):
+def test_a_modular_cluster_keeps_its_load_reports(release):
     doc = {**ELM_SCENARIO, "loadManager": "modular", "brokerVersion": RELEASES[release]}
     with serve(lambda allocate: SimulatedCluster(parse_scenario(doc), allocate)) as served:
         check_modular(served, RELEASES[release])
@@ -375,41 +367,14 @@ def test_a_modular_cluster_keeps_its_load_reports_and_its_guard_before_anything_
 
 def check_modular(served, version):
     client = AdminClient(served.admin_url)
-    order = []
-    session = elm.Session(guard=lambda: order.append(len(served.requests)))
+    session = elm.Session()
     executor = Executor(client, "sim", Safety(dry_run=True), sleep=lambda _s: None)
-    result = run_cycle(
-        client,
-        "sim",
-        LoadBalancerConfig(),
-        executor,
-        OperatorState(),
-        random.Random(1),
-        now_ms=served.cluster.now_ms,
-        load_manager=session,
-    )
+    context = CycleContext(client, "sim", LoadBalancerConfig(), executor, load_manager=session)
+    result = run_cycle(context, OperatorState(), random.Random(1), now_ms=served.cluster.now_ms)
     assert result.load_manager.kind == "modular" and result.load_manager.version == version
     brokers = result.snapshot.brokers.values()
     assert len(brokers) == 3 and sum(len(b.lastStats) for b in brokers) == 16  # every bundle's stats: load reports
-    assert order and not any("load-report" in r.path for r in served.requests[: order[0]])  # guard first
     assert session.reader is None  # no pulsar-client on a modular cluster
-    now = served.cluster.now_ms
-    run_cycle(
-        client, "sim", LoadBalancerConfig(), executor, result.state, random.Random(2), now_ms=now, load_manager=session
-    )
-    assert len(order) == 1  # the guard runs once
-    client.close()
-
-
-def test_a_load_manager_that_cannot_be_read_defers_the_guard_until_the_load_was_read(served):
-    served.add_fault("*:GET:/configuration/runtime:status=500")
-    client = AdminClient(served.admin_url, retries=1)
-    calls = []
-    session = elm.Session(guard=lambda: calls.append(1))
-    found = session.begin(client)
-    assert found.kind == "unknown" and "configuration/runtime" in found.error and not calls
-    session.collect(client, "sim", LoadBalancerConfig(), found, now_ms=served.cluster.now_ms)
-    assert calls == [1]  # load reports were read: a modular cluster after all
     client.close()
 
 
@@ -615,10 +580,8 @@ def transfer_cycles(dry_run: bool = False):
         state = [OperatorState()]
 
         def cycle():
-            result = run_cycle(
-                client, "sim", config, executor, state[0], random.Random(1), "TransferShedder",
-                now_ms=cluster.now_ms, load_manager=session,
-            )  # fmt: skip
+            context = CycleContext(client, "sim", config, executor, "TransferShedder", load_manager=session)
+            result = run_cycle(context, state[0], random.Random(1), now_ms=cluster.now_ms)
             state[0] = result.state
             return result
 
@@ -713,7 +676,7 @@ def test_only_the_first_read_waits_and_says_so_up_front_with_a_progress_line_on_
         try:
             for _ in range(2):
                 with pytest.raises(elm.ElmDataUnreadable, match="no active broker's BrokerLoadData"):
-                    session.collect(client, "sim", LoadBalancerConfig(), found, guard=False)
+                    session.collect(client, "sim", LoadBalancerConfig(), found)
         finally:
             session.close()
             client.close()
@@ -729,7 +692,7 @@ def test_the_executor_transfers_on_elm_and_verifies_the_destination_owns_it_and_
     """ELM's transfer as the operator observes it: the unload goes to the owner with destinationBroker (no leader
     hop), the destination owns the bundle when the 204 comes; the verification a cycle later says so. An unload
     whose bundle reached the destination in between gets ELM's 500, named as such, and verifies as planned."""
-    from pulsar_lb_operator.act.executor import ExecutorState
+    from pulsar_lb_operator.records import ExecutorState
     from pulsar_lb_operator.strategies.plans import Plan, Unload
 
     with elm_cluster(publish=False) as (sim, _):
@@ -778,19 +741,19 @@ def test_on_elms_reporting_cadence_kept_readers_hold_every_broker_and_the_rest_a
             kept.connect(client)
             reporters.publish(force=True)  # the brokers start: each writes once
             assert kept.reader.caught_up(reporters.sent, 10)
-            first = kept.collect(client, "sim", config, found, now_ms=cluster.now_ms, guard=False)
+            first = kept.collect(client, "sim", config, found, now_ms=cluster.now_ms)
             assert set(first.snapshot.brokers) == set(cluster.active_ids()) and not first.skipped
             written = reporters.sent[bld]
             for _ in range(6):  # six steady minutes: top bundles every sample, no BrokerLoadData
                 cluster.advance(60)
             assert kept.reader.caught_up(reporters.sent, 10) and reporters.sent[bld] == written
-            second = kept.collect(client, "sim", config, found, now_ms=cluster.now_ms, guard=False)
+            second = kept.collect(client, "sim", config, found, now_ms=cluster.now_ms)
             assert set(second.snapshot.brokers) == set(cluster.active_ids()) and not second.skipped
             assert all(cluster.now_ms - load.lastUpdate >= 360_000 for load in second.snapshot.brokers.values())
 
             strict = config.replace({"loadBalancerBrokerLoadDataTTLInSeconds": 120})  # older than this: stale
             with pytest.raises(elm.ElmDataUnreadable, match=r"3 active brokers, 0 not heard, 3 unusable: .* stale"):
-                kept.collect(client, "sim", strict, found, now_ms=cluster.now_ms, guard=False)
+                kept.collect(client, "sim", strict, found, now_ms=cluster.now_ms)
 
             fresh = elm.Session(reporters.service_url, read_timeout_s=2.0)  # an operator started just now
             fresh.connect(client)
@@ -805,10 +768,10 @@ def test_on_elms_reporting_cadence_kept_readers_hold_every_broker_and_the_rest_a
             # busy's and idle's tombstones; their BrokerLoadData at the next check (the averages start over, from the
             # sample before the move); again after their next sample (their throughput changed by more than 10 %)
             assert reporters.sent[bld] == written + 6
-            heard_now = fresh.collect(client, "sim", config, found, now_ms=cluster.now_ms, guard=False)
+            heard_now = fresh.collect(client, "sim", config, found, now_ms=cluster.now_ms)
             assert set(heard_now.snapshot.brokers) == {busy, idle}
             assert heard_now.skipped == {steady: f"no BrokerLoadData on {bld} within 2 s of reading it"}
-            held = kept.collect(client, "sim", strict, found, now_ms=cluster.now_ms, guard=False)
+            held = kept.collect(client, "sim", strict, found, now_ms=cluster.now_ms)
             assert set(held.snapshot.brokers) == {busy, idle}
             assert set(held.skipped) == {steady}
             assert "BrokerLoadData is stale: updated 420 s ago" in held.skipped[steady]
@@ -874,7 +837,7 @@ def test_elms_readers_authenticate_as_the_admin_client_does_at_the_clusters_own_
     client, _ = live.connect(settings)
     asked = []
     monkeypatch.setattr(client, "get_json", lambda path, **_: asked.append(path) or CLUSTER_DATA)
-    session = elm.Session.from_settings(settings)
+    session = elm.Session.from_settings(settings.elm())
     try:
         session.connect(client, "c")
     finally:

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from pulsar_lb_operator.act.executor import ExecutorState, Outcome
 from pulsar_lb_operator.adminapi import AdminClient
+from pulsar_lb_operator.records import ExecutorState, Outcome
 from pulsar_lb_operator.run.daemon import Daemon
 from pulsar_lb_operator.run.leadership import STATE_ANNOTATION, LeaseClient, LeaseElector
 from pulsar_lb_operator.run.settings import OperatorSettings

@@ -389,7 +389,7 @@ def test_in_cluster_configuration_comes_from_the_pods_service_account(tmp_path):
 
 
 def test_settings_choose_the_elector_and_validate_the_durations(api, monkeypatch, tmp_path):
-    assert isinstance(elector_from_settings(OperatorSettings()), AlwaysLeader)
+    assert isinstance(elector_from_settings(OperatorSettings().lease()), AlwaysLeader)
     settings = OperatorSettings(
         leaderElection=True,
         leaseName="lb-x",
@@ -398,7 +398,7 @@ def test_settings_choose_the_elector_and_validate_the_durations(api, monkeypatch
         renewDeadlineSeconds=DEADLINE,
         retryPeriodSeconds=RETRY,
     )
-    elected = elector_from_settings(settings, client=LeaseClient(api.url, token="token-a"), identity="pod-a")
+    elected = elector_from_settings(settings.lease(), client=LeaseClient(api.url, token="token-a"), identity="pod-a")
     assert isinstance(elected, LeaseElector)
     assert (elected.name, elected.namespace, elected.identity) == ("lb-x", "pulsar", "pod-a")
     assert (elected.lease_duration, elected.renew_deadline, elected.retry_period) == (LEASE, DEADLINE, RETRY)
@@ -407,9 +407,9 @@ def test_settings_choose_the_elector_and_validate_the_durations(api, monkeypatch
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setattr(leadership, "SERVICE_ACCOUNT_DIR", tmp_path / "no-such-dir")
     with pytest.raises(ConfigError, match=r"^leaderElection: "):
-        elector_from_settings(settings)
+        elector_from_settings(settings.lease())
     with pytest.raises(ConfigError, match=r"^leaseNamespace: "):
-        elector_from_settings(OperatorSettings(leaderElection=True))
+        elector_from_settings(OperatorSettings(leaderElection=True).lease())
 
     for bad, key in [
         ({"renewDeadlineSeconds": 15.0}, "renewDeadlineSeconds"),

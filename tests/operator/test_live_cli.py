@@ -11,7 +11,7 @@ import time
 import pytest
 
 from pulsar_lb_operator import cli
-from pulsar_lb_operator.act.executor import ExecutorState
+from pulsar_lb_operator.records import ExecutorState, Pending
 from pulsar_lb_operator.run.cycle import OperatorState
 from pulsar_lb_operator.simulator.faults import FaultRule
 from pulsar_lb_operator.store import statefile
@@ -163,8 +163,8 @@ def test_action_logs_are_json_with_the_cycle_and_the_decision(sim, capsys, monke
 def fresh_state(path, cooled, waiting):
     """An operator state: one bundle moved a moment ago (in cooldown), one whose last unload is not verified yet."""
     now = int(time.time() * 1000)
-    unverified = {"type": "unload", "bundle": waiting["bundle"], "source": waiting["source"], "at": now}
-    executor = ExecutorState({cooled["bundle"]: now}, ({**unverified, "destination": None},))
+    unverified = Pending("unload", waiting["bundle"], waiting["source"], None, now)
+    executor = ExecutorState({cooled["bundle"]: now}, (unverified,))
     statefile.save(str(path), OperatorState(executor=executor))
     return str(path)
 
@@ -263,4 +263,4 @@ def test_ctrl_c_between_actions_stops_before_the_next_call_with_what_was_sent_on
     assert {o["detail"] for o in result["outcomes"][1:5]} == {"shutting down"}
     assert len(unload_calls(sim)) == 1
     state = statefile.load(tmp_path / "state" / "operator-state.json")
-    assert [p["bundle"] for p in state.executor.pending] == [first["bundle"]]  # sent, so verified next time
+    assert [p.bundle for p in state.executor.pending] == [first["bundle"]]  # sent, so verified next time

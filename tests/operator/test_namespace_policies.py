@@ -8,10 +8,11 @@ import random
 
 import pytest
 
-from pulsar_lb_operator.act.executor import Executor, ExecutorState, Outcome, Safety
+from pulsar_lb_operator.act.executor import Executor, Safety
 from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.collect.collector import collect
-from pulsar_lb_operator.run.cycle import OperatorState, run_cycle
+from pulsar_lb_operator.records import ExecutorState, Outcome
+from pulsar_lb_operator.run.cycle import CycleContext, OperatorState, run_cycle
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.http import serve
 from pulsar_lb_operator.simulator.scenario import parse_scenario
@@ -165,16 +166,8 @@ def _cycles(sim, cycles, strategy="AvgShedder", **config):
     state, rng, result = OperatorState(), random.Random(7), None
     executor = executor_for(sim, cooldown_minutes=5, max_unloads_per_cycle=6)
     for _ in range(cycles):
-        result = run_cycle(
-            client_for(sim),
-            "sim",
-            LoadBalancerConfig().replace(settings),
-            executor,
-            state,
-            rng,
-            shedding=strategy,
-            now_ms=sim.cluster.now_ms,
-        )
+        context = CycleContext(client_for(sim), "sim", LoadBalancerConfig().replace(settings), executor, strategy)
+        result = run_cycle(context, state, rng, now_ms=sim.cluster.now_ms)
         state = result.state
         sim.cluster.advance(60)
     return result

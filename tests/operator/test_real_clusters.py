@@ -15,12 +15,13 @@ import responses
 import yaml
 
 from pulsar_lb_operator import cli
-from pulsar_lb_operator.act.executor import Executor, Outcome, Safety
+from pulsar_lb_operator.act.executor import Executor, Safety
 from pulsar_lb_operator.adminapi import AdminClient, BadResponse, Conflict, ServerError, errors
 from pulsar_lb_operator.adminapi.auth import OAuth2Credentials, TokenCredentials, from_settings
 from pulsar_lb_operator.record.audit import AuditPublisher, Spool
+from pulsar_lb_operator.records import Outcome
 from pulsar_lb_operator.run import live
-from pulsar_lb_operator.run.cycle import OperatorState, run_cycle
+from pulsar_lb_operator.run.cycle import CycleContext, OperatorState, run_cycle
 from pulsar_lb_operator.run.settings import OperatorSettings, resolve
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.http import serve
@@ -215,7 +216,7 @@ def test_the_template_override_and_redirects_to_published_addresses_rerouted():
 
 def _cycle(client, settings, config, state, cluster):
     executor = Executor(client, cluster, settings.safety(config))
-    return run_cycle(client, cluster, config, executor, state, random.Random(1))
+    return run_cycle(CycleContext(client, cluster, config, executor), state, random.Random(1))
 
 
 def test_a_token_file_rotated_in_place_is_picked_up_between_cycles_without_restart(tmp_path):
@@ -386,7 +387,7 @@ def test_the_audit_publisher_authenticates_as_the_admin_client_does(plugin, tmp_
     values = auth_settings(plugin, tmp_path, SECRET)
     settings = OperatorSettings(adminUrl="https://broker:8443", auditEnabled=True, caBundle="ca.pem", **values)
     publisher = AuditPublisher(Spool(tmp_path / "spool"), "pulsar+ssl://broker:6651", "persistent://p/a/t")
-    publisher._credentials = from_settings(settings)
+    publisher._credentials = from_settings(settings.auth())
     publisher._ensure_producer()
     client = next(m for m in _Recorder.made if type(m).__name__ == "Client")
     authentication = client.kwargs["authentication"]
@@ -442,7 +443,7 @@ def test_an_unload_of_a_bundle_already_being_unloaded_is_unknown_in_transition_t
         unloads = [r for r in first.records if r.outcome is not Outcome.SKIPPED]  # (5 per broker at most)
         assert len(unloads) == 5 and {r.outcome for r in unloads} == {Outcome.UNKNOWN}
         assert all(r.detail.startswith("HTTP 500: in transition") and "is being unloaded" in r.detail for r in unloads)
-        assert {p["bundle"] for p in first.state.executor.pending} == {r.action.bundle for r in unloads}
+        assert {p.bundle for p in first.state.executor.pending} == {r.action.bundle for r in unloads}
         assert first.failed == len(unloads)  # counted as done, with a person to look: exit 1 for rebalance
 
         sim.cluster.advance(5)  # the window passed; the clients looked the bundles up again

@@ -10,9 +10,10 @@ import random
 import pytest
 
 from pulsar_lb_operator import cli
-from pulsar_lb_operator.act.executor import Executor, ExecutorState, Outcome, Safety
+from pulsar_lb_operator.act.executor import Executor, Safety
 from pulsar_lb_operator.adminapi import AdminClient
-from pulsar_lb_operator.run.cycle import OperatorState, run_cycle
+from pulsar_lb_operator.records import ExecutorState, Outcome
+from pulsar_lb_operator.run.cycle import CycleContext, OperatorState, run_cycle
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.faults import FaultRule
 from pulsar_lb_operator.simulator.http import serve
@@ -200,16 +201,9 @@ def test_dry_run_from_any_source_sends_nothing(live_served, tmp_path, capsys, mo
 def test_the_state_of_a_cycle_is_saved_before_each_action_and_after(sim, tmp_path):
     config = LoadBalancerConfig().replace({"loadBalancerAvgShedderHitCountHighThreshold": 1})
     saved = []
-    result = run_cycle(
-        AdminClient(sim.admin_url),
-        "sim",
-        config,
-        executor_for(sim),
-        OperatorState(),
-        random.Random(1),
-        now_ms=sim.cluster.now_ms,
-        save=lambda s: saved.append(json.loads(json.dumps(s.to_json()))),
-    )
+    save = lambda s: saved.append(json.loads(json.dumps(s.to_json())))  # noqa: E731
+    context = CycleContext(AdminClient(sim.admin_url), "sim", config, executor_for(sim), save=save)
+    result = run_cycle(context, OperatorState(), random.Random(1), now_ms=sim.cluster.now_ms)
     sent = [r for r in result.records if r.outcome is Outcome.EXECUTED]
     assert sent and len(saved) == 2 * len(sent)  # one before each call, one after its answer
     first_before = saved[0]["executor"]["pending"]

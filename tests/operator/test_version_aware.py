@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from pulsar_lb_operator.act.executor import Executor, ExecutorState, Outcome, Safety
+from pulsar_lb_operator.act.executor import Executor, Safety
 from pulsar_lb_operator.adminapi import AdminClient
+from pulsar_lb_operator.records import ExecutorState, Outcome
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.http import serve
 from pulsar_lb_operator.simulator.scenario import parse_scenario

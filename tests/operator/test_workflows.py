@@ -11,8 +11,8 @@ import pytest
 import requests
 
 from pulsar_lb_operator import cli
-from pulsar_lb_operator.act.executor import Outcome
 from pulsar_lb_operator.adminapi import AdminClient
+from pulsar_lb_operator.records import Outcome
 from pulsar_lb_operator.run.daemon import Daemon
 from pulsar_lb_operator.run.settings import OperatorSettings
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster

@@ -21,7 +21,7 @@ from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.benchmarks import suite
 from pulsar_lb_operator.benchmarks.metrics import RunMetrics
 from pulsar_lb_operator.collect.collector import MAX_CONCURRENCY, collect, concurrency
-from pulsar_lb_operator.run.cycle import OperatorState, run_cycle
+from pulsar_lb_operator.run.cycle import CycleContext, OperatorState, run_cycle
 from pulsar_lb_operator.sandbox import demo
 from pulsar_lb_operator.simulator.cluster import Ownership, SimulatedCluster
 from pulsar_lb_operator.simulator.connection import HttpConnection
@@ -301,7 +301,7 @@ def test_the_operator_balances_200_brokers_over_http_in_dry_run_then_for_real():
             dry = cycle < 2
             safety = Safety(dry_run=dry, cooldown_minutes=config.loadBalancerSheddingGracePeriodMinutes)
             executor = Executor(client, "sim", safety, clock=clock, sleep=lambda _s: None)
-            result = run_cycle(client, "sim", config, executor, state, rng, now_ms=cluster.now_ms)
+            result = run_cycle(CycleContext(client, "sim", config, executor), state, rng, now_ms=cluster.now_ms)
             assert not result.skipped_brokers and len(result.snapshot.brokers) == 200
             state = result.state
             results.append(result)

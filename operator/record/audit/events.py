@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pulsar_lb_operator.act.executor import Outcome, Record
+from pulsar_lb_operator.records import Outcome, Record
 from pulsar_lb_operator.strategies import Plan
 
 FORMAT = "pulsar-lb-audit/1"

@@ -15,13 +15,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
 import tenacity
 
 from pulsar_lb_operator.adminapi import auth
-from pulsar_lb_operator.adminapi.auth import Credentials
+from pulsar_lb_operator.adminapi.auth import AuthSettings, Credentials
 from pulsar_lb_operator.record.audit.spool import Spool
 from pulsar_lb_operator.strategies import ConfigError
 
@@ -33,30 +34,42 @@ _client_log = logging.getLogger("pulsar_lb_operator.pulsar_client")
 _client_log.setLevel(logging.CRITICAL)
 
 
+@dataclass(frozen=True)
+class AuditSettings:
+    """What the audit events' publisher reads from the operator's settings (run/settings.py builds it)."""
+
+    enabled: bool  # auditEnabled
+    service_url: str | None  # auditServiceUrl, else derived from adminUrl; None: nowhere to publish
+    topic: str  # auditTopic
+    spool_dir: str  # auditSpoolDir, else beside stateFile
+    spool_max_bytes: int  # auditSpoolMaxMegabytes
+    auth: AuthSettings  # as the admin client's: token, TLS certificate or OAuth2
+    ca_file: str | None = None  # caBundle
+    tls_verify: bool = True  # tlsVerify
+
+
 def from_settings(
-    settings: Any,
+    settings: AuditSettings,
     on_sent: Callable[[], None] = lambda: None,
     on_dropped: Callable[[], None] = lambda: None,
 ) -> AuditPublisher | None:
-    """The started publisher ``auditEnabled`` asks for, or None. ``settings``: the operator's (run/settings.py),
-    read by attribute as adminapi/auth.py reads them, so recording does not depend on what runs it."""
-    service_url = settings.audit_service_url()
-    if not settings.auditEnabled or not service_url:
+    """The started publisher ``auditEnabled`` asks for, or None."""
+    if not settings.enabled or not settings.service_url:
         return None
     try:
-        spool = Spool(settings.audit_spool_dir(), int(settings.auditSpoolMaxMegabytes * 2**20))
+        spool = Spool(settings.spool_dir, settings.spool_max_bytes)
     except OSError as exc:
         raise ConfigError(
-            f"auditSpoolDir: {settings.audit_spool_dir()!r} cannot be used as the audit spool directory "
+            f"auditSpoolDir: {settings.spool_dir!r} cannot be used as the audit spool directory "
             f"({exc.strerror or exc}); point auditSpoolDir at a writable directory"
         ) from None
     return AuditPublisher(
         spool,
-        service_url,
-        settings.auditTopic,
-        credentials=auth.from_settings(settings),  # as the admin client's: token, TLS certificate or OAuth2
-        ca_file=settings.caBundle,
-        tls_verify=settings.tlsVerify,
+        settings.service_url,
+        settings.topic,
+        credentials=auth.from_settings(settings.auth),
+        ca_file=settings.ca_file,
+        tls_verify=settings.tls_verify,
         on_sent=on_sent,
         on_dropped=on_dropped,
     ).start()
@@ -138,11 +151,15 @@ class AuditPublisher:
 
     # ------------------------------------------------------------------ the sender thread
 
+    def _pause(self, seconds: float) -> None:
+        """tenacity's sleep between attempts, cut short by ``stop()``."""
+        self._stop.wait(seconds)
+
     def _run(self) -> None:
         retrying = tenacity.Retrying(
             wait=tenacity.wait_exponential(multiplier=0.5, max=self._max_backoff_s),
             stop=lambda _state: self._stop.is_set(),
-            sleep=self._stop.wait,
+            sleep=self._pause,
             before_sleep=self._on_retry,
             retry=tenacity.retry_if_exception_type(Exception),
             reraise=True,
