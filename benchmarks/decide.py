@@ -28,7 +28,7 @@ owns its heartbeat namespace's bundle (a system namespace, never shed). CPU usag
 background plus 50 points at the mean msg rate, so the busiest brokers are over the overload threshold.
 The state is what a cycle a minute before left (every bundle sampled once), and AvgShedder's and
 TransferShedder's hit-count thresholds are set so they act on this cycle (as ``--set
-loadBalancerAvgShedderHitCountHighThreshold=1`` does in the README's example); PredictivePairingShedder
+loadBalancerAvgShedderHitCountHighThreshold=1`` does in docs/configuration.md's example); PredictivePairingShedder
 gets that CPU law as every broker's cost model, so it does not fall back to AvgShedder.
 """
 

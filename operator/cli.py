@@ -538,7 +538,8 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
     command = "operator " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["benchmark"] else "operator benchmark"
     seeds = range(args.seed, args.seed + ((args.runs or 5) if args.family else args.seeds))
     options = (args.scenario, args.strategy, seeds, args.target, args.jobs, Path(args.out), not args.no_plots)
-    return benchmark.benchmark_command(*options, args.history, command, family=args.family)
+    with lifecycle.exit_on_signals():  # SIGTERM ends it as Ctrl-C does: the pool's workers are stopped with it
+        return benchmark.benchmark_command(*options, args.history, command, family=args.family)
 
 
 def cmd_rehearse(args: argparse.Namespace) -> int:

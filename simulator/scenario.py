@@ -1,6 +1,6 @@
 """Scenario files (YAML or JSON): brokers, namespaces, topics, traffic patterns, events and duration.
 
-The schema is documented in the README ("Scenario files"); ``load_scenario`` validates a file and
+The schema is documented in docs/simulator.md ("Scenario files"); ``load_scenario`` validates a file and
 names the offending key on any error.
 """
 

@@ -2,7 +2,7 @@
 
 Run once, locally:
     operator aggregate --history history/ --out profile/ [--full] [--master local[2]]
-or on a cluster (``operator spark-package --out pulsar_lb.zip`` builds what it needs; the README's "on a
+or on a cluster (``operator spark-package --out pulsar_lb.zip`` builds what it needs; docs/history.md's "On a
 cluster" section is the command):
     spark-submit --master spark://host:7077 --py-files pulsar_lb.zip pulsar_lb_job.py \\
         --history s3a://bucket/pulsar-lb/history --out s3a://bucket/pulsar-lb/profile

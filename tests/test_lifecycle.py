@@ -137,3 +137,11 @@ def test_a_signal_the_command_was_started_ignoring_stays_ignored(tmp_path):
             proc.kill()
             proc.wait()
         proc.stdout.close()
+
+
+@pytest.mark.parametrize("signum", SIGNALS)
+def test_operator_benchmark_leaves_no_worker_behind(signum, tmp_path):
+    """The benchmark runs its scenarios in a pool of worker processes: a signal once two are working ends them all."""
+    workers = lambda output, others: len(others.split()) >= 2  # noqa: E731
+    args = ["benchmark", "--seeds", "3", "--jobs", "2", "--no-plots", "--out", str(tmp_path / "report")]
+    assert_nothing_left(left_behind(args, signum, up_for(2.0, workers), 130))

@@ -1,7 +1,7 @@
 """Execute: apply a plan one action at a time, behind safety rails, and verify where unloads went.
 
 The operator must never make a cluster worse than it found it, whatever the cluster does. The
-invariants (README, "Safety"):
+invariants (docs/safety.md):
 
 - Caps hold at the moment of sending: every unload or split sent counts toward
   ``max_unloads_per_cycle`` and ``max_unloads_per_broker`` before it is sent, whatever comes back.

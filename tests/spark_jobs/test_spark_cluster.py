@@ -1,4 +1,4 @@
-"""The load-profile job on a real standalone Spark master, submitted as the README's "on a cluster" says.
+"""The load-profile job on a real standalone Spark master, submitted as docs/history.md's "On a cluster" says.
 
 A master and one worker start from the installed pyspark (``spark-class``) on 127.0.0.1, on free ports;
 ``operator spark-package`` builds the zip and launcher; ``spark-submit`` runs them from a Python that does
