@@ -48,7 +48,7 @@ ELM_SCENARIO = {
         "loadBalancerAutoBundleSplitEnabled": False,
     },
 }
-# the Pulsar releases of the "Which Pulsar" table (docs/pulsar-versions.md), as the simulated brokers' version (brokerVersion)
+# the releases of the "Which Pulsar" table (docs/pulsar-versions.md), as the simulated brokers' brokerVersion
 RELEASES = {"3.0": "3.0.0", "3.3": "3.3.2", "4.0": "4.0.4", "master": "4.2.0-SNAPSHOT"}
 ACT_NOW = ["--set", "loadBalancerSheddingConditionHitCountThreshold=0", "--set", "pauseSeconds=0"]
 TOPIC = "non-persistent://pulsar/system/loadbalancer-broker-load-data"
