@@ -36,6 +36,9 @@ meanwhile, and the ratios compare figures of the same run. Then the slope: how e
 10,000 bundles between consecutive sizes (linear growth keeps it flat). ``--profile`` prints where
 collect's CPU time goes (cProfile on every collecting thread). Cores and load of the machine matter: the
 simulator and the operator each want a core.
+
+About 620 lines because it is one benchmark run as one script: the cluster's generator, the serving process, the
+measuring process and the report's table, each only used by the others.
 """
 
 from __future__ import annotations
