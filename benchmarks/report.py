@@ -112,8 +112,8 @@ def run_bound(run: RunResult, bounds: dict[RunKey, int]) -> int:
     """The lower bound of moves ``run`` is judged against: its scenario's (``lower_bounds``), or, where the run had
     scenario events, the sum of the bounds at its start and at each event, as the run itself met them — each
     restart or join asks for moves of its own (a restarted broker comes back empty and is refilled), as the
-    scenario families judge each disturbance. Excursions are left out: whether the spread drifts apart depends
-    on what the strategy did, and a drift is judged as jitter."""
+    scenario families judge each disturbance. Excursions are left out: an excursion's bound is the most the drift
+    needed while it lasted, which grows the longer a strategy leaves it, so summing it would reward waiting."""
     at_events = sum(s["moves"] for s in run.metrics.get("segments", ()) if s["kind"] != "excursion")
     return max(bounds[(run.scenario, run.seed)], at_events)
 
