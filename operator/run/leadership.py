@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
@@ -534,4 +534,4 @@ def _number(value: Any) -> float:
 
 def _micro_time() -> str:
     """A metav1.MicroTime: RFC 3339 in UTC with microseconds (informative only: we never trust it)."""
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
