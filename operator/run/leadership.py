@@ -88,7 +88,9 @@ class LeaseElector:
             )
         namespace = namespace or pod_namespace()
         if not namespace:
-            raise ConfigError(f"leaseNamespace: not set, and {SERVICE_ACCOUNT_DIR / 'namespace'} is not readable")
+            raise ConfigError(
+                f"leaseNamespace: not set, and {SERVICE_ACCOUNT_DIR / 'namespace'} is not readable (not in a pod?)"
+            )
         self.name = name
         self.namespace = namespace
         # a round of two requests (GET, then PUT) fits in the time between the last try and the deadline
@@ -508,17 +510,9 @@ def elector_from_settings(
     else an AlwaysLeader. Raises ConfigError, naming the key, when the pod cannot do leader election."""
     if not settings.enabled:
         return AlwaysLeader(identity, on_change)
-    namespace = settings.namespace or pod_namespace()
-    if not namespace:
-        raise ConfigError(
-            f"leaseNamespace: not set, and {SERVICE_ACCOUNT_DIR / 'namespace'} is not readable (not in a pod?)"
-        )
-    if client is None:
-        timeout = max(0.05, (settings.renew_deadline_s - settings.retry_period_s) / 2)
-        client = LeaseClient.in_cluster(timeout=timeout)
     return LeaseElector(
         settings.name,
-        namespace,
+        settings.namespace,
         client=client,
         identity=identity,
         lease_duration=settings.duration_s,
