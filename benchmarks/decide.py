@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import gc
 import itertools
 import json
@@ -50,7 +51,7 @@ import time
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pulsar_lb_operator.strategies import (
     ClusterSnapshot,
@@ -58,6 +59,8 @@ from pulsar_lb_operator.strategies import (
     LoadBalancerConfig,
     LoadData,
     LoadProfile,
+    Plan,
+    Split,
     StrategyState,
     build_load_data,
     find_bundles_to_split,
@@ -66,6 +69,8 @@ from pulsar_lb_operator.strategies import (
 )
 from pulsar_lb_operator.strategies.bundles import default_boundaries, format_boundary
 from pulsar_lb_operator.strategies.registry import SHEDDING
+
+T = TypeVar("T")
 
 NOW = 1_750_000_000_000
 BUNDLES_PER_NAMESPACE = 100
@@ -193,7 +198,7 @@ def profile(snapshot: ClusterSnapshot) -> LoadProfile:
     return LoadProfile(cost_models=models)
 
 
-def decide(snapshot: ClusterSnapshot, strategy: str, state: StrategyState, seed: int = 0) -> Any:
+def decide(snapshot: ClusterSnapshot, strategy: str, state: StrategyState, seed: int = 0) -> tuple[Plan, StrategyState]:
     """One cycle of ``operator rebalance --snapshot`` after parsing: the plan and the next state."""
     prof = profile(snapshot) if strategy == "PredictivePairingShedder" else None
     return plan_cycle(snapshot, config(), state, random.Random(seed), shedding=strategy, profile=prof)
@@ -204,14 +209,13 @@ def sampled(snapshot: ClusterSnapshot, state: StrategyState) -> LoadData:
     return build_load_data(snapshot, state.bundle_data, state.recently_unloaded, config().grace_period_ms)[0]
 
 
-def split_trigger(load: LoadData) -> Any:
+def split_trigger(load: LoadData) -> tuple[list[Split], list[str]]:
     return find_bundles_to_split(load, config())
 
 
-def best_of(repeat: int, run: Callable[[], Any]) -> tuple[tuple[float, float], Any]:
-    """(best wall seconds, best CPU seconds) of ``repeat`` runs, and the last result."""
+def best_of(repeat: int, run: Callable[[], T]) -> tuple[tuple[float, float], T]:
+    """(best wall seconds, best CPU seconds) of ``repeat`` runs (at least one), and the last result."""
     wall = cpu = math.inf
-    result = None
     for _ in range(repeat):
         gc.collect()
         start, start_cpu = time.perf_counter(), time.process_time()
@@ -265,11 +269,11 @@ def measure(brokers: int, bundles: int, repeat: int, seed: int, memory: bool) ->
         if memory:
             row["process_mib"]["(reading only)"] = process_peak_mib(path, "")
         for name in STRATEGIES:
-            seconds, (plan, _) = best_of(repeat, lambda name=name: decide(snapshot, name, state, seed))
+            seconds, (plan, _) = best_of(repeat, functools.partial(decide, snapshot, name, state, seed))
             row["decide_s"][name] = seconds
             row["actions"][name] = (len(plan.unloads), len(plan.splits))
             if memory:
-                row["decide_mib"][name] = decide_peak_mib(lambda name=name: decide(snapshot, name, state, seed))
+                row["decide_mib"][name] = decide_peak_mib(functools.partial(decide, snapshot, name, state, seed))
                 row["process_mib"][name] = process_peak_mib(path, name)
             print(f"  {bundles:,} bundles, {name}: {seconds[0]:.3f} s", file=sys.stderr, flush=True)
     load = sampled(snapshot, state)

@@ -139,7 +139,7 @@ def scale_out(rng: random.Random, name: str) -> dict:
     if rng.random() < 0.5:
         kind["cores"] = kind["cores"] * 2  # scale out into bigger machines
     at, apart = _when(rng), rng.choice([0, 0, 1])
-    events = [
+    events: list[dict[str, Any]] = [
         {"at_minute": at + i * apart, "type": "add_broker", "broker": f"new-{i}", "spec": kind} for i in range(joining)
     ]
     data = _base(rng, name, brokers, _tenants(rng, count), events=events)

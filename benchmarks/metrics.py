@@ -7,6 +7,7 @@ import statistics
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 
@@ -20,6 +21,18 @@ def flapping_bundles(moves: Iterable[tuple[str, float]], window_s: float = FLAP_
     for bundle, t in moves:
         times.setdefault(bundle, []).append(t)
     return sum(1 for ts in times.values() if any(b - a <= window_s for a, b in itertools.pairwise(ts)))
+
+
+class RunSummary(TypedDict):
+    """What a run left behind: the final spread, what it cost the clients, and where the bundles went."""
+
+    final_spread: float
+    final_std: float
+    unloads: int
+    topics_disconnected: int
+    flapping_bundles: int
+    broker_cycles_over_85: int
+    moves_by_destination: dict[str, int]  # broker name → bundles moved onto it
 
 
 @dataclass(frozen=True)
@@ -67,7 +80,7 @@ class RunMetrics:
     def broker_cycles_overloaded(self) -> int:
         return sum(s.overloaded for s in self.samples)
 
-    def summary(self, cluster: SimulatedCluster) -> dict[str, float]:
+    def summary(self, cluster: SimulatedCluster) -> RunSummary:
         last = self.samples[-1] if self.samples else self.record(cluster)
         return {
             "final_spread": round(last.spread, 2),

@@ -16,7 +16,7 @@ import contextlib
 import dataclasses
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -209,7 +209,7 @@ def _record(
     metrics: RunMetrics,
     result: RunResult,
     tracker: disturbances.Tracker,
-    events: list[str],
+    events: Sequence[str],
 ) -> None:
     """One sample of the cluster's true state: usage, what other processes use on each machine, disturbances."""
     sample = metrics.record(cluster)

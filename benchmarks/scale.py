@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import io
 import itertools
 import json
@@ -60,9 +61,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, TypeVar
+from unittest import mock
 
 import yaml
+
+T = TypeVar("T")
 
 STRATEGIES = (
     "AvgShedder",
@@ -144,7 +148,8 @@ class Served:
     """A cluster served by the simulator in a process of its own."""
 
     def __init__(self, data: dict[str, Any]) -> None:
-        context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+        forks = "fork" in multiprocessing.get_all_start_methods()
+        context = multiprocessing.get_context("fork") if forks else multiprocessing.get_context("spawn")
         self._conn, child = context.Pipe()
         self._process = context.Process(target=_simulator, args=(child, data), daemon=True)
         self._process.start()
@@ -185,7 +190,7 @@ def _best(runs: list[float]) -> float:
     return min(runs)
 
 
-def _timed(function: Callable[[], Any]) -> tuple[float, Any]:
+def _timed(function: Callable[[], T]) -> tuple[float, T]:
     started = time.perf_counter()
     result = function()
     return time.perf_counter() - started, result
@@ -213,14 +218,14 @@ def _profile_collect(collect_once: Callable[[], Any]) -> str:
         finally:
             profile.disable()
 
-    collector._read_one = profiled  # type: ignore[assignment]
+    collector._read_one = profiled
     main = cProfile.Profile(time.thread_time)
     try:
         main.enable()
         collect_once()
         main.disable()
     finally:
-        collector._read_one = original  # type: ignore[assignment]
+        collector._read_one = original
     out = io.StringIO()
     stats = pstats.Stats(main, stream=out)
     for profile in profiles:
@@ -265,12 +270,11 @@ def _measure(conn: Any, info: dict[str, Any], scenario: dict[str, Any], options:
         def stand_in(_broker_id: str, report: Any, _path: str = "") -> Any:
             return SimpleNamespace(lastUpdate=report["lastUpdate"], owned_bundles=lambda: report["bundles"])
 
-        originals = collector.parse_broker_load, collector.decode_load_report
-        collector.parse_broker_load, collector.decode_load_report = stand_in, lambda _content: None
-        try:
+        with (
+            mock.patch.object(collector, "parse_broker_load", stand_in),
+            mock.patch.object(collector, "decode_load_report", lambda _content: None),
+        ):
             return collect_once()
-        finally:
-            collector.parse_broker_load, collector.decode_load_report = originals
 
     lean = requests.Session()  # bare, with two of collect's own savings: see "lean" in the module's docstring
     lean.trust_env = False
@@ -320,10 +324,7 @@ def _measure(conn: Any, info: dict[str, Any], scenario: dict[str, Any], options:
     for strategy in options["strategies"]:
         _, state = plan_cycle(snapshot, config, StrategyState(), random.Random(1), strategy)  # an earlier cycle
         runs = [
-            _timed(
-                lambda state=state, strategy=strategy: plan_cycle(snapshot, config, state, random.Random(2), strategy)
-            )
-            for _ in range(3)
+            _timed(functools.partial(plan_cycle, snapshot, config, state, random.Random(2), strategy)) for _ in range(3)
         ]
         seconds, (plan, _) = min(runs, key=lambda run: run[0])
         result["decide_s"][strategy] = seconds
@@ -421,6 +422,11 @@ def measure(brokers: int, bundles: int, options: dict[str, Any]) -> dict[str, An
 # ---------------------------------------------------------------------------------------------- report
 
 
+def _decide_s(strategy: str) -> Callable[[dict[str, Any]], float]:
+    """A row's decide seconds for ``strategy``."""
+    return lambda row: row["decide_s"][strategy]
+
+
 def _slopes(rows: list[dict[str, Any]], key: Callable[[dict[str, Any]], float]) -> list[str]:
     """ms per 10,000 bundles between consecutive sizes."""
     out = []
@@ -476,7 +482,7 @@ def report(rows: list[dict[str, Any]], strategies: list[str]) -> str:
         lines.append("| decode + strict parse | " + " | ".join(_slopes(rows, lambda r: r["parse_s"])) + " |")
         lines.append("| history append | " + " | ".join(_slopes(rows, lambda r: r["append_s"])) + " |")
         for s in strategies:
-            lines.append(f"| decide {s} | " + " | ".join(_slopes(rows, lambda r, s=s: r["decide_s"][s])) + " |")
+            lines.append(f"| decide {s} | " + " | ".join(_slopes(rows, _decide_s(s))) + " |")
     return "\n".join(lines)
 
 
@@ -494,9 +500,12 @@ def balance(brokers: int, bundles: int, dry_cycles: int, real_cycles: int, strat
     Returns 1 when a dry run sent a mutating call or the cluster was not balanced in time."""
     import structlog
 
-    from pulsar_lb_operator.act.executor import Executor, Outcome, Safety
+    from pulsar_lb_operator.act.executor import Executor
+    from pulsar_lb_operator.act.safety import Safety
     from pulsar_lb_operator.adminapi import AdminClient
-    from pulsar_lb_operator.run.cycle import CycleContext, OperatorState, run_cycle
+    from pulsar_lb_operator.records import Outcome
+    from pulsar_lb_operator.run.cycle import CycleContext, CycleResult, run_cycle
+    from pulsar_lb_operator.store.statefile import OperatorState
     from pulsar_lb_operator.strategies import LoadBalancerConfig
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
@@ -540,14 +549,12 @@ def balance(brokers: int, bundles: int, dry_cycles: int, real_cycles: int, strat
             executor = Executor(
                 client, data.get("cluster", "sim"), safety, clock=lambda: clock["now_ms"] / 1000, sleep=lambda _s: None
             )
-            seconds, result = _timed(
-                lambda executor=executor, state=state: run_cycle(
-                    CycleContext(client, data.get("cluster", "sim"), config, executor, strategy),
-                    state,
-                    rng,
-                    now_ms=clock["now_ms"],
-                )
-            )
+
+            def one_cycle(executor: Executor = executor, state: OperatorState = state) -> CycleResult:
+                context = CycleContext(client, data.get("cluster", "sim"), config, executor, strategy)
+                return run_cycle(context, state, rng, now_ms=clock["now_ms"])
+
+            seconds, result = _timed(one_cycle)
             state = result.state
             clock["now_ms"] = served.ask("advance", config.loadBalancerSheddingIntervalMinutes * 60)
             usage, _unloads, mutating = served.ask("usage")
@@ -556,9 +563,10 @@ def balance(brokers: int, bundles: int, dry_cycles: int, real_cycles: int, strat
             verified = sum(1 for r in result.verifications if r.outcome is Outcome.MOVED_AS_PLANNED)
             values = sorted(usage.values())
             balanced = not dry and low <= values[0] and values[-1] <= high
-            if dry or result.plan.actions or sent or verified or balanced or cycle == dry_cycles + real_cycles:
+            planned = len(result.plan.actions) if result.plan is not None else 0  # no plan: nothing was planned
+            if dry or planned or sent or verified or balanced or cycle == dry_cycles + real_cycles:
                 print(
-                    f"{cycle:>5}  {'dry run' if dry else 'real':<7}  {seconds:>24.1f}  {len(result.plan.actions):>7}  "
+                    f"{cycle:>5}  {'dry run' if dry else 'real':<7}  {seconds:>24.1f}  {planned:>7}  "
                     f"{dry_run:>7}  {sent:>4}  {verified:>19}  "
                     f"{mean(usage[n] for n in hot):>9.1f}  {mean(usage[n] for n in empty):>15.1f}  "
                     f"{values[0]:>5.1f}  {values[-1]:>5.1f}  {values[-1] - values[0]:>6.1f}  "

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from pulsar_lb_operator.simulator.model import (
     RECONNECT_DELAY_S,
+    Broker,
     SimError,
 )
 from pulsar_lb_operator.simulator.scenario import EventSpec
+from pulsar_lb_operator.simulator.state import ClusterState
 from pulsar_lb_operator.strategies import Split, Unload, plan_cycle
 
 
-class Clock:
-    """Mixed into SimulatedCluster (cluster.py), whose constructor creates the state listed above."""
+class Clock(ClusterState):
+    """Mixed into SimulatedCluster (cluster.py); the state it shares with the other mixins is ClusterState's."""
 
     @property
     def now_ms(self) -> int:
@@ -79,16 +81,18 @@ class Clock:
 
     def _apply_event(self, event: EventSpec) -> None:
         if event.type == "add_broker":
+            if event.spec is None:
+                raise ValueError(f"the add_broker event at {event.at_s:g} s has no broker spec")
             self._sample(self._add_broker(event.spec))
         elif event.type in ("crash_broker", "remove_broker"):
-            self._stop(self.by_name(event.broker))
+            self._stop(self._named(event))
         elif event.type == "restart_broker":
-            broker = self.by_name(event.broker)
+            broker = self._named(event)
             self._stop(broker)
             self.events.append(EventSpec(at_s=self.now_s + event.interval_s, type="start_broker", broker=event.broker))
             self.events.sort(key=lambda e: e.at_s)
         elif event.type == "start_broker":
-            self._start(self.by_name(event.broker))
+            self._start(self._named(event))
         elif event.type == "rolling_restart":
             names = sorted(b.name for b in self.alive_brokers())
             for i, name in enumerate(names):
@@ -100,4 +104,10 @@ class Clock:
         elif event.type == "traffic":
             self.change_traffic(event)
         elif event.type == "background":
-            self.change_background(self.by_name(event.broker), event.background_cpu or 0.0)
+            self.change_background(self._named(event), event.background_cpu or 0.0)
+
+    def _named(self, event: EventSpec) -> Broker:
+        """The broker an event names (the scenario reader lets no broker event through without one)."""
+        if event.broker is None:
+            raise ValueError(f"the {event.type} event at {event.at_s:g} s names no broker")
+        return self.by_name(event.broker)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import random
 import threading
 from collections.abc import Callable
-from typing import Any
 
 from pulsar_lb_operator.simulator import report_writes
 from pulsar_lb_operator.simulator.clock import Clock
@@ -34,13 +33,13 @@ from pulsar_lb_operator.simulator.model import (  # re-exported: the simulator's
     unexpected,
     virtual_ids,
 )
-from pulsar_lb_operator.simulator.ownership import Ownership, OwnershipJobs
+from pulsar_lb_operator.simulator.ownership import OwnershipJobs
+from pulsar_lb_operator.simulator.ownership_index import Ownership
 from pulsar_lb_operator.simulator.physics import Physics
 from pulsar_lb_operator.simulator.reports import Reports
 from pulsar_lb_operator.simulator.scenario import Scenario
 from pulsar_lb_operator.simulator.splits import Splits
-from pulsar_lb_operator.strategies import BrokerLoad, BundleData, ClusterSnapshot, LoadBalancerConfig, StrategyState
-from pulsar_lb_operator.strategies import policies as ns_policies
+from pulsar_lb_operator.strategies import LoadBalancerConfig, StrategyState
 
 __all__ = [
     "EPOCH_MS",
@@ -62,8 +61,9 @@ class SimulatedCluster(Membership, OwnershipJobs, Physics, Reports, Splits, Cloc
     """One simulated Pulsar cluster. Its jobs are in their own modules, one class each, mixed in here:
     membership.py (brokers, leader, stop/start), ownership.py (owners, unloads, assignment, namespace
     policies), physics.py (topics, traffic, host usage), reports.py (samples, load reports, the leader's
-    view), splits.py, clock.py (simulated time, events, Pulsar's own shedder). This class holds the state
-    they share, made here, and the lock every public method takes.
+    view), splits.py, clock.py (simulated time, events, Pulsar's own shedder). This class makes the state
+    they share (declared, with what each part holds, on ClusterState in state.py) and the lock every public
+    method takes.
     """
 
     def __init__(
@@ -81,41 +81,38 @@ class SimulatedCluster(Membership, OwnershipJobs, Physics, Reports, Splits, Cloc
         self.noise = random.Random(scenario.seed + 1)
         self.now_s = 0.0
         self.config = LoadBalancerConfig().replace(scenario.config)
-        self.brokers: dict[str, Broker] = {}
-        self.namespaces: dict[str, list[int]] = {}
-        self.topics: dict[str, list[Topic]] = {}
+        self.dynamic_config = {}
+        self.brokers = {}
+        self.listeners = []
+        self.namespaces = {}
+        self.topics = {}
         self.patterns = [ns.pattern for ns in scenario.namespaces]
-        self.traffic_factor: dict[str, float] = {}
-        self.topic_factor: dict[str, float] = {}  # full topic name → factor (a traffic event naming topics)
+        self.traffic_factor = {}
+        self.topic_factor = {}
         self._ownership = Ownership()
-        self._reports: dict[str, tuple[tuple, dict]] = {}  # broker id → (what it was built from, report)
-        self._report_json: dict[str, tuple[dict, bytes]] = {}  # broker id → (report, its JSON)
-        self._parsed: dict[str, tuple[dict, BrokerLoad]] = {}  # broker id → (report, the leader's parse)
-        self._fresh_parsed: dict[str, tuple[dict, BrokerLoad]] = {}  # broker id → (REST report, its parse)
-        self.pending_lookups: dict[str, float] = {}
-        self.affinity: dict[str, str] = {}
-        # namespace policies: anti-affinity groups by namespace; (broker count, policies) built on demand
+        self.affinity = {}
+        self.pending_lookups = {}
+        self.unloading = {}
+        self.released_from = {}
+        self.preallocated = {}
+        self.moves = []
+        self.unloads = 0
+        self.topics_disconnected = 0
         self.anti_affinity_groups = {
             ns.name: ns.anti_affinity_group for ns in scenario.namespaces if ns.anti_affinity_group
         }
-        self._policies: tuple[int, ns_policies.NamespacePolicies] | None = None
-        self.leader_bundle_data: dict[str, BundleData] = {}
-        self.preallocated: dict[str, list[str]] = {}
-        self.dynamic_config: dict[str, str] = {}
+        self._policies = None
         self.report_update_settings = report_writes.Settings.of(scenario)
-        self.events = list(scenario.events)
-        self.released_from: dict[str, str] = {}  # unowned bundle -> the broker that last owned it
-        self.unloading: dict[str, float] = {}  # bundle → simulated time its unload's window ends
-        self.moves: list[tuple[float, str, str, str]] = []  # (time, bundle, from, to) of completed moves
-        self._view: ClusterSnapshot | None = None
+        self._reports = {}
+        self._report_json = {}
+        self._parsed = {}
+        self._fresh_parsed = {}
+        self._view = None
         self._last_leader_sample_s = -LEADER_SAMPLE_S
-        self.unloads = 0
-        self.topics_disconnected = 0
-        self.listeners: list[Callable[[str, Broker], None]] = []  # ("added" | "removed", broker)
-        self.after_advance: list[Callable[[], None]] = []  # called after each advance(), outside the lock (elm.py)
-        # tasks of their own period inside advance(), under the lock: ``next_s`` and ``tick(now_s)`` (ELM's 5 s checks)
-        self.tickers: list[Any] = []
-        # Pulsar's own shedder on the leader, active while loadBalancerSheddingEnabled is true
+        self.leader_bundle_data = {}
+        self.events = list(scenario.events)
+        self.tickers = []
+        self.after_advance = []
         self.builtin_state = StrategyState()
         self.builtin_actions = 0
         self.next_shed_s = scenario.shedding_interval_s

@@ -190,8 +190,10 @@ def top_bundles_load_data(cluster: SimulatedCluster, broker: Broker) -> dict[str
         and shedding_allowed(namespace, policies, with_policies)
         and namespace not in excluded
     ]
-    by_stats = functools.cmp_to_key(lambda x, y: compare_bundle_stats(x[1], y[1]))
-    top = sorted(eligible, key=by_stats, reverse=True)[: config.loadBalancerMaxNumberOfBundlesInBundleLoadReport]
+    by_stats = functools.cmp_to_key(compare_bundle_stats)
+    top = sorted(eligible, key=lambda item: by_stats(item[1]), reverse=True)[
+        : config.loadBalancerMaxNumberOfBundlesInBundleLoadReport
+    ]
     return {"topBundlesLoadData": [{"bundleName": n, "stats": _stats(s)} for n, s in reversed(top)]}
 
 

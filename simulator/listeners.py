@@ -68,7 +68,7 @@ class TLS:
         self.directory.mkdir(parents=True, exist_ok=True)
         self._ca_key = ec.generate_private_key(ec.SECP256R1())
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "pulsar-sim CA")])
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         self._ca_name = name
         self._ca_cert = (
             x509.CertificateBuilder()
@@ -104,7 +104,7 @@ class TLS:
     def _issue(self, common_name: str, alt: list[Any], server: bool) -> tuple[str, str]:
         x509, serialization = self._x509, self._serialization
         key = self._ec.generate_private_key(self._ec.SECP256R1())
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         builder = (
             x509.CertificateBuilder()
             .subject_name(x509.Name([x509.NameAttribute(self._oid.COMMON_NAME, common_name)]))

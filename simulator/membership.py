@@ -12,10 +12,11 @@ from pulsar_lb_operator.simulator.model import (
     Broker,
 )
 from pulsar_lb_operator.simulator.scenario import BrokerSpec
+from pulsar_lb_operator.simulator.state import ClusterState
 
 
-class Membership:
-    """Mixed into SimulatedCluster (cluster.py), whose constructor creates the state listed above."""
+class Membership(ClusterState):
+    """Mixed into SimulatedCluster (cluster.py); the state it shares with the other mixins is ClusterState's."""
 
     def _add_broker(self, spec: BrokerSpec) -> Broker:
         broker_id = self.allocate_id(spec.name)

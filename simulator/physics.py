@@ -12,7 +12,7 @@ import bisect
 import contextlib
 import dataclasses
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from pulsar_lb_operator.simulator.model import (
     LEADER_SAMPLE_S,
@@ -21,14 +21,15 @@ from pulsar_lb_operator.simulator.model import (
     Topic,
 )
 from pulsar_lb_operator.simulator.scenario import EventSpec, NamespaceSpec
-from pulsar_lb_operator.simulator.traffic import Pattern
+from pulsar_lb_operator.simulator.state import ClusterState
+from pulsar_lb_operator.simulator.traffic import Pattern, TrafficPattern
 from pulsar_lb_operator.strategies import BundleStats, TopicStats
 from pulsar_lb_operator.strategies import bundles as bundle_names
 from pulsar_lb_operator.strategies import policies as ns_policies
 
 
-class Physics:
-    """Mixed into SimulatedCluster (cluster.py), whose constructor creates the state listed above."""
+class Physics(ClusterState):
+    """Mixed into SimulatedCluster (cluster.py); the state it shares with the other mixins is ClusterState's."""
 
     def _create_namespaces(self) -> None:
         for index, ns in enumerate(self.scenario.namespaces):
@@ -215,7 +216,7 @@ class Physics:
         namespaces: dict[str, list[int]],
         topics: dict[str, list[Topic]],
         ownership: dict[str, str],
-        patterns: list,
+        patterns: Sequence[TrafficPattern],
     ) -> None:
         """Swap in recorded bundles, topics, owners and traffic (a backtest), and re-sample every broker."""
         with self.lock:

@@ -13,12 +13,13 @@ from pulsar_lb_operator.simulator.model import (
     LEADER_SAMPLE_S,
     Broker,
 )
+from pulsar_lb_operator.simulator.state import ClusterState
 from pulsar_lb_operator.strategies import BrokerLoad, ClusterSnapshot, parse_broker_load, update_bundle_data
 from pulsar_lb_operator.strategies import bundles as bundle_names
 
 
-class Reports:
-    """Mixed into SimulatedCluster (cluster.py), whose constructor creates the state listed above."""
+class Reports(ClusterState):
+    """Mixed into SimulatedCluster (cluster.py); the state it shares with the other mixins is ClusterState's."""
 
     def _sample(self, broker: Broker) -> None:
         """A broker's periodic stats and host-usage sample, and its report written to the metadata store."""

@@ -7,6 +7,7 @@ import itertools
 from pulsar_lb_operator.simulator.model import (
     SimError,
 )
+from pulsar_lb_operator.simulator.state import ClusterState
 from pulsar_lb_operator.strategies import (
     RANGE_EQUALLY_DIVIDE,
     SPECIFIED_POSITIONS_DIVIDE,
@@ -20,8 +21,8 @@ from pulsar_lb_operator.strategies import (
 from pulsar_lb_operator.strategies import bundles as bundle_names
 
 
-class Splits:
-    """Mixed into SimulatedCluster (cluster.py), whose constructor creates the state listed above."""
+class Splits(ClusterState):
+    """Mixed into SimulatedCluster (cluster.py); the state it shares with the other mixins is ClusterState's."""
 
     def split(self, bundle: str, algorithm: str | None, positions: list[int] | None, unload: bool) -> None:
         """PUT …/{bundle}/split: the owner splits the bundle and owns both halves (or unloads them).

@@ -5,8 +5,15 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+from typing import Protocol
 
 DAY_S = 86_400.0
+
+
+class TrafficPattern(Protocol):
+    """What drives a topic's rate: a scenario's ``Pattern``, or a backtest's recorded series."""
+
+    def multiplier(self, t_s: float, rng: random.Random) -> float: ...
 
 
 @dataclass(frozen=True)

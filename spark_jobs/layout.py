@@ -53,7 +53,7 @@ def partition_span(path: str) -> tuple[int, int] | None:
     match = _PARTITION.search(path)
     if match is None:
         return None
-    day = datetime.datetime.strptime(match.group(1), "%Y-%m-%d").replace(tzinfo=datetime.timezone.utc)
+    day = datetime.datetime.strptime(match.group(1), "%Y-%m-%d").replace(tzinfo=datetime.UTC)
     start = int(day.timestamp() * 1000)
     if match.group(2) is None:
         return start, start + DAY_MS
@@ -63,7 +63,7 @@ def partition_span(path: str) -> tuple[int, int] | None:
 
 def partition_of(time_ms: int) -> str:
     """The date/hour partition a sample taken at ``time_ms`` goes to."""
-    when = datetime.datetime.fromtimestamp(time_ms / 1000, tz=datetime.timezone.utc)
+    when = datetime.datetime.fromtimestamp(time_ms / 1000, tz=datetime.UTC)
     return f"date={when:%Y-%m-%d}/hour={when:%H}"
 
 

@@ -27,7 +27,7 @@ def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
 def plan_table(plan: Plan, dry_run: bool = True, deferred: Sequence[str | None] = ()) -> str:
     """The plan for people. ``deferred`` (a live cycle's, per action: the executor's preview) marks the actions the
     rails hold back this cycle, with which rail; the brokers' 'after' is then that of the actions sent."""
-    taken = datetime.datetime.fromtimestamp(plan.taken_at / 1000, tz=datetime.timezone.utc)
+    taken = datetime.datetime.fromtimestamp(plan.taken_at / 1000, tz=datetime.UTC)
     mode = "dry run" if dry_run else "live"
     held = sum(1 for why in deferred if why)
     this_cycle = f": {len(plan.actions) - held} this cycle, {held} deferred by the rails" if held else ""

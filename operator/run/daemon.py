@@ -23,7 +23,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -414,7 +414,7 @@ class Daemon:
             seconds=self.period_s,
             max_instances=1,
             coalesce=True,
-            next_run_time=datetime.now(timezone.utc),
+            next_run_time=datetime.now(UTC),
         )
         if self.settings.approval == "manual":
             scheduler.add_job(self.approvals_due, "interval", seconds=2, max_instances=1, coalesce=True)

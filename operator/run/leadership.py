@@ -22,192 +22,40 @@ take over when it stops renewing. The semantics are client-go's ``leaderelection
 
 The elector runs in a daemon thread. Errors talking to the API server are logged (one line, the same
 error at most once a minute) and never raised out of the thread; they make ``is_leader()`` turn False
-after the renew deadline. The service-account token is read from its file at every request (the
-kubelet rotates it) and is never logged.
-
-**Why plain ``requests`` and not the official ``kubernetes`` client.** The client installs and works
-(checked: kubernetes 37.0.2 against ``tests/kube_api.py``), but leader election needs three REST calls
-on one object, and the client brings about a dozen more packages (aiohttp, pydantic, websocket-client,
-oauthlib, …) with floors that clash with what is installed beside it (``python-dateutil>=3``,
-``pydantic>=2.14.2``, ``urllib3>=2.8``). The image installs exactly ``requirements.lock`` and then the
-project with ``--no-deps`` and ``pip check``, so a new dependency also means a regenerated lock.
-``requests`` is already a dependency; in-cluster configuration is four files and two environment
-variables (``KUBERNETES_SERVICE_HOST``/``_PORT``, the service account's token, CA and namespace).
-
-**Why one module of ~690 lines.** One job, client-go's leader election over a Lease: the elector's loop (about
-380 lines) follows client-go's ``tryAcquireOrRenew`` branch by branch and reads as one piece beside the three
-REST calls it makes (``LeaseClient``) and the stand-in for a single instance (``AlwaysLeader``); nothing else
-uses any of them.
+after the renew deadline. The REST calls it makes, and the pod's own facts (its namespace, its name),
+are lease_client.py's.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import random
-import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from pathlib import Path
+from datetime import UTC, datetime
 from typing import Any
 
-import requests
 import structlog
 
-from pulsar_lb_operator.strategies import ClusterError, ConfigError
+from pulsar_lb_operator.run.lease_client import (
+    SERVICE_ACCOUNT_DIR,
+    LeaseApiError,
+    LeaseClient,
+    LeaseConflict,
+    default_identity,
+    pod_namespace,
+)
+from pulsar_lb_operator.strategies import ConfigError
 
 log = structlog.get_logger(__name__)
 
-SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-LEASES_PATH = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 # The leader's record of what it sent (cooldowns, actions awaiting verification), kept on the Lease
 # itself so that a standby taking over inherits it (see ``publish``).
 STATE_ANNOTATION = "pulsar-lb-operator/executor-state"
 COUNTERS_ANNOTATION = "pulsar-lb-operator/strategy-counters"  # written once a cycle (store/statefile.py)
 MAX_ANNOTATIONS_BYTES = 256 * 1024  # the API server's limit on all of an object's annotations
-
-
-class LeaseApiError(ClusterError):
-    """A request to the API server failed: no answer, or an error status. The message holds no secret."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class LeaseConflict(LeaseApiError):
-    """409: someone else wrote the Lease first (a stale resourceVersion, or it already exists)."""
-
-
-class LeaseClient:
-    """GET, POST and PUT of Leases, with a bearer token, against ``host`` (``https://host:port``)."""
-
-    def __init__(
-        self,
-        host: str,
-        *,
-        token: str | None = None,
-        token_file: str | os.PathLike[str] | None = None,
-        ca_file: str | os.PathLike[str] | None = None,
-        verify: bool = True,
-        timeout: float = 5.0,
-    ) -> None:
-        self.host = host.rstrip("/")
-        self._token = token
-        self._token_file = Path(token_file) if token_file else None
-        self._verify: bool | str = str(ca_file) if ca_file else verify
-        self.timeout = timeout
-        self._session = requests.Session()
-        self._session.trust_env = False  # no proxy from the environment between a pod and its API server
-
-    def __repr__(self) -> str:  # never the token
-        return f"LeaseClient({self.host!r})"
-
-    @classmethod
-    def in_cluster(
-        cls,
-        *,
-        environ: Mapping[str, str] | None = None,
-        service_account_dir: str | os.PathLike[str] | None = None,
-        timeout: float = 5.0,
-    ) -> LeaseClient:
-        """The pod's API server and service account, as ``kubernetes.config.load_incluster_config()`` finds them."""
-        environ = os.environ if environ is None else environ
-        host, port = environ.get("KUBERNETES_SERVICE_HOST"), environ.get("KUBERNETES_SERVICE_PORT")
-        if not host or not port:
-            raise ConfigError("leaderElection: not running in a Kubernetes pod (KUBERNETES_SERVICE_HOST/PORT unset)")
-        account = Path(service_account_dir or SERVICE_ACCOUNT_DIR)
-        if not (account / "token").is_file():
-            raise ConfigError(
-                f"leaderElection: no service-account token at {account / 'token'} "
-                "(the pod needs automountServiceAccountToken: true)"
-            )
-        ca = account / "ca.crt"
-        netloc = f"[{host}]" if ":" in host else host
-        return cls(
-            f"https://{netloc}:{port}",
-            token_file=account / "token",
-            ca_file=ca if ca.is_file() else None,
-            timeout=timeout,
-        )
-
-    def close(self) -> None:
-        self._session.close()
-
-    def get(self, namespace: str, name: str, timeout: float | None = None) -> dict[str, Any] | None:
-        """The Lease, or None when it does not exist."""
-        try:
-            return self._request("GET", f"{LEASES_PATH.format(namespace=namespace)}/{name}", None, timeout)
-        except LeaseApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
-
-    def create(self, namespace: str, lease: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
-        return self._request("POST", LEASES_PATH.format(namespace=namespace), lease, timeout)
-
-    def replace(self, namespace: str, name: str, lease: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
-        return self._request("PUT", f"{LEASES_PATH.format(namespace=namespace)}/{name}", lease, timeout)
-
-    def _bearer(self) -> str | None:
-        if self._token_file is not None:
-            try:
-                return self._token_file.read_text(encoding="utf-8").strip() or None
-            except OSError as exc:
-                raise LeaseApiError(f"service-account token unreadable: {exc.strerror or exc}") from None
-        return self._token
-
-    def _request(self, method: str, path: str, body: dict[str, Any] | None, timeout: float | None) -> dict[str, Any]:
-        headers = {"Accept": "application/json"}
-        token = self._bearer()
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        try:
-            response = self._session.request(
-                method,
-                self.host + path,
-                json=body,
-                headers=headers,
-                timeout=self.timeout if timeout is None else timeout,
-                verify=self._verify,
-                allow_redirects=False,
-            )
-        except requests.RequestException as exc:
-            raise LeaseApiError(f"{method} {path}: {type(exc).__name__}: {_first_line(exc)}") from None
-        if response.status_code >= 300:
-            try:
-                status = response.json()
-                detail = f"{status.get('reason') or response.reason}: {status.get('message') or ''}".rstrip(": ")
-            except ValueError:
-                detail = response.reason or ""
-            kind = LeaseConflict if response.status_code == 409 else LeaseApiError
-            raise kind(f"{method} {path}: HTTP {response.status_code} {detail}", response.status_code)
-        try:
-            answer = response.json()
-        except ValueError:
-            raise LeaseApiError(f"{method} {path}: the answer is not JSON", response.status_code) from None
-        if not isinstance(answer, dict):
-            raise LeaseApiError(f"{method} {path}: the answer is not a JSON object", response.status_code)
-        return answer
-
-
-def default_identity(environ: Mapping[str, str] | None = None) -> str:
-    """The pod's name (env POD_NAME, from the downward API), else ``hostname_pid``."""
-    environ = os.environ if environ is None else environ
-    return environ.get("POD_NAME") or f"{socket.gethostname()}_{os.getpid()}"
-
-
-def pod_namespace(service_account_dir: str | os.PathLike[str] | None = None) -> str | None:
-    """The namespace of the pod we run in, from its service account's files; None outside a pod."""
-    try:
-        return (Path(service_account_dir or SERVICE_ACCOUNT_DIR) / "namespace").read_text(
-            encoding="utf-8"
-        ).strip() or None
-    except OSError:
-        return None
 
 
 class LeaseElector:
@@ -240,7 +88,9 @@ class LeaseElector:
             )
         namespace = namespace or pod_namespace()
         if not namespace:
-            raise ConfigError(f"leaseNamespace: not set, and {SERVICE_ACCOUNT_DIR / 'namespace'} is not readable")
+            raise ConfigError(
+                f"leaseNamespace: not set, and {SERVICE_ACCOUNT_DIR / 'namespace'} is not readable (not in a pod?)"
+            )
         self.name = name
         self.namespace = namespace
         # a round of two requests (GET, then PUT) fits in the time between the last try and the deadline
@@ -660,17 +510,9 @@ def elector_from_settings(
     else an AlwaysLeader. Raises ConfigError, naming the key, when the pod cannot do leader election."""
     if not settings.enabled:
         return AlwaysLeader(identity, on_change)
-    namespace = settings.namespace or pod_namespace()
-    if not namespace:
-        raise ConfigError(
-            f"leaseNamespace: not set, and {SERVICE_ACCOUNT_DIR / 'namespace'} is not readable (not in a pod?)"
-        )
-    if client is None:
-        timeout = max(0.05, (settings.renew_deadline_s - settings.retry_period_s) / 2)
-        client = LeaseClient.in_cluster(timeout=timeout)
     return LeaseElector(
         settings.name,
-        namespace,
+        settings.namespace,
         client=client,
         identity=identity,
         lease_duration=settings.duration_s,
@@ -686,9 +528,4 @@ def _number(value: Any) -> float:
 
 def _micro_time() -> str:
     """A metav1.MicroTime: RFC 3339 in UTC with microseconds (informative only: we never trust it)."""
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).splitlines()[0] if str(exc) else ""
-    return text[:300]
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

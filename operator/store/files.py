@@ -13,11 +13,11 @@ import json
 import math
 import os
 import tempfile
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import msgspec
-import tomllib
 import yaml
 
 from pulsar_lb_operator import hints

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
-from pulsar_lb_operator.simulator.cluster import SimulatedCluster
+from pulsar_lb_operator.simulator.cluster import SimError, SimulatedCluster
 
 Query = dict[str, list[str]]
 
@@ -47,7 +47,16 @@ class Call:
 
     def param(self, name: str) -> str | None:
         """The first value of query parameter ``name``; None when absent or empty."""
-        return (self.query.get(name) or [None])[0] or None
+        values = self.query.get(name) or [""]
+        return values[0] or None
+
+    def to_leader(self) -> Response:
+        """307 to the leader, ``authoritative=false``. A broker answering a call is alive, so there is a leader;
+        should the last live broker stop meanwhile, the call gets the 503 an assignment with no live broker gets."""
+        leader = self.cluster.leader
+        if leader is None:
+            raise SimError(503, "No broker is available")
+        return self.redirect(leader, {**self.query, "authoritative": ["false"]})
 
     def web_url(self, broker_id: str) -> str:
         """A broker's web URL for this call: its https one when the call came over TLS."""

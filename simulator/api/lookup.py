@@ -13,7 +13,7 @@ def lookup_topic(call: Call, domain: str, tenant: str, namespace: str, topic: st
     leader = sim.leader
     if owner is None:  # the leader assigns it, then sends the client to the chosen broker
         if call.broker_id != leader:
-            return call.redirect(leader, {**call.query, "authoritative": ["false"]})
+            return call.to_leader()
         owner = sim.assign(bundle)
         if owner != call.broker_id:
             return call.redirect(owner, {**call.query, "authoritative": ["true"]})

@@ -65,7 +65,7 @@ def unload_namespace_bundle(call: Call, tenant: str, namespace: str, bundle: str
         if destination not in sim.active_ids():
             raise SimError(409, "Not allowed unload namespace bundle to inactive destination broker")
         if call.broker_id != leader:
-            return call.redirect(leader, {**call.query, "authoritative": ["false"]})
+            return call.to_leader()
     admin_errors.parse_range_for_unload(bundle)  # NamespaceBundleFactory.getBundle: malformed → text 500
     sim.check_bundle(full)
     owner = sim.owner_of(full)

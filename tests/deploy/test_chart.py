@@ -16,7 +16,8 @@ from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.cli import main
 from pulsar_lb_operator.records import Outcome
 from pulsar_lb_operator.run.daemon import Daemon
-from pulsar_lb_operator.run.leadership import LeaseClient, LeaseElector, elector_from_settings
+from pulsar_lb_operator.run.leadership import LeaseElector, elector_from_settings
+from pulsar_lb_operator.run.lease_client import LeaseClient
 from pulsar_lb_operator.run.settings import OperatorSettings, resolve
 from pulsar_lb_operator.strategies import PLACEMENT, SHEDDING
 from pulsar_lb_operator.strategies.config import config_keys

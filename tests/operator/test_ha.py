@@ -10,7 +10,8 @@ import pytest
 from pulsar_lb_operator.adminapi import AdminClient
 from pulsar_lb_operator.records import ExecutorState, Outcome
 from pulsar_lb_operator.run.daemon import Daemon
-from pulsar_lb_operator.run.leadership import STATE_ANNOTATION, LeaseClient, LeaseElector
+from pulsar_lb_operator.run.leadership import STATE_ANNOTATION, LeaseElector
+from pulsar_lb_operator.run.lease_client import LeaseClient
 from pulsar_lb_operator.run.settings import OperatorSettings
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.http import serve

@@ -14,14 +14,9 @@ import time
 import pytest
 from structlog.testing import capture_logs
 
-from pulsar_lb_operator.run import leadership
-from pulsar_lb_operator.run.leadership import (
-    AlwaysLeader,
-    LeaseClient,
-    LeaseConflict,
-    LeaseElector,
-    elector_from_settings,
-)
+from pulsar_lb_operator.run import lease_client
+from pulsar_lb_operator.run.leadership import AlwaysLeader, LeaseElector, elector_from_settings
+from pulsar_lb_operator.run.lease_client import LeaseClient, LeaseConflict
 from pulsar_lb_operator.run.settings import OperatorSettings, resolve
 from pulsar_lb_operator.strategies.config import ConfigError
 from tests.kube_api import FakeKubeApi
@@ -364,7 +359,7 @@ def test_the_token_file_is_read_again_for_every_request(api, tmp_path):
     created = client.create(NS, {"metadata": {"name": NAME}, "spec": {"holderIdentity": "x"}})
     assert created["metadata"]["resourceVersion"]
     token.write_text("expired")
-    with pytest.raises(leadership.LeaseApiError, match="401"):
+    with pytest.raises(lease_client.LeaseApiError, match="401"):
         client.get(NS, NAME)
     with pytest.raises(LeaseConflict, match="409"):
         LeaseClient(api.url, token="token-a").create(NS, {"metadata": {"name": NAME}, "spec": {}})
@@ -379,13 +374,13 @@ def test_in_cluster_configuration_comes_from_the_pods_service_account(tmp_path):
     assert client.host == "https://10.96.0.1:443" and client._verify == str(tmp_path / "ca.crt")
     v6 = LeaseClient.in_cluster(environ={**env, "KUBERNETES_SERVICE_HOST": "fd00::1"}, service_account_dir=tmp_path)
     assert v6.host == "https://[fd00::1]:443"
-    assert leadership.pod_namespace(tmp_path) == "pulsar"
+    assert lease_client.pod_namespace(tmp_path) == "pulsar"
     with pytest.raises(ConfigError, match=r"^leaderElection: not running in a Kubernetes pod"):
         LeaseClient.in_cluster(environ={}, service_account_dir=tmp_path)
     with pytest.raises(ConfigError, match=r"^leaderElection: no service-account token"):
         LeaseClient.in_cluster(environ=env, service_account_dir=tmp_path / "missing")
-    assert leadership.default_identity({"POD_NAME": "lb-7d9-x2"}) == "lb-7d9-x2"
-    assert leadership.default_identity({}).endswith(f"_{__import__('os').getpid()}")
+    assert lease_client.default_identity({"POD_NAME": "lb-7d9-x2"}) == "lb-7d9-x2"
+    assert lease_client.default_identity({}).endswith(f"_{__import__('os').getpid()}")
 
 
 def test_settings_choose_the_elector_and_validate_the_durations(api, monkeypatch, tmp_path):
@@ -405,7 +400,7 @@ def test_settings_choose_the_elector_and_validate_the_durations(api, monkeypatch
     assert elected.try_acquire_or_renew() and api.holder("pulsar", "lb-x") == "pod-a"
 
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    monkeypatch.setattr(leadership, "SERVICE_ACCOUNT_DIR", tmp_path / "no-such-dir")
+    monkeypatch.setattr(lease_client, "SERVICE_ACCOUNT_DIR", tmp_path / "no-such-dir")
     with pytest.raises(ConfigError, match=r"^leaderElection: "):
         elector_from_settings(settings.lease())
     with pytest.raises(ConfigError, match=r"^leaseNamespace: "):
