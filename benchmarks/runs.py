@@ -188,13 +188,20 @@ def run(
 
 
 def _unperturbed(cluster: SimulatedCluster, measure: Callable[..., Any], *args: Any) -> Any:
-    """``measure(cluster, *args)`` leaving the run as it would be without it: a jittering topic's rate is a draw
-    from the cluster's noise, and a judge's reading must not change the draws the run makes."""
+    """``measure(cluster, *args)`` on the cluster's steady traffic (``SimulatedCluster.steady``: a jittering topic at
+    its mean rate, not at a draw no strategy saw), leaving the run as it would be without it: a judge's reading must
+    not change the draws the run makes."""
     noise = cluster.noise.getstate()
     try:
-        return measure(cluster, *args)
+        with cluster.lock, cluster.steady():
+            return measure(cluster, *args)
     finally:
         cluster.noise.setstate(noise)
+
+
+def _steady_usage(cluster: SimulatedCluster) -> dict[str, float]:
+    """Every live broker's true usage on its steady traffic: where balance is judged."""
+    return {b.name: round(cluster.true_usage(b.id), 3) for b in cluster.alive_brokers()}
 
 
 def _record(
@@ -209,7 +216,7 @@ def _record(
     background = {b.name: b.spec.background_cpu * 100 for b in cluster.alive_brokers()}
     result.usage.append(dict(sample.usage))
     result.background.append(background)
-    tracker.observe(sample.usage, background, events, settled=not cluster.pending_lookups)
+    tracker.observe(_unperturbed(cluster, _steady_usage), background, events, settled=not cluster.pending_lookups)
 
 
 def _all_specs(scenario: Scenario) -> list[Any]:

@@ -9,9 +9,10 @@ broker's costs, in LocalBrokerData's units; a ``background`` event changes what 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from pulsar_lb_operator.simulator.model import (
     LEADER_SAMPLE_S,
@@ -87,6 +88,18 @@ class Physics(ClusterState):
         if self.topic_factor:
             multiplier *= self.topic_factor.get(topic.name, 1.0)
         return topic.stats(multiplier)
+
+    @contextlib.contextmanager
+    def steady(self) -> Iterator[None]:
+        """Within it, every jittering topic runs at its mean rate (a jitter's multiplier, 1 + N(0, amplitude), is 1
+        on average) and draws no noise; daily curves, bursts and surges are as they are. A jitter is drawn anew at
+        each reading, so a balance judged on the drawn rates would judge the draws, not the cluster."""
+        drawn = self.patterns
+        self.patterns = [Pattern() if type(p) is Pattern and p.kind == "jitter" else p for p in drawn]
+        try:
+            yield
+        finally:
+            self.patterns = drawn
 
     def change_traffic(self, event: EventSpec) -> None:
         """A ``traffic`` event: the namespace's (or, without one, every) topic's rate × ``factor`` from now on; with

@@ -106,6 +106,31 @@ def test_traffic_patterns_and_events():
     assert len(sim.ownership) == 4  # every bundle reassigned after its clients reconnected
 
 
+def test_steady_traffic_holds_jittering_topics_at_their_mean_and_draws_nothing():
+    """A jitter is drawn anew at each reading; within ``steady`` a jittering namespace runs at its mean rate, every
+    reading the same, the noise left as it was; other patterns (here a step) are as they are."""
+    sim = cluster(
+        namespaces=[
+            {
+                "name": "t/jitter",
+                "bundles": 2,
+                "topics": 8,
+                "rate": 100,
+                "pattern": {"type": "jitter", "amplitude": 0.3},
+            },
+            {"name": "t/step", "bundles": 2, "topics": 8, "rate": 100, "pattern": {"type": "step", "factor": 3.0}},
+        ]
+    )
+    total = lambda ns: sum(sim.bundle_stats(b)[0].msgRateIn for b in sim.all_bundles() if b.startswith(ns))  # noqa: E731
+    assert total("t/jitter/") != total("t/jitter/")  # two draws
+    noise = sim.noise.getstate()
+    with sim.steady():
+        assert total("t/jitter/") == total("t/jitter/") == pytest.approx(800)
+        assert total("t/step/") == pytest.approx(2400)
+    assert sim.noise.getstate() == noise
+    assert total("t/jitter/") != pytest.approx(800)  # drawn again once outside
+
+
 def test_a_surge_into_a_few_topics_raises_only_theirs():
     """A tenant's traffic surging into a few hot topics: a traffic event naming topics multiplies only those (every
     partition of a partitioned one), from its time on; the bundles holding them carry it, the others do not."""

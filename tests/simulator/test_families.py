@@ -6,7 +6,7 @@ import pytest
 
 from pulsar_lb_operator import cli
 from pulsar_lb_operator.benchmarks import disturbances, families, family_report
-from pulsar_lb_operator.benchmarks.runs import Combination, run
+from pulsar_lb_operator.benchmarks.runs import BASELINE, Combination, run
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.strategies.config import LoadBalancerConfig
 from pulsar_lb_operator.strategies.rails import DEFAULT_RAILS
@@ -103,6 +103,14 @@ def test_an_event_is_measured_once_its_bundles_have_owners_again():
         tracker.observe({"a": 50, "b": 40 if k < 3 else 20}, {}, ["remove_broker"] if k == 2 else [], settled=k != 2)
     assert asked == [0, 3] and [d.sample for d in tracker.found] == [0, 3]
     assert tracker.found[1].lag == 0  # a report interval after the event already: the reports show it
+
+
+def test_a_cluster_balanced_under_pure_noise_has_no_disturbance_to_judge():
+    """noise#10 (a run no table uses), no balancing at all: the spread of its jittering rates, as drawn at each
+    reading, crossed the target seven times in the hour, each taken for a drift needing a move; the jitter is drawn
+    anew at every reading, so balance is judged on the steady rates, and the run is one part, never unbalanced."""
+    result = run(families.generate("noise", 10), BASELINE)
+    assert [(p["kind"], p["judged"]) for p in result.metrics["segments"]] == [("start", False)]
 
 
 FAMILY_SAMPLE = {  # one run per family, numbers no other test or table uses

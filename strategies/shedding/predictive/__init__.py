@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 import numpy as np
 
@@ -38,6 +39,7 @@ from pulsar_lb_operator.strategies.splitting import algorithms
 from pulsar_lb_operator.strategies.state import PendingMove, StrategyState
 
 NAME = "PredictivePairingShedder"
+Numbers = TypeVar("Numbers", bound=tuple[float, ...])  # a per-broker row of the strategy's state
 
 
 def shed(
@@ -55,7 +57,7 @@ def shed(
         return _Cycle(load, config, state, slope).run(trigger_splits)
 
 
-def _finite(values: Mapping[str, tuple]) -> dict[str, tuple]:
+def _finite(values: Mapping[str, Numbers]) -> dict[str, Numbers]:
     """What a cost model far out of range made infinite is not kept (nor could the state file hold it)."""
     return {b: v for b, v in values.items() if all(math.isfinite(x) and abs(x) <= MAX_FINITE for x in v)}
 
@@ -294,7 +296,7 @@ class _Cycle:
 
     def _next_state(self, plan: endstate.EndState | None, changed_at: int) -> StrategyState:
         high, low = self.high, self.low
-        moved = {u.source for u in self.unloads} | {u.destination for u in self.unloads}
+        moved = {u.source for u in self.unloads} | {u.destination for u in self.unloads if u.destination is not None}
         planned = set() if plan is None or not self.unloads else {b for m in plan.moves for b in (m[0], m[2])}
         for b in moved | planned:
             # being balanced: it stays triggered, and the next cycle's hit count clears it once it is within the

@@ -116,30 +116,34 @@ class EndState:
 def balanced_level(forecast: Forecast, takers: set[str]) -> float:
     """The usage the ``takers`` would all have carrying their traffic together, each a share of the same mix at its
     own cost: the level where their shares add up to the whole (one whose background alone is above it holds
-    none). On alike brokers, their mean usage."""
+    none). On alike brokers, their mean usage; their mean usage too where the models give no such level (a model
+    far out of range: ``shed`` runs under ``np.errstate``, so its overflows are no warnings)."""
     names = sorted(takers)
     if not names:
         return 0.0
-    lines = [forecast.linear(b) for b in names]
-    with np.errstate(over="ignore", invalid="ignore"):
-        whole = np.sum([forecast.traffic[b] for b in names], axis=0)
-        per_share = np.array([coefficients @ whole for _, coefficients, _ in lines])  # brokers × resources
+    level = _level_of_shares([forecast.linear(b) for b in names], np.sum([forecast.traffic[b] for b in names], axis=0))
+    return float(np.mean([forecast.usage(b) for b in names])) if level is None else level
+
+
+def _level_of_shares(lines: list[tuple[np.ndarray, np.ndarray, float]], whole: np.ndarray) -> float | None:
+    """``balanced_level`` by bisection over the brokers' ``Forecast.linear`` lines (each one's share grows with the
+    level); None when there is no finite level."""
+    per_share = np.array([coefficients @ whole for _, coefficients, _ in lines])  # brokers × resources
     bases = np.array([base for base, _, _ in lines])
     floors = np.array([max(float(base.max()), direct) for base, _, direct in lines])
     finite = np.isfinite(per_share).all() and np.isfinite(bases).all() and np.isfinite(floors).all()
     if not finite or not (per_share > 0).any():
-        return float(np.mean([forecast.usage(b) for b in names]))
+        return None
 
     def shares(level: float) -> float:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            room = np.where(per_share > 0, (level - bases) / per_share, np.inf).min(axis=1)
-        return float(np.where(floors < level, np.maximum(room, 0.0), 0.0).sum())
+        room = np.divide(level - bases, per_share, out=np.full_like(per_share, np.inf), where=per_share > 0)
+        return float(np.where(floors < level, np.maximum(room.min(axis=1), 0.0), 0.0).sum())
 
     low, high = float(floors.min()), float(floors.max()) + 1.0
     while shares(high) < 1.0:
         high = 2 * high + 1.0
-        if not math.isfinite(high):  # the shares never add up (a model far out of range): no level to plan to
-            return float(np.mean([forecast.usage(b) for b in names]))
+        if not math.isfinite(high):  # the shares never add up
+            return None
     for _ in range(60):  # 2⁻⁶⁰ of the interval: far below a hundredth of a point
         middle = (low + high) / 2
         low, high = (middle, high) if shares(middle) < 1.0 else (low, middle)

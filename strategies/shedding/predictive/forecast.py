@@ -20,6 +20,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeGuard
 
 import numpy as np
 
@@ -59,7 +60,7 @@ class Slope:
         return cpu, self.bandwidth_in * traffic[1], self.bandwidth_out * traffic[2]
 
 
-def good(model: CostModel | None) -> bool:
+def good(model: CostModel | None) -> TypeGuard[CostModel]:
     return model is not None and model.r2 >= MIN_R2 and model.samples >= MIN_SAMPLES
 
 
@@ -194,8 +195,8 @@ class Forecast:
                 self.learned[b] = _learn(state.predictive_learned.get(b), base, cpu, slope[b], report.traffic)
                 continue
             models[b] = base + slope[b].delta(report.traffic)[0]
-            if slope[b].scale is not None:
-                self.scales[b] = slope[b].scale
+            if (scale := slope[b].scale) is not None:
+                self.scales[b] = scale
             self.residuals[b] = (*state.predictive_residuals.get(b, ())[-(RESIDUALS - 1) :], cpu - models[b])
         self.sigma = self.noise()
         self._offset: dict[str, float] = {}
@@ -246,7 +247,12 @@ class Forecast:
     def shift(self, broker: str, traffic: Traffic, sign: float) -> None:
         """Add (sign +1) or take away (−1) ``traffic`` on the broker: its points and the traffic it carries."""
         self.points[broker] = self.shifted(broker, traffic, sign)
-        self.traffic[broker] = tuple(max(a + sign * b, 0.0) for a, b in zip(self.traffic[broker], traffic))
+        rate, bytes_in, bytes_out = self.traffic[broker]
+        self.traffic[broker] = (
+            max(rate + sign * traffic[0], 0.0),
+            max(bytes_in + sign * traffic[1], 0.0),
+            max(bytes_out + sign * traffic[2], 0.0),
+        )
 
     def linear(self, broker: str) -> tuple[np.ndarray, np.ndarray, float]:
         """The broker's weighted points per resource as ``base + coefficients @ traffic`` (``base``: with no
@@ -294,7 +300,10 @@ class Forecast:
             cpu = np.maximum(p[0] - traffic @ np.array(s.cpu), 0.0) * w[0]
             bandwidth_in = np.maximum(p[1] - traffic[:, 1] * s.bandwidth_in, 0.0) * w[1]
             bandwidth_out = np.maximum(p[2] - traffic[:, 2] * s.bandwidth_out, 0.0) * w[2]
-        return np.maximum(np.maximum(np.maximum(cpu, bandwidth_in), bandwidth_out), self.direct[broker] * w[3])
+        usage: np.ndarray = np.maximum(
+            np.maximum(np.maximum(cpu, bandwidth_in), bandwidth_out), self.direct[broker] * w[3]
+        )
+        return usage
 
     def move(self, source: str, destination: str, traffic: Traffic) -> None:
         self.shift(source, traffic, -1)

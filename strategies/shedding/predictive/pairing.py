@@ -106,10 +106,10 @@ def best_move(
     u_destination, new_destination = forecast.arrivals(destinations, np.array([t for _, t in movable]))
     with np.errstate(over="ignore", invalid="ignore"):
         gained = (
-            square(u_source - level)
-            + square(u_destination - level)
-            - square(new_source - level)[:, np.newaxis]
-            - square(new_destination - level)
+            np.square(u_source - level)
+            + np.square(u_destination - level)
+            - np.square(new_source - level)[:, np.newaxis]
+            - np.square(new_destination - level)
         )
     if not (np.isfinite(new_source).all() and np.isfinite(new_destination).all() and np.isfinite(gained).all()):
         return best_move_pairwise(load, forecast, source, bundles, takers, level, config, halves, within)
