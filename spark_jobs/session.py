@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 from pyspark.sql import SparkSession
 
 from pulsar_lb_operator.spark_jobs import jvm
@@ -33,3 +36,57 @@ def build_session(master: str | None = "local[2]", app_name: str = "pulsar-lb-ag
     session = SparkSession.builder.config(map=options).getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+class JobCancelled(Exception):
+    """The run was asked to stop (``JobGroup.cancel``) and did: the profile and the job's state are unchanged."""
+
+
+class JobGroup:
+    """The Spark jobs of one run under one job group, so another thread can stop them at once.
+
+    A daemon that stops mid-aggregation must not wait minutes for a job to finish, nor leave Spark to kill
+    running tasks as its JVM goes down (its scratch directories stay behind when that takes longer than the
+    grace before SIGKILL). ``cancel`` cancels the group's running jobs — with ``interruptOnCancel``, a task
+    blocked reading a file is interrupted too — and makes ``check`` raise :class:`JobCancelled`; the run calls
+    ``check`` between its steps (``build_profile``'s progress), so a job it would start after the cancel is
+    never started. Spark cancels only the jobs running at that moment: the canceller repeats ``cancel`` until
+    the run has ended (``cancel_until``).
+
+    Job groups are a thread's property: enter the group in the thread that runs the jobs."""
+
+    def __init__(self, spark: SparkSession, name: str = "pulsar-lb-aggregate") -> None:
+        self.spark = spark
+        self.name = name
+        self._cancelled = threading.Event()
+        self._ended = threading.Event()
+
+    def __enter__(self) -> JobGroup:
+        self.spark.sparkContext.setJobGroup(self.name, "load profile", interruptOnCancel=True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._ended.set()
+        self.spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def check(self, _step: str = "") -> None:
+        """Raise JobCancelled once ``cancel`` was called (usable as ``build_profile``'s progress)."""
+        if self._cancelled.is_set():
+            raise JobCancelled(f"Spark job group {self.name} cancelled")
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+        if not self._ended.is_set():
+            self.spark.sparkContext.cancelJobGroup(self.name)
+
+    def cancel_until(self, deadline: float, every_s: float = 0.2) -> bool:
+        """Cancel, again every ``every_s``, until the run has left the group or ``deadline`` (time.monotonic)
+        passes; True when it ended."""
+        while not self._ended.is_set() and time.monotonic() < deadline:
+            self.cancel()
+            self._ended.wait(every_s)
+        return self._ended.is_set()
