@@ -25,10 +25,12 @@ from pyspark.sql import functions as F
 ALPHA = 0.01
 GAMMA = (1 + ALPHA) / (1 - ALPHA)
 ZERO = -(2**30)  # the bucket of 0 (and of anything below 1e-9)
+SPAN = 2048  # a bucket above 0 is within ±(SPAN − 1): 1e-9 is bucket −1036, SPAN − 1 holds values up to 6e17
 
 
 def bucket(value: Column) -> Column:
-    return F.when(value > 1e-9, F.ceil(F.log(value) / math.log(GAMMA)).cast("int")).otherwise(F.lit(ZERO))
+    index = F.least(F.ceil(F.log(value) / math.log(GAMMA)), F.lit(SPAN - 1)).cast("int")
+    return F.when(value > 1e-9, index).otherwise(F.lit(ZERO))
 
 
 def value_of(index: Column) -> Column:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -33,9 +34,20 @@ def build_session(master: str | None = "local[2]", app_name: str = "pulsar-lb-ag
     }
     # the JVM's output into the operator's log (one format on stderr), and a missing Java said in one line
     jvm.start_gateway(options)
-    session = SparkSession.builder.config(map=options).getOrCreate()
+    conf: dict[str, bool | float | int | str | None] = {**options}
+    session = SparkSession.builder.config(map=conf).getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def hadoop_filesystem(spark: SparkSession, root: str) -> tuple[Any, Any]:
+    """Hadoop's FileSystem for ``root`` with the session's configuration (so ``s3a://``, ``hdfs://`` and local
+    paths alike, with the job's credentials), and its Path class: py4j objects, which have no types."""
+    jvm, jsc = spark.sparkContext._jvm, spark.sparkContext._jsc
+    if jvm is None or jsc is None:
+        raise RuntimeError("the Spark session is stopped")
+    path = jvm.org.apache.hadoop.fs.Path
+    return path(root).getFileSystem(jsc.hadoopConfiguration()), path
 
 
 class JobCancelled(Exception):

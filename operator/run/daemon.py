@@ -341,6 +341,7 @@ class Daemon:
                 uri=self.settings.profileUri,
                 seconds=round(time.monotonic() - started, 1),
                 mode=summary["mode"],
+                why=summary.get("why"),
                 broker_samples=summary["broker_samples"],
                 bundle_samples=summary["bundle_samples"],
             )
