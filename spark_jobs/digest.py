@@ -10,9 +10,8 @@ Error bound: bucket i holds the values in (γ^(i−1), γ^i] with γ = (1 + α)/
 bucket holding the sample of rank ⌈q·n⌉ — the sample percentile_approx names — so p50, p95 and max
 are within 1% of the exact sample value (0 stays 0); the counts are exact.
 
-A histogram is kept as rows (bundle, window, metric, bucket, count), not as a map per bundle: adding
-and reading rows are sums and a sort Spark compiles, where a map's merge and walk are lambdas it
-interprets. DataFrame API only: nothing of ours runs on the executors.
+A histogram is kept in its bundle's state row as the count at 0 and the counts of the buckets from its
+lowest (``fold.py``). DataFrame API only: nothing of ours runs on the executors.
 """
 
 from __future__ import annotations
