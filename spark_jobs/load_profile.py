@@ -146,12 +146,11 @@ def newest_time(files: HistoryFiles, kind: str) -> int | None:
     """The newest sample's time: the newest stamp in the newest date/hour partition's file names (the store
     stamps a cycle's file with its samples' time and a compacted file with its newest input's), so no Spark
     job runs for it; that partition is read only when a file there carries no stamp (not the store's)."""
-    paths = files.files(kind)
-    if not paths:
+    in_partition = files.edge(kind, newest=True)
+    if not in_partition:
         return None
-    newest = partition_span(paths[-1])
+    newest = partition_span(in_partition[-1])
     since = newest[0] - 1 if newest is not None else None
-    in_partition = [p for p in paths if newest is None or partition_span(p) == newest]
     stamps = [stamp_of(p.rsplit("/", 1)[-1]) for p in in_partition]
     if all(stamps):
         return max(stamps)
@@ -328,7 +327,7 @@ def _inputs(
     recent = _present(read_samples(files, "bundle_samples", hot_since, latest), files, "bundle_samples")
     leaving: dict[int, DataFrame] = {}
     rebuilt: dict[int, DataFrame] = {}
-    oldest = files.files("bundle_samples")[:1]
+    oldest = files.edge("bundle_samples", newest=False)[:1]
     kept_from = (partition_span(oldest[0]) or (0, 0))[0] if oldest else latest
     for w, start in starts.items():
         start_then = then - w * 60_000

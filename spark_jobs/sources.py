@@ -47,6 +47,22 @@ class HistoryFiles:
             if overlaps(child + "/", since_ms, until_ms):
                 self._walk(child, since_ms, until_ms, out)
 
+    def edge(self, kind: str, newest: bool) -> list[str]:
+        """The visible data files of the oldest (``newest``: the newest) partition holding any: the walk enters
+        that edge of the tree only, where ``files`` lists every partition of the retention."""
+        return self._edge(f"{self.root}/{kind}", newest)
+
+    def _edge(self, folder: str, newest: bool) -> list[str]:
+        names = [n for n in self._names(folder) if not n.startswith((".", "_"))]
+        own = [f"{folder}/{n}" for n in visible(names)]
+        if own and not newest:  # a folder's own files come before its partitions' (``files``' order)
+            return own
+        for name in sorted((n for n in names if not is_data_file(n) and "=" in n), reverse=newest):
+            found = self._edge(f"{folder}/{name}", newest)
+            if found:
+                return found
+        return own
+
     def read(self, files: list[str]) -> DataFrame:
         """The files (at least one) as one DataFrame, with the schema of the newest one: inferring it from every
         file would cost a job per read."""
