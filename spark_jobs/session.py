@@ -50,8 +50,10 @@ def hadoop_filesystem(spark: SparkSession, root: str) -> tuple[Any, Any]:
     return path(root).getFileSystem(jsc.hadoopConfiguration()), path
 
 
-class JobCancelled(Exception):
-    """The run was asked to stop (``JobGroup.cancel``) and did: the profile and the job's state are unchanged."""
+class JobCancelled(KeyboardInterrupt):
+    """The run was asked to stop (``JobGroup.cancel``) and did: the profile and the job's state are unchanged.
+
+    A stop, not an error (as ``lifecycle.Interrupted``): no ``except Exception`` on its way out swallows it."""
 
 
 class JobGroup:
