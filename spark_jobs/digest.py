@@ -10,9 +10,8 @@ Error bound: bucket i holds the values in (γ^(i−1), γ^i] with γ = (1 + α)/
 bucket holding the sample of rank ⌈q·n⌉ — the sample percentile_approx names — so p50, p95 and max
 are within 1% of the exact sample value (0 stays 0); the counts are exact.
 
-A histogram is kept as rows (bundle, window, metric, bucket, count), not as a map per bundle: adding
-and reading rows are sums and a sort Spark compiles, where a map's merge and walk are lambdas it
-interprets. DataFrame API only: nothing of ours runs on the executors.
+A histogram is kept in its bundle's state row as the count at 0 and the counts of the buckets from its
+lowest (``fold.py``). DataFrame API only: nothing of ours runs on the executors.
 """
 
 from __future__ import annotations
@@ -25,10 +24,12 @@ from pyspark.sql import functions as F
 ALPHA = 0.01
 GAMMA = (1 + ALPHA) / (1 - ALPHA)
 ZERO = -(2**30)  # the bucket of 0 (and of anything below 1e-9)
+SPAN = 2048  # a bucket above 0 is within ±(SPAN − 1): 1e-9 is bucket −1036, SPAN − 1 holds values up to 6e17
 
 
 def bucket(value: Column) -> Column:
-    return F.when(value > 1e-9, F.ceil(F.log(value) / math.log(GAMMA)).cast("int")).otherwise(F.lit(ZERO))
+    index = F.least(F.ceil(F.log(value) / math.log(GAMMA)), F.lit(SPAN - 1)).cast("int")
+    return F.when(value > 1e-9, index).otherwise(F.lit(ZERO))
 
 
 def value_of(index: Column) -> Column:

@@ -2,10 +2,11 @@
 
 One function serves both modes: a full recompute folds every sample into an empty state, an incremental
 run folds the samples since the last run into the last state (and takes out of each window the samples
-that left it). The state is one row per bundle, and the windows' histograms rows of their own:
+that left it). The state is one row per bundle, its windows' histograms and their read-out included:
 
     bundle, samples, first_time, last_time, short_<m>, long_<m>    m: msg_rate_in/out, msg_throughput_in/out
-    bundle, w, m, b, c       window W (minutes), metric (rate, throughput), bucket, samples in it (c > 0)
+    h<W>_<k>_z, h<W>_<k>_lo, h<W>_<k>_c     window W (minutes), k rate/thr: samples at 0, lowest bucket, counts
+    h<W>_samples, h<W>_msg_rate_p50, …      what the last run read from them (``bundle_windows``)
 
 **Averages.** TimeAverageMessageData updates avg ← avg + (x − avg)/m with m = min(samples, N): a running
 mean up to N samples, then an EMA of weight 1/N. Over samples 1..n in time order that is a weighted sum
@@ -16,7 +17,10 @@ is exact: incremental and full give the same averages (to floating-point roundin
 
 **Windows.** A window of W minutes holds the samples after ``latest − W``. Its histogram
 (``digest.py``) gains the new samples inside it and loses the ones that left it since the last run:
-counts are exact and p50/p95/max within the digest's 1%.
+counts are exact and p50/p95/max within the digest's 1%. The change is summed per bundle and bucket
+(``changes``) and merged into each histogram in one pass over its buckets (``_merged``): a run reads and
+writes one row per bundle, where histograms kept as a row per bucket (17M rows at 100,000 bundles) were
+shuffled and sorted whole by every run.
 """
 
 from __future__ import annotations
@@ -31,8 +35,6 @@ LONG_SAMPLES = 1000
 AVERAGED = ("msg_rate_in", "msg_rate_out", "msg_throughput_in", "msg_throughput_out")
 PREFIXES = (("short", SHORT_SAMPLES), ("long", LONG_SAMPLES))
 RATE, THR = 0, 1  # a histogram row's metric: msg rate (in + out), msg throughput (in + out)
-HISTOGRAM = ("bundle", "w", "m", "b", "c")  # window (minutes), metric, bucket (digest.py), samples in it
-HISTOGRAM_SCHEMA = "bundle string, w int, m tinyint, b int, c bigint"
 QUANTILES = (0.5, 0.95)
 
 
@@ -102,67 +104,166 @@ def _thr(frame: DataFrame) -> Column:
     return frame["msg_throughput_in"] + frame["msg_throughput_out"]
 
 
-def _buckets(frame: DataFrame, window: Column, sign: int) -> DataFrame:
-    return frame.select(
-        "bundle",
-        window.alias("w"),
-        F.lit(sign).cast("long").alias("sign"),
-        digest.bucket(_rate(frame)).alias("r"),
-        digest.bucket(_thr(frame)).alias("t"),
-    )
+def _slot(windows: tuple[int, ...], w: int | None, m: int) -> int:
+    """A change's slot: window w's histogram of metric m, or (w None) the new samples' of metric m — they go
+    into every window the state keeps, since all of them are inside it."""
+    return (0 if w is None else 1 + windows.index(w)) * 2 + m
 
 
-def window_changes(
-    samples: DataFrame, starts: dict[int, int], leaving: dict[int, DataFrame], rebuilt: dict[int, DataFrame]
+def _key(slot: int, offset: Column | int) -> Column:
+    """(slot, bucket) as one int, a key of a bundle's change map: offset 0 is the zero bucket, SPAN + b the
+    bucket b of a value above 0 (``digest.bucket`` keeps it within ±(SPAN − 1))."""
+    return F.lit(slot * 2 * digest.SPAN) + offset
+
+
+def _offset(bucket: Column) -> Column:
+    return F.when(bucket == digest.ZERO, F.lit(0)).otherwise(bucket + F.lit(digest.SPAN))
+
+
+def changes(
+    windows: tuple[int, ...],
+    samples: DataFrame | None,
+    leaving: dict[int, DataFrame],
+    rebuilt: dict[int, DataFrame],
 ) -> DataFrame | None:
-    """Histogram rows (``HISTOGRAM``) of the change in each window W: +1 for each sample of ``samples``
-    after ``starts[W]`` (one scan for every window) and of ``rebuilt[W]``, −1 for each of ``leaving[W]``
-    — not yet added up."""
-    parts = []
-    if starts:
-        inside = F.array(*(F.when(F.col("time") > F.lit(start), F.lit(w)) for w, start in starts.items()))
-        parts.append(_buckets(samples, F.explode(F.filter(inside, lambda w: w.isNotNull())), 1))
-    parts += [_buckets(frame, F.lit(w), 1) for w, frame in rebuilt.items()]
-    parts += [_buckets(frame, F.lit(w), -1) for w, frame in leaving.items()]
-    if not parts:
+    """Per bundle, the change to the windows' histograms as a map per slot, ``d<slot>``: bucket offset
+    (``_offset``) → samples, and the lowest and highest bucket above 0 each slot gains (``lo<slot>``,
+    ``hi<slot>``): ``samples`` into the new samples' slots, ``rebuilt[W]`` into window W's, ``leaving[W]``
+    out of window W's.
+
+    Spark adds the +1/−1 rows up by (bundle, key) before it shuffles them, then gathers a bundle's few dozen
+    keys into its maps: no histogram is touched here, and a run's work grows with its new samples only. A map
+    per slot, not one per bundle: a lookup walks its map's keys, so small maps keep the merge's lookups short."""
+    parts: list[tuple[DataFrame, int | None, int]] = [(samples, None, 1)] if samples is not None else []
+    parts += [(frame, w, 1) for w, frame in rebuilt.items()]
+    parts += [(frame, w, -1) for w, frame in leaving.items()]
+    rows: DataFrame | None = None
+    for frame, w, sign in parts:
+        keys = F.array(
+            _key(_slot(windows, w, RATE), _offset(digest.bucket(_rate(frame)))),
+            _key(_slot(windows, w, THR), _offset(digest.bucket(_thr(frame)))),
+        )
+        part = frame.select("bundle", F.explode(keys).alias("key"), F.lit(sign).alias("c"))
+        rows = part if rows is None else rows.unionByName(part)
+    if rows is None:
         return None
-    rows = parts[0]
-    for part in parts[1:]:
-        rows = rows.unionByName(part)
-    both = F.array(
-        *(F.struct(F.lit(m).cast("byte").alias("m"), F.col(c).alias("b")) for m, c in ((RATE, "r"), (THR, "t")))
-    )
-    return rows.select("bundle", "w", "sign", F.explode(both).alias("e")).select(
-        "bundle", "w", "e.m", "e.b", F.col("sign").alias("c")
-    )
+    summed = rows.groupBy("bundle", "key").agg(F.sum("c").cast("int").alias("c")).where(F.col("c") != 0)
+    slot = F.floor(F.col("key") / F.lit(2 * digest.SPAN)).cast("int")
+    offset = F.col("key") - slot * F.lit(2 * digest.SPAN)
+    gains = [_slot(windows, None, m) for m in (RATE, THR)] if samples is not None else []
+    gains += [_slot(windows, w, m) for w in rebuilt for m in (RATE, THR)]
+    maps = [
+        F.map_from_entries(F.collect_list(F.when(slot == s, F.struct(offset.alias("o"), "c")))).alias(f"d{s}")
+        for s in sorted({_slot(windows, w, m) for _, w, _ in parts for m in (RATE, THR)})
+    ]
+    bounds = []
+    for s in gains:
+        bucket = F.when((slot == s) & (offset > 0) & (F.col("c") > 0), offset - F.lit(digest.SPAN))
+        bounds += [F.min(bucket).alias(f"lo{s}"), F.max(bucket).alias(f"hi{s}")]
+    return summed.groupBy("bundle").agg(*maps, *bounds)
+
+
+def hist(w: int, m: int, part: str) -> str:
+    """A state column of window w's histogram of metric m: ``z`` samples at 0, ``lo`` the lowest bucket above
+    0 (null: none), ``c`` samples per bucket from lo on (first and last > 0)."""
+    return f"h{w}_{'rate' if m == RATE else 'thr'}_{part}"
+
+
+def _merged(windows: tuple[int, ...], w: int, m: int, kept: bool, gains: set[int], changed: set[int]) -> list[Column]:
+    """Window w's histogram of metric m after the change, not yet trimmed: its zero count, lowest bucket and
+    counts (``_z``, ``_lo``, ``_m``). ``kept``: the state's histogram is the base, the new samples are added."""
+    z, lo, c = (F.col(hist(w, m, p)) for p in ("z", "lo", "c"))
+    slots = [s for s in ([_slot(windows, None, m)] if kept else []) + [_slot(windows, w, m)] if s in changed]
+    lows = [F.col(f"lo{s}") for s in slots if s in gains] + ([lo] if kept else [])
+    highs = [F.col(f"hi{s}") for s in slots if s in gains] + ([lo + F.size(c) - 1] if kept else [])
+    if not lows:  # nothing above 0 can be in it
+        low = high = F.lit(None).cast("int")
+    else:
+        low, high = (F.least(*lows), F.greatest(*highs)) if len(lows) > 1 else (lows[0], highs[0])
+
+    def delta(offset: Column) -> Column:
+        return sum((F.coalesce(F.try_element_at(f"d{s}", offset), F.lit(0)) for s in slots), F.lit(0))
+
+    def count(i: Column) -> Column:
+        return (F.coalesce(F.get(c, i - lo), F.lit(0)) if kept else F.lit(0)) + delta(i + F.lit(digest.SPAN))
+
+    zero = (F.coalesce(z, F.lit(0)) if kept else F.lit(0)) + delta(F.lit(0))
+    counts = F.coalesce(F.transform(F.sequence(low, high), count), F.array().cast("array<int>"))
+    return [zero.cast("long").alias(f"_z{w}_{m}"), low.alias(f"_lo{w}_{m}"), counts.alias(f"_m{w}_{m}")]
+
+
+def _spread(w: int, m: int) -> Column:
+    """The merged histogram's buckets laid out one per sample, lowest first (``_s``)."""
+    low = F.col(f"_lo{w}_{m}")
+    return F.flatten(
+        F.transform(F.col(f"_m{w}_{m}"), lambda c, j: F.array_repeat(low + j, F.greatest(c, F.lit(0))))
+    ).alias(f"_s{w}_{m}")
+
+
+def _trimmed(w: int, m: int) -> list[Column]:
+    """The merged histogram's state columns and its read-out: trimmed to its first and last bucket holding a
+    sample, and p50/p95/max read from its buckets laid out one per sample (``_s``, in order)."""
+    z, lo, merged, spread = (F.col(f"{p}{w}_{m}") for p in ("_z", "_lo", "_m", "_s"))
+    above = F.size(spread)
+    first, last = F.element_at(spread, 1), F.element_at(spread, -1)
+    n = z + above
+    name = "msg_rate" if m == RATE else "msg_throughput"
+
+    def at_rank(rank: Column) -> Column:
+        return F.when(rank <= z, F.lit(0.0)).otherwise(digest.value_of(F.element_at(spread, (rank - z).cast("int"))))
+
+    return [
+        z.alias(hist(w, m, "z")),
+        F.when(above > 0, first).alias(hist(w, m, "lo")),
+        F.when(above > 0, F.slice(merged, first - lo + 1, last - first + 1))
+        .otherwise(F.array().cast("array<int>"))
+        .alias(hist(w, m, "c")),
+        *(F.when(n > 0, at_rank(digest.rank(n, q))).alias(f"h{w}_{name}_p{round(q * 100)}") for q in QUANTILES),
+        F.when(n > 0, F.when(above > 0, digest.value_of(last)).otherwise(F.lit(0.0))).alias(f"h{w}_{name}_max"),
+        *([n.alias(f"h{w}_samples")] if m == RATE else []),
+    ]
 
 
 def fold(
+    windows: tuple[int, ...],
     samples: DataFrame,
     state: DataFrame | None,
-    histograms: DataFrame | None,
-    starts: dict[int, int],
     leaving: dict[int, DataFrame],
-    rebuilt: dict[int, DataFrame] | None = None,
-) -> tuple[DataFrame, DataFrame]:
-    """The next state and histograms: ``samples`` (all newer than ``state``) folded into the averages, and
-    those after ``starts[W]`` into window W's histogram, less the samples that left it (``leaving[W]``). A
-    window in ``rebuilt`` drops its histogram for one built from the samples given for it (all inside it).
+    rebuilt: dict[int, DataFrame],
+) -> DataFrame:
+    """The next state, one row per bundle: ``samples`` (all newer than ``state``) folded into the averages
+    and into every window the state keeps (all of them are inside it), less the samples that left it
+    (``leaving[W]``); a window in ``rebuilt`` (every one, without a state) is built from the samples given
+    for it alone. Read out: each window's sample count and p50/p95/max.
 
-    The histograms are rows added up by (bundle, window, metric, bucket): plain sums Spark runs as generated
-    code, where a map per bundle is merged by lambdas it interprets (at 100,000 bundles the fold with maps
-    took 1.8 times as long)."""
-    rebuilt = rebuilt or {}
-    changes = window_changes(samples, {w: s for w, s in starts.items() if w not in rebuilt}, leaving, rebuilt)
-    parts = [] if changes is None else [changes]
-    kept = [w for w in starts if w not in rebuilt]
-    if histograms is not None and kept:
-        parts.append(histograms.where(F.col("w").isin(kept)).select(*HISTOGRAM))
-    rows = parts[0] if parts else samples.sparkSession.createDataFrame([], HISTOGRAM_SCHEMA)
-    for part in parts[1:]:
-        rows = rows.unionByName(part)
-    merged = rows.groupBy("bundle", "w", "m", "b").agg(F.sum("c").alias("c")).where(F.col("c") > 0)
-    return averages(samples, state), merged
+    A histogram is merged with its change in one pass over its buckets (``transform``) and read in another
+    (one bucket per sample, ``array_repeat``): the two lambdas a histogram costs, at 100,000 bundles a few
+    million steps, where a row per bucket had the whole state's buckets (17M rows) shuffled and sorted
+    every run."""
+    kept = tuple(w for w in windows if w not in rebuilt) if state is not None else ()
+    if set(windows) != {*kept, *rebuilt}:
+        raise ValueError("without a state's histogram, every window must be rebuilt from its samples")
+    leaving = {w: frame for w, frame in leaving.items() if w in kept}
+    delta = changes(windows, samples if kept else None, leaving, rebuilt)
+    out = averages(samples, state)
+    if kept and state is not None:
+        parts = [hist(w, m, p) for w in kept for m in (RATE, THR) for p in ("z", "lo", "c")]
+        out = out.join(state.select("bundle", *parts), "bundle", "left")
+    gains: set[int] = set()
+    changed: set[int] = set()
+    if delta is not None:
+        out = out.join(delta, "bundle", "left")
+        gains = {int(c[2:]) for c in delta.columns if c.startswith("lo")}
+        changed = {int(c[1:]) for c in delta.columns if c.startswith("d")}
+    keep = [
+        F.col(c)
+        for c in ("bundle", "samples", "first_time", "last_time", *(f"{p}_{m}" for p, _ in PREFIXES for m in AVERAGED))
+    ]
+    merged = out.select(
+        *keep, *(col for w in windows for m in (RATE, THR) for col in _merged(windows, w, m, w in kept, gains, changed))
+    )
+    spread = merged.select("*", *(_spread(w, m) for w in windows for m in (RATE, THR)))
+    return spread.select(*keep, *(col for w in windows for m in (RATE, THR) for col in _trimmed(w, m)))
 
 
 def averages_view(state: DataFrame) -> DataFrame:
@@ -170,39 +271,20 @@ def averages_view(state: DataFrame) -> DataFrame:
     return state.select("bundle", "samples", "last_time", *(f"{p}_{m}" for p, _ in PREFIXES for m in AVERAGED))
 
 
-def windows_view(histograms: DataFrame) -> DataFrame:
+WINDOW_STATS = tuple(f"{n}_{s}" for n in ("msg_rate", "msg_throughput") for s in ("p50", "p95", "max"))
+
+
+def windows_view(state: DataFrame, windows: tuple[int, ...]) -> DataFrame:
     """``bundle_windows``: per bundle and window holding samples, the count and p50/p95/max of msg rate and
-    throughput. One sort by (bundle, window, metric, bucket) gives each bucket the count up to it; a
-    percentile is the first bucket whose count reaches its rank (``digest.rank``)."""
-    by_bucket = Window.partitionBy("bundle", "w", "m").orderBy("b")
-    rows = histograms.withColumn(
-        "upto", F.sum("c").over(by_bucket.rowsBetween(Window.unboundedPreceding, Window.currentRow))
-    ).withColumn("n", F.sum("c").over(by_bucket.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)))
-    per_metric = rows.groupBy("bundle", "w", "m").agg(
-        F.max("n").alias("n"),
+    throughput, as the fold read them out."""
+    per_window = F.array(
         *(
-            F.min(F.when(F.col("upto") >= digest.rank(F.col("n"), q), F.col("b"))).alias(f"q{i}")
-            for i, q in enumerate(QUANTILES)
-        ),
-        F.max("b").alias("top"),
+            F.struct(
+                F.lit(w).alias("window_minutes"),
+                F.col(f"h{w}_samples").alias("samples"),
+                *(F.col(f"h{w}_{s}").alias(s) for s in WINDOW_STATS),
+            )
+            for w in windows
+        )
     )
-
-    def of(metric: int, column: Column) -> Column:
-        return F.max(F.when(F.col("m") == metric, column))
-
-    stats = []
-    for metric, name in ((RATE, "msg_rate"), (THR, "msg_throughput")):
-        stats += [
-            of(metric, digest.value_of(F.col("q0"))).alias(f"{name}_p50"),
-            of(metric, digest.value_of(F.col("q1"))).alias(f"{name}_p95"),
-            of(metric, digest.value_of(F.col("top"))).alias(f"{name}_max"),
-        ]
-    out = per_metric.groupBy("bundle", F.col("w").alias("window_minutes")).agg(
-        of(RATE, F.col("n")).alias("samples"), *stats
-    )
-    return out.select(
-        "bundle",
-        "window_minutes",
-        "samples",
-        *(f"{n}_{s}" for n in ("msg_rate", "msg_throughput") for s in ("p50", "p95", "max")),
-    )
+    return state.select("bundle", F.explode(per_window).alias("w")).select("bundle", "w.*").where(F.col("samples") > 0)

@@ -29,15 +29,17 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from pulsar_lb_operator.spark_jobs import fold
 from pulsar_lb_operator.spark_jobs.layout import DAY_MS, partition_span, stamp_of
 from pulsar_lb_operator.spark_jobs.sources import HistoryFiles
-from pulsar_lb_operator.spark_jobs.state import StateStore
+from pulsar_lb_operator.spark_jobs.state import Generation, StateStore
 from pulsar_lb_operator.strategies import COST_RESOURCES as RESOURCES
 from pulsar_lb_operator.strategies import UserError
 from pulsar_lb_operator.strategies import fit_cost_model as solve
@@ -113,6 +115,21 @@ def read_samples(
     return frame
 
 
+def _one(frame: DataFrame) -> Row:
+    """The row of a global aggregate (Spark gives one, even over no rows)."""
+    row = frame.first()
+    if row is None:
+        raise ProfileError("an aggregate gave no row")
+    return row
+
+
+def _present(frame: DataFrame | None, files: HistoryFiles, kind: str) -> DataFrame:
+    """Samples the listing said are there (a file removed since, by the retention: none)."""
+    if frame is None:
+        raise ProfileError(f"no history at {files.root}/{kind}: its files went while the job ran")
+    return frame
+
+
 def read_history(spark: SparkSession, history: str) -> tuple[DataFrame, DataFrame]:
     """Every broker and bundle sample of a history (as its readers see it: compacted hours once)."""
     files = HistoryFiles(spark, history)
@@ -129,17 +146,16 @@ def newest_time(files: HistoryFiles, kind: str) -> int | None:
     """The newest sample's time: the newest stamp in the newest date/hour partition's file names (the store
     stamps a cycle's file with its samples' time and a compacted file with its newest input's), so no Spark
     job runs for it; that partition is read only when a file there carries no stamp (not the store's)."""
-    paths = files.files(kind)
-    if not paths:
+    in_partition = files.edge(kind, newest=True)
+    if not in_partition:
         return None
-    newest = partition_span(paths[-1])
+    newest = partition_span(in_partition[-1])
     since = newest[0] - 1 if newest is not None else None
-    in_partition = [p for p in paths if newest is None or partition_span(p) == newest]
     stamps = [stamp_of(p.rsplit("/", 1)[-1]) for p in in_partition]
     if all(stamps):
         return max(stamps)
     frame = read_samples(files, kind, since)
-    return frame.agg(F.max("time")).first()[0] if frame is not None else None
+    return _one(frame.agg(F.max("time")))[0] if frame is not None else None
 
 
 # ---------------------------------------------------------------------------------------------- transform
@@ -152,9 +168,9 @@ def bundle_averages(bundles: DataFrame) -> DataFrame:
 
 def bundle_windows(bundles: DataFrame, windows_minutes: tuple[int, ...]) -> DataFrame:
     """``bundle_windows`` of a frame of bundle samples, from nothing."""
-    latest = bundles.agg(F.max("time")).first()[0]
-    _, histograms = fold.fold(bundles, None, None, {w: latest - w * 60_000 for w in windows_minutes}, {})
-    return fold.windows_view(histograms)
+    latest = _one(bundles.agg(F.max("time")))[0]
+    inside = {w: bundles.where(F.col("time") > F.lit(latest - w * 60_000)) for w in windows_minutes}
+    return fold.windows_view(fold.fold(windows_minutes, bundles, None, {}, inside), windows_minutes)
 
 
 def _usage_percent(resource: str) -> F.Column:
@@ -164,7 +180,7 @@ def _usage_percent(resource: str) -> F.Column:
 
 def broker_profile(brokers: DataFrame, options: ProfileOptions, latest: int | None = None) -> DataFrame:
     weighted = F.greatest(*(_usage_percent(r) * F.lit(options.weights.get(r, 1.0)) for r in RESOURCES))
-    latest = brokers.agg(F.max("time")).first()[0] if latest is None else latest
+    latest = _one(brokers.agg(F.max("time")))[0] if latest is None else latest
     window = brokers.where(F.col("time") > F.lit(latest - max(options.windows_minutes) * 60_000))
     short = brokers.where(F.col("time") > F.lit(latest - options.short_window_minutes * 60_000))
     overall = (
@@ -247,7 +263,7 @@ def solve_cost_model(row: dict) -> dict:
 
 
 def hot_bundles(bundles: DataFrame, options: ProfileOptions, latest: int | None = None) -> DataFrame:
-    latest = bundles.agg(F.max("time")).first()[0] if latest is None else latest
+    latest = _one(bundles.agg(F.max("time")))[0] if latest is None else latest
     recent = bundles.where(F.col("time") > F.lit(latest - options.hot_window_minutes * 60_000))
     max_bw = options.max_bandwidth_mbytes * 1024 * 1024
     rate = F.col("msg_rate_in") + F.col("msg_rate_out")
@@ -288,28 +304,30 @@ class _Inputs:
 
     new: DataFrame
     recent: DataFrame
-    starts: dict[int, int]
     leaving: dict[int, DataFrame]
     rebuilt: dict[int, DataFrame]
     brokers_new: DataFrame | None
     state: DataFrame | None
-    histograms: DataFrame | None
     costs: DataFrame | None
 
 
-def _inputs(spark: SparkSession, files: HistoryFiles, latest: int, options: ProfileOptions, generation) -> _Inputs:
+def _inputs(
+    spark: SparkSession, files: HistoryFiles, latest: int, options: ProfileOptions, generation: Generation | None
+) -> _Inputs:
     starts = {w: latest - w * 60_000 for w in options.windows_minutes}
     hot_since = latest - options.hot_window_minutes * 60_000
-    if generation is None:  # full: every sample on disk (scanned twice, memory stays bounded)
-        every = read_samples(files, "bundle_samples")
-        return _Inputs(every, every, starts, {}, {}, read_samples(files, "broker_samples"), None, None, None)
+    if generation is None:  # full: every sample on disk, each window built from those inside it
+        every = _present(read_samples(files, "bundle_samples"), files, "bundle_samples")
+        inside = {w: every.where(F.col("time") > F.lit(start)) for w, start in starts.items()}
+        return _Inputs(every, every, {}, inside, read_samples(files, "broker_samples"), None, None)
     then = generation.latest
     # read twice rather than cached: each cycle file holds one time, so Parquet's statistics skip a file
     # outside the range unread, and caching cost more than the second read
-    new = read_samples(files, "bundle_samples", then, latest)
-    recent = read_samples(files, "bundle_samples", hot_since, latest)
-    leaving, rebuilt = {}, {}
-    oldest = files.files("bundle_samples")[:1]
+    new = _present(read_samples(files, "bundle_samples", then, latest), files, "bundle_samples")
+    recent = _present(read_samples(files, "bundle_samples", hot_since, latest), files, "bundle_samples")
+    leaving: dict[int, DataFrame] = {}
+    rebuilt: dict[int, DataFrame] = {}
+    oldest = files.edge("bundle_samples", newest=False)[:1]
     kept_from = (partition_span(oldest[0]) or (0, 0))[0] if oldest else latest
     for w, start in starts.items():
         start_then = then - w * 60_000
@@ -318,28 +336,25 @@ def _inputs(spark: SparkSession, files: HistoryFiles, latest: int, options: Prof
         elif start < generation.first:  # none of the samples the state holds has left
             pass
         elif kept_from <= max(start_then + 1, generation.first):  # those that left are still on disk
-            leaving[w] = read_samples(files, "bundle_samples", start_then, start)
+            gone = read_samples(files, "bundle_samples", start_then, start)
+            if gone is not None:
+                leaving[w] = gone
         else:  # they are not (a long outage): the window again from its samples
-            rebuilt[w] = read_samples(files, "bundle_samples", start, latest)
+            rebuilt[w] = _present(read_samples(files, "bundle_samples", start, latest), files, "bundle_samples")
     costs = generation.costs(spark)
-    brokers_then = costs.agg(F.max("last_time")).first()[0]
+    brokers_then = _one(costs.agg(F.max("last_time")))[0]
     brokers_new = read_samples(files, "broker_samples", brokers_then)
-    return _Inputs(
-        new,
-        recent,
-        starts,
-        leaving,
-        rebuilt,
-        brokers_new,
-        generation.bundles(spark),
-        generation.histograms(spark),
-        costs,
-    )
+    return _Inputs(new, recent, leaving, rebuilt, brokers_new, generation.bundles(spark), costs)
 
 
 def build_profile(
-    spark: SparkSession, history: str, out: str, options: ProfileOptions, progress=None, full: bool = False
-) -> dict:
+    spark: SparkSession,
+    history: str,
+    out: str,
+    options: ProfileOptions,
+    progress: Callable[[str], None] | None = None,
+    full: bool = False,
+) -> dict[str, Any]:
     """Bring the profile at ``out`` up to the history's newest sample; returns a summary.
 
     Incremental from the job's state when it has one of these windows (and ``full`` is not asked for), else
@@ -364,30 +379,35 @@ def build_profile(
             "generated_from": history,
         }
     mode = "incremental" if generation is not None else "full"
-    step(f"reading history ({mode})")
+    why = "asked for" if full else "no state yet"
+    if generation is None and not full and states.others():
+        why = "the job's state is of another version or other windows"  # said in the summary the daemon logs
+    step(f"reading history ({mode}: {why})" if mode == "full" else f"reading history ({mode})")
     inputs = _inputs(spark, files, latest, options, generation)
     keep_after = latest - int(options.retention_days * DAY_MS)
 
     step("folding bundle samples")
-    state, histograms = fold.fold(
-        inputs.new, inputs.state, inputs.histograms, inputs.starts, inputs.leaving, inputs.rebuilt
-    )
+    state = fold.fold(options.windows_minutes, inputs.new, inputs.state, inputs.leaving, inputs.rebuilt)
     scratch = states.scratch()
+    # a bundle past the retention has no sample left in any window (windows are shorter): it goes
     state.where(F.col("last_time") > F.lit(keep_after)).write.parquet(f"{scratch}/bundles")
-    # a bundle past the retention has no sample left in any window (windows are shorter): no rows here
-    histograms.write.parquet(f"{scratch}/histograms")
     state = spark.read.parquet(f"{scratch}/bundles")  # what was written: the views below read it, not the fold
-    histograms = spark.read.parquet(f"{scratch}/histograms")
     costs = inputs.costs
     if inputs.brokers_new is not None:
         costs = add_sums(cost_model_sums(inputs.brokers_new), inputs.costs)
+    if costs is None:
+        raise ProfileError(f"no history at {history}/broker_samples")
     costs.where(F.col("day") >= F.lit(keep_after // DAY_MS)).coalesce(1).write.parquet(f"{scratch}/costs")
     costs = spark.read.parquet(f"{scratch}/costs")
 
-    brokers_window = read_samples(files, "broker_samples", brokers_latest - max(options.windows_minutes) * 60_000)
+    brokers_window = _present(
+        read_samples(files, "broker_samples", brokers_latest - max(options.windows_minutes) * 60_000),
+        files,
+        "broker_samples",
+    )
     parts = {
         "bundle_averages": lambda: fold.averages_view(state),
-        "bundle_windows": lambda: fold.windows_view(histograms),
+        "bundle_windows": lambda: fold.windows_view(state, options.windows_minutes),
         "broker_profile": lambda: broker_profile(brokers_window, options, brokers_latest),
         "hot_bundles": lambda: hot_bundles(inputs.recent, options, latest),
     }
@@ -398,12 +418,13 @@ def build_profile(
     models = [solve_cost_model(r.asDict()) for r in totals(costs).collect()]
     if models:
         spark.createDataFrame(models).coalesce(1).write.mode("overwrite").parquet(f"{out}/cost_model")
-    counted = state.agg(F.sum("samples"), F.count("*"), F.min("first_time")).first()
+    counted = _one(state.agg(F.sum("samples"), F.count("*"), F.min("first_time")))
     folded = inputs.new.count() if mode == "incremental" else int(counted[0] or 0)
-    brokers_counted = costs.where(F.col("resource") == RESOURCES[0]).agg(F.sum("samples")).first()[0] or 0
+    brokers_counted = _one(costs.where(F.col("resource") == RESOURCES[0]).agg(F.sum("samples")))[0] or 0
     states.commit(scratch, latest, counted[2] if counted[2] is not None else latest)
     summary = {
         "mode": mode,
+        **({"why": why} if mode == "full" else {}),
         "latest": latest,
         "bundle_samples": folded,  # folded in by this run
         "broker_samples": int(brokers_counted),  # in the cost models' days

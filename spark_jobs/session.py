@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from typing import Any
+
 from pyspark.sql import SparkSession
 
 from pulsar_lb_operator.spark_jobs import jvm
@@ -30,6 +34,73 @@ def build_session(master: str | None = "local[2]", app_name: str = "pulsar-lb-ag
     }
     # the JVM's output into the operator's log (one format on stderr), and a missing Java said in one line
     jvm.start_gateway(options)
-    session = SparkSession.builder.config(map=options).getOrCreate()
+    conf: dict[str, bool | float | int | str | None] = {**options}
+    session = SparkSession.builder.config(map=conf).getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def hadoop_filesystem(spark: SparkSession, root: str) -> tuple[Any, Any]:
+    """Hadoop's FileSystem for ``root`` with the session's configuration (so ``s3a://``, ``hdfs://`` and local
+    paths alike, with the job's credentials), and its Path class: py4j objects, which have no types."""
+    jvm, jsc = spark.sparkContext._jvm, spark.sparkContext._jsc
+    if jvm is None or jsc is None:
+        raise RuntimeError("the Spark session is stopped")
+    path = jvm.org.apache.hadoop.fs.Path
+    return path(root).getFileSystem(jsc.hadoopConfiguration()), path
+
+
+class JobCancelled(KeyboardInterrupt):
+    """The run was asked to stop (``JobGroup.cancel``) and did: the profile and the job's state are unchanged.
+
+    A stop, not an error (as ``lifecycle.Interrupted``): no ``except Exception`` on its way out swallows it."""
+
+
+class JobGroup:
+    """The Spark jobs of one run under one job group, so another thread can stop them at once.
+
+    A daemon that stops mid-aggregation must not wait minutes for a job to finish, nor leave Spark to kill
+    running tasks as its JVM goes down (its scratch directories stay behind when that takes longer than the
+    grace before SIGKILL). ``cancel`` cancels the group's running jobs — with ``interruptOnCancel``, a task
+    blocked reading a file is interrupted too — and makes ``check`` raise :class:`JobCancelled`; the run calls
+    ``check`` between its steps (``build_profile``'s progress), so a job it would start after the cancel is
+    never started. Spark cancels only the jobs running at that moment: the canceller repeats ``cancel`` until
+    the run has ended (``cancel_until``).
+
+    Job groups are a thread's property: enter the group in the thread that runs the jobs."""
+
+    def __init__(self, spark: SparkSession, name: str = "pulsar-lb-aggregate") -> None:
+        self.spark = spark
+        self.name = name
+        self._cancelled = threading.Event()
+        self._ended = threading.Event()
+
+    def __enter__(self) -> JobGroup:
+        self.spark.sparkContext.setJobGroup(self.name, "load profile", interruptOnCancel=True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._ended.set()
+        self.spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def check(self, _step: str = "") -> None:
+        """Raise JobCancelled once ``cancel`` was called (usable as ``build_profile``'s progress)."""
+        if self._cancelled.is_set():
+            raise JobCancelled(f"Spark job group {self.name} cancelled")
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+        if not self._ended.is_set():
+            self.spark.sparkContext.cancelJobGroup(self.name)
+
+    def cancel_until(self, deadline: float, every_s: float = 0.2) -> bool:
+        """Cancel, again every ``every_s``, until the run has left the group or ``deadline`` (time.monotonic)
+        passes; True when it ended."""
+        while not self._ended.is_set() and time.monotonic() < deadline:
+            self.cancel()
+            self._ended.wait(every_s)
+        return self._ended.is_set()

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 
 from pulsar_lb_operator.spark_jobs.layout import is_data_file, overlaps, visible
+from pulsar_lb_operator.spark_jobs.session import hadoop_filesystem
 
 
 class HistoryFiles:
@@ -20,19 +21,17 @@ class HistoryFiles:
         self.spark = spark
         self.root = root.rstrip("/")
         self.read_paths: set[str] = set()  # every file this run read
-        jvm = spark.sparkContext._jvm
-        self._jvm = jvm
-        self._fs = jvm.org.apache.hadoop.fs.Path(self.root).getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+        self._fs, self._path = hadoop_filesystem(spark, self.root)
 
     def _names(self, path: str) -> list[str]:
         """The names in one directory (none when it does not exist)."""
-        jpath = self._jvm.org.apache.hadoop.fs.Path(path)
+        jpath = self._path(path)
         if not self._fs.exists(jpath):
             return []
         return [status.getPath().getName() for status in self._fs.listStatus(jpath)]
 
     def exists(self, kind: str) -> bool:
-        return bool(self._fs.exists(self._jvm.org.apache.hadoop.fs.Path(f"{self.root}/{kind}")))
+        return bool(self._fs.exists(self._path(f"{self.root}/{kind}")))
 
     def files(self, kind: str, since_ms: int | None = None, until_ms: int | None = None) -> list[str]:
         """The visible data files of one kind that may hold a sample with since < time ≤ until, oldest first."""
@@ -48,11 +47,25 @@ class HistoryFiles:
             if overlaps(child + "/", since_ms, until_ms):
                 self._walk(child, since_ms, until_ms, out)
 
-    def read(self, files: list[str]) -> DataFrame | None:
-        """The files as one DataFrame, with the schema of the newest one: inferring it from every file would
-        cost a job per read."""
-        if not files:
-            return None
+    def edge(self, kind: str, newest: bool) -> list[str]:
+        """The visible data files of the oldest (``newest``: the newest) partition holding any: the walk enters
+        that edge of the tree only, where ``files`` lists every partition of the retention."""
+        return self._edge(f"{self.root}/{kind}", newest)
+
+    def _edge(self, folder: str, newest: bool) -> list[str]:
+        names = [n for n in self._names(folder) if not n.startswith((".", "_"))]
+        own = [f"{folder}/{n}" for n in visible(names)]
+        if own and not newest:  # a folder's own files come before its partitions' (``files``' order)
+            return own
+        for name in sorted((n for n in names if not is_data_file(n) and "=" in n), reverse=newest):
+            found = self._edge(f"{folder}/{name}", newest)
+            if found:
+                return found
+        return own
+
+    def read(self, files: list[str]) -> DataFrame:
+        """The files (at least one) as one DataFrame, with the schema of the newest one: inferring it from every
+        file would cost a job per read."""
         self.read_paths.update(files)
         for newest in reversed(files[-3:]):
             try:

@@ -1,7 +1,7 @@
 """The job's own state, kept beside the profile: what an incremental run starts from.
 
-    <out>/_state/gen-<latest>-<first>-<shape>/bundles     one row per bundle (fold.py): the averages
-    <out>/_state/gen-<latest>-<first>-<shape>/histograms  the windows' histograms, a row per bucket (fold.py)
+    <out>/_state/gen-<latest>-<first>-<shape>/bundles     one row per bundle (fold.py): the averages, the
+                                                          windows' histograms and what was read from them
     <out>/_state/gen-<latest>-<first>-<shape>/costs       per broker, resource and day: the cost model's sums
     <out>/_state/gen-<latest>-<first>-<shape>/_COMPLETE   written last
 
@@ -10,7 +10,8 @@
 A run writes a new generation and marks it complete only after the profile is written, then deletes the
 older ones; a run that dies half way leaves an incomplete generation that the next run ignores (and
 deletes). ``shape`` names the windows and the digest: a state of another shape is not used (the next run
-is a full recompute). ``h`` marks histograms kept as rows (an earlier state kept them as maps).
+is a full recompute). ``d`` marks histograms kept as dense arrays in the bundle's row (earlier states kept
+them as maps, then as rows of their own: ``h``).
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame, SparkSession
 
 from pulsar_lb_operator.spark_jobs import digest
+from pulsar_lb_operator.spark_jobs.session import hadoop_filesystem
 
 PREFIX = "gen-"
 
 
 def shape_of(windows: tuple[int, ...]) -> str:
-    return "w" + "_".join(str(w) for w in windows) + f"-a{digest.ALPHA:g}-h"
+    return "w" + "_".join(str(w) for w in windows) + f"-a{digest.ALPHA:g}-d"
 
 
 @dataclass(frozen=True)
@@ -37,9 +39,6 @@ class Generation:
     def bundles(self, spark: SparkSession) -> DataFrame:
         return spark.read.parquet(f"{self.path}/bundles")
 
-    def histograms(self, spark: SparkSession) -> DataFrame:
-        return spark.read.parquet(f"{self.path}/histograms")
-
     def costs(self, spark: SparkSession) -> DataFrame:
         return spark.read.parquet(f"{self.path}/costs")
 
@@ -49,9 +48,7 @@ class StateStore:
         self.spark = spark
         self.root = f"{out.rstrip('/')}/_state"
         self.shape = shape_of(windows)
-        jvm = spark.sparkContext._jvm
-        self._path = jvm.org.apache.hadoop.fs.Path
-        self._fs = self._path(self.root).getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+        self._fs, self._path = hadoop_filesystem(spark, self.root)
 
     def _generations(self) -> list[tuple[int, int, str, bool]]:
         """(latest, first, path, complete) of every generation on disk, oldest first."""
@@ -74,6 +71,12 @@ class StateStore:
         """The newest complete generation of this shape, if any."""
         complete = [(latest, first, path) for latest, first, path, done in self._generations() if done]
         return Generation(*complete[-1]) if complete else None
+
+    def others(self) -> bool:
+        """Whether a complete generation of another shape is on disk (an earlier version's, other windows')."""
+        return any(
+            self._fs.exists(self._path(f"{path}/_COMPLETE")) and not done for _, _, path, done in self._generations()
+        )
 
     def scratch(self) -> str:
         """Where a run writes its state before it knows the generation's name."""

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -49,6 +49,9 @@ from pulsar_lb_operator.store.history import HistoryStore
 from pulsar_lb_operator.store.profile import read_profile
 from pulsar_lb_operator.store.statefile import OperatorState
 from pulsar_lb_operator.strategies import ConfigError, LoadBalancerConfig, SnapshotError, StateError, UserError
+
+if TYPE_CHECKING:  # pyspark is imported when the first aggregation runs, not at the daemon's start
+    from pulsar_lb_operator.spark_jobs.session import JobGroup
 
 log = structlog.get_logger(__name__)
 
@@ -112,6 +115,7 @@ class Daemon:
             else None
         )
         self._history_jobs = threading.Lock()  # compaction and aggregation: never over the same files at once
+        self._aggregation: JobGroup | None = None  # the load profile run in flight: a stop cancels its Spark jobs
         self.audit = audit_publisher.from_settings(
             self.settings.audit(), self.metrics.audit_published.inc, self.metrics.audit_dropped.inc
         )
@@ -311,26 +315,54 @@ class Daemon:
         """Update the load profile with the Spark job in-process (incremental: the samples since the last run and
         the job's state); failures are logged, the daemon goes on."""
         from pulsar_lb_operator.spark_jobs.load_profile import ProfileOptions, build_profile
-        from pulsar_lb_operator.spark_jobs.session import build_session
+        from pulsar_lb_operator.spark_jobs.session import JobCancelled, JobGroup, build_session
 
         started = time.monotonic()
         options = ProfileOptions(retention_days=self.settings.historyRetentionDays)
         try:
             with self._history_jobs:
+                if self.stop.is_set():  # scheduled just before the stop
+                    return
                 spark = build_session(self.settings.sparkMaster)
-                summary = build_profile(spark, self.settings.historyUri, self.settings.profileUri, options)
+                with JobGroup(spark) as run:
+                    self._aggregation = run
+                    if self.stop.is_set():  # came while Spark started: nothing is read
+                        run.cancel()
+                    try:
+                        summary = build_profile(
+                            spark, self.settings.historyUri, self.settings.profileUri, options, run.check
+                        )
+                    except Exception as exc:  # a cancelled job fails with Spark's own exception
+                        if run.cancelled:
+                            raise JobCancelled(str(exc)) from None
+                        raise
             log.info(
                 "load profile written",
                 uri=self.settings.profileUri,
                 seconds=round(time.monotonic() - started, 1),
                 mode=summary["mode"],
+                why=summary.get("why"),
                 broker_samples=summary["broker_samples"],
                 bundle_samples=summary["bundle_samples"],
             )
+        except JobCancelled:  # the profile and the job's state are as the last complete run left them
+            log.info("load profile job cancelled: the daemon is stopping", seconds=round(time.monotonic() - started, 1))
         except UserError as exc:  # no history yet, no Java runtime: one line that says so, the daemon goes on
             log.warning("load profile not built", reason=str(exc))
         except Exception:
             log.exception("load profile job failed")
+        finally:
+            self._aggregation = None
+
+    def cancel_aggregation(self, deadline: float) -> None:
+        """Cancel the load profile job in flight, if any, and wait for it to end until ``deadline``
+        (time.monotonic): a stop never waits for a Spark run, nor leaves its tasks to die with the JVM."""
+        run = self._aggregation
+        if run is None:
+            return
+        log.info("stopping: cancelling the load profile job")
+        if not run.cancel_until(deadline):
+            log.error("the load profile job did not end in time: its JVM is stopped with the process")
 
     def compact(self) -> None:
         """Compact the history's closed hours (store/compaction.py); failures are logged, the daemon goes on."""
@@ -433,6 +465,7 @@ class Daemon:
             deadline = time.monotonic() + self.settings.shutdownTimeoutSeconds
             log.info("stopping: no further call is sent", timeout_s=self.settings.shutdownTimeoutSeconds)
             scheduler.shutdown(wait=False)
+            self.cancel_aggregation(deadline - shutdown.EXIT_MARGIN_S)
             if not shutdown.wait_for_cycle(self._lock, deadline):
                 self.abandoned = True
                 log.error(

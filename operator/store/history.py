@@ -41,7 +41,7 @@ import pyarrow.parquet as pq
 import structlog
 
 from pulsar_lb_operator.spark_jobs.layout import DAY_MS, HOUR_MS, overlaps, partition_of, partition_span, visible
-from pulsar_lb_operator.strategies import RESOURCE_FIELDS, ClusterSnapshot
+from pulsar_lb_operator.strategies import RESOURCE_FIELDS, BundleStats, ClusterSnapshot
 
 log = structlog.get_logger(__name__)
 
@@ -79,7 +79,8 @@ def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
         return pafs.LocalFileSystem(), os.path.abspath(uri)
     if uri.startswith("s3a://"):
         uri = "s3://" + uri.removeprefix("s3a://")
-    return pafs.FileSystem.from_uri(uri)
+    filesystem, path = pafs.FileSystem.from_uri(uri)
+    return filesystem, str(path)
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,12 @@ class HistoryStore:
         return self.write_atomically(folder, name, table, use_dictionary=CYCLE_DICTIONARY[kind])
 
     def write_atomically(
-        self, folder: str, name: str, table: pa.Table, row_group_size: int | None = None, use_dictionary=True
+        self,
+        folder: str,
+        name: str,
+        table: pa.Table,
+        row_group_size: int | None = None,
+        use_dictionary: bool | list[str] = True,
     ) -> str:
         """Write under a hidden name, then rename: readers see the whole file or nothing."""
         self.fs.create_dir(folder, recursive=True)
@@ -185,7 +191,10 @@ class HistoryStore:
 
     def _walk(self, base: str) -> list[pafs.FileInfo]:
         try:
-            return self.fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+            infos: list[pafs.FileInfo] = self.fs.get_file_info(
+                pafs.FileSelector(base, recursive=True, allow_not_found=True)
+            )
+            return infos
         except (OSError, FileNotFoundError):
             return []
 
@@ -307,7 +316,7 @@ def snapshot_tables(snapshot: ClusterSnapshot) -> list[tuple[str, pa.Table]]:
     broker_columns["bundle_count"] = [len(load.bundles) for load in loads]
 
     names: list[str] = []
-    stats: list = []
+    stats: list[BundleStats] = []
     counts = np.empty(len(brokers), np.int64)
     for i, (_, load) in enumerate(brokers):
         names += load.lastStats.keys()
