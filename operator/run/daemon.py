@@ -116,6 +116,8 @@ class Daemon:
         )
         self._history_jobs = threading.Lock()  # compaction and aggregation: never over the same files at once
         self._aggregation: JobGroup | None = None  # the load profile run in flight: a stop cancels its Spark jobs
+        self._aggregation_over = threading.Event()  # set while no aggregate() is between its group and its last line
+        self._aggregation_over.set()
         self.audit = audit_publisher.from_settings(
             self.settings.audit(), self.metrics.audit_published.inc, self.metrics.audit_dropped.inc
         )
@@ -325,6 +327,7 @@ class Daemon:
                     return
                 spark = build_session(self.settings.sparkMaster)
                 with JobGroup(spark) as run:
+                    self._aggregation_over.clear()
                     self._aggregation = run
                     if self.stop.is_set():  # came while Spark started: nothing is read
                         run.cancel()
@@ -353,6 +356,7 @@ class Daemon:
             log.exception("load profile job failed")
         finally:
             self._aggregation = None
+            self._aggregation_over.set()
 
     def cancel_aggregation(self, deadline: float) -> None:
         """Cancel the load profile job in flight, if any, and wait for it to end until ``deadline``
@@ -361,7 +365,9 @@ class Daemon:
         if run is None:
             return
         log.info("stopping: cancelling the load profile job")
-        if not run.cancel_until(deadline):
+        # the group ends before aggregate() logs how the run ended: wait for that line too, so it comes before
+        # "daemon stopped"
+        if not run.cancel_until(deadline) or not self._aggregation_over.wait(max(0.0, deadline - time.monotonic())):
             log.error("the load profile job did not end in time: its JVM is stopped with the process")
 
     def compact(self) -> None:
