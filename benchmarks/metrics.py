@@ -57,6 +57,11 @@ class Sample:
         return sum(1 for u in self.usage.values() if u > OVERLOAD_PERCENT)
 
 
+def broker_usage(cluster: SimulatedCluster) -> dict[str, float]:
+    """Every live broker's true usage, as a sample keeps it (rounded to a thousandth of a point)."""
+    return {b.name: round(cluster.true_usage(b.id), 3) for b in cluster.alive_brokers()}
+
+
 @dataclass
 class RunMetrics:
     samples: list[Sample] = field(default_factory=list)
@@ -65,7 +70,7 @@ class RunMetrics:
         with cluster.lock:
             sample = Sample(
                 cluster.now_s,
-                {b.name: round(cluster.true_usage(b.id), 3) for b in cluster.alive_brokers()},
+                broker_usage(cluster),
                 cluster.unloads,
                 cluster.topics_disconnected,
             )

@@ -29,7 +29,13 @@ from pulsar_lb_operator.benchmarks.bounds import (
     balanceable_spread,
     moves_lower_bound,
 )
-from pulsar_lb_operator.benchmarks.metrics import FLAP_WINDOW_S, OVERLOAD_PERCENT, RunMetrics, flapping_bundles
+from pulsar_lb_operator.benchmarks.metrics import (
+    FLAP_WINDOW_S,
+    OVERLOAD_PERCENT,
+    RunMetrics,
+    broker_usage,
+    flapping_bundles,
+)
 from pulsar_lb_operator.benchmarks.warmup import day_of_history_profile
 from pulsar_lb_operator.simulator.cluster import SimError, SimulatedCluster
 from pulsar_lb_operator.simulator.scenario import Scenario
@@ -199,11 +205,6 @@ def _unperturbed(cluster: SimulatedCluster, measure: Callable[..., Any], *args: 
         cluster.noise.setstate(noise)
 
 
-def _steady_usage(cluster: SimulatedCluster) -> dict[str, float]:
-    """Every live broker's true usage on its steady traffic: where balance is judged."""
-    return {b.name: round(cluster.true_usage(b.id), 3) for b in cluster.alive_brokers()}
-
-
 def _record(
     cluster: SimulatedCluster,
     metrics: RunMetrics,
@@ -216,7 +217,7 @@ def _record(
     background = {b.name: b.spec.background_cpu * 100 for b in cluster.alive_brokers()}
     result.usage.append(dict(sample.usage))
     result.background.append(background)
-    tracker.observe(_unperturbed(cluster, _steady_usage), background, events, settled=not cluster.pending_lookups)
+    tracker.observe(_unperturbed(cluster, broker_usage), background, events, settled=not cluster.pending_lookups)
 
 
 def _all_specs(scenario: Scenario) -> list[Any]:
