@@ -5,7 +5,7 @@
   low gap (5: our target is a spread under 10, which AvgShedder's 15-point pair gap cannot reach); it is
   triggered after loadBalancerAvgShedderHitCountHighThreshold high hits or ...LowThreshold low ones.
 * A broker that carries nothing — one that joined, or came back from a restart — is a membership event, acted on
-  from its first report with no hit to wait for, as Cruise Control's add-broker is.
+  with no hit to wait for, as Cruise Control's add-broker is (a new one once every broker has reported since).
 * After a broker leaves, or someone else splits a bundle, bundles are still being placed; after a new broker
   joins (one the load profile has no history for), more may follow (a StatefulSet starts its pods one at a time,
   a minute or so apart): the shedder waits until every broker has reported since (at most ``settle_ms``). Each
@@ -41,7 +41,7 @@ def hits(
     mean: float,
     config: LoadBalancerConfig,
     state: StrategyState,
-    takers: Set[str] = frozenset(),
+    takers: Set[str],
 ) -> tuple[dict[str, int], dict[str, int], set[str]]:
     """AvgShedder's two hit counters, per broker, on its distance from the mean; the brokers triggered.
 
