@@ -105,7 +105,8 @@ def balance_needs(
     count in their owner's usage but are no move's bundle.
 
     Each broker above the band must give away its largest bundles (at what each costs it) until under it — those
-    another broker can take without ending above the band, or all of them and one move more (``_fits_somewhere``); each
+    another broker can take without ending above the band (``_fits_somewhere``), or any, and then the broker that
+    received one that fits nowhere must give its own until under it (``_receiver_gives``); each
     broker below it must receive at least the fewest bundles whose costs there add up to its gap; and together the
     brokers below it must receive at least their total gap, which takes at least as many moves as the fewest
     bundles (of brokers not below the band, each at the most it costs on any of them, and none giving more than
@@ -131,18 +132,24 @@ def balance_needs(
     }
     free = {n: [k for k, bundle in enumerate(per) if bundle not in held] for n, per in stats.items()}
     fits = _fits_somewhere(cluster, stats, lines, usage, takers, high)
+    forced: dict[str, int] = {  # per broker above the band: the fewest of its bundles that take it under
+        name: _fewest_reaching(list(contributions[name].values()), value - high)
+        for name, value in usage.items()
+        if value > high
+    }
     give = most = 0
-    forced: dict[str, int] = {}  # per broker above the band: the fewest of its bundles that take it under
-    for name, value in usage.items():
-        if value > high:
-            sizes = contributions[name]
-            forced[name] = _fewest_reaching(list(sizes.values()), value - high)
-            given = min(
-                _fewest_reaching([sizes[b] for b in sizes if b in fits], value - high),
-                _fewest_reaching(list(sizes.values()), value - high) + 1,
-            )
-            give += given
-            most = max(most, given)
+    for name in forced:
+        sizes = contributions[name]
+        fitting = [sizes[b] for b in sizes if b in fits]
+        given = _fewest_reaching(fitting, usage[name] - high)
+        unfitting = [k for k, b in enumerate(stats[name]) if b in sizes and b not in fits]
+        if unfitting:  # or its fewest of any, one that fits nowhere among them, and what its receiver must give
+            arriving = traffic[name][unfitting]
+            receiver = _receiver_gives(lines, traffic, contributions, forced, name, arriving, takers, high)
+            through = forced[name] + receiver
+            given = through if sum(fitting) < usage[name] - high else min(given, through)
+        give += given
+        most = max(most, given)
     short = sorted(n for n in takers if usage[n] < low)
     if not short:
         return give, most
@@ -156,6 +163,32 @@ def balance_needs(
     deficit = sum(low - usage[n] for n in short)
     volume = _fewest_filling(sources, contributions, rise.max(axis=0), usage, low, deficit, forced)
     return max(give, take, volume), most
+
+
+def _receiver_gives(
+    lines: dict[str, tuple[np.ndarray, np.ndarray]],
+    traffic: dict[str, np.ndarray],
+    contributions: dict[str, dict[str, float]],
+    forced: dict[str, int],
+    giver: str,
+    unfitting: np.ndarray,
+    takers: set[str],
+    high: float,
+) -> int:
+    """The fewest moves a broker must make after receiving one of the ``giver``'s bundles that fit nowhere (rows of
+    ``unfitting``: their traffic): it ends above the band and must give its own bundles until under it — not that
+    one, which the grace period holds — beyond what it gives anyway (``forced``). At least one (a chain through
+    brokers this does not follow); a receiver that cannot get under by giving all its own is no route."""
+    fewest: int | None = None
+    for name in sorted(takers - {giver}):
+        base, coefficients = lines[name]
+        now = base + coefficients @ traffic[name].sum(axis=0)
+        after = float((now[:, np.newaxis] + coefficients @ unfitting.T).max(axis=0).min())  # the least overshoot
+        own = list(contributions[name].values())
+        if sum(own) >= after - high:
+            needed = _fewest_reaching(own, after - high) - forced.get(name, 0)
+            fewest = needed if fewest is None else min(fewest, needed)
+    return max(fewest or 1, 1)
 
 
 def _fewest_filling(

@@ -442,3 +442,37 @@ def test_the_lower_bound_moves_no_bundle_in_its_grace_period_and_counts_what_a_g
     }
     assert balance_needs(cluster)[0] == 2
     assert balance_needs(cluster, held=frozenset(big[:2])) == (5, 4)
+
+
+def test_a_bundle_that_fits_nowhere_costs_its_receiver_the_moves_that_take_it_under_the_band():
+    """a carries a 15-point bundle and ten of 1 point (30 %), b and c ten of 1 point each (15 %): level 20, band
+    15–25. a gives five 1-point bundles; or the 15-point one, which puts b or c at 30, and then that broker must
+    give five of its own (the 15-point one is held by the grace period): 6. Counting "one move more" for what
+    fits nowhere said 2, where no two moves can balance the cluster."""
+    broker = {"cores": 8, "cost_per_msg": 0.1, "cost_per_mib": 0, "background_cpu": 0.05, "jitter": 0}
+    one = {"bundles": 1, "topics": 1, "msg_size": 100}  # 40 msg/s a point: in and out at 0.1 % of a core each
+    scenario = parse_scenario(
+        {
+            "name": "hot",
+            "seed": 3,
+            "duration_minutes": 5,
+            "brokers": [{"name": n, **broker} for n in "abc"],
+            "namespaces": [
+                {"name": "t/hot", "rate": 600, **one},
+                *({"name": f"t/{n}{k}", "rate": 40, **one} for n in "abc" for k in range(10)),
+            ],
+            "initial_owners": {"a": 1},
+            "config": {"loadBalancerSheddingEnabled": False, "loadBalancerAutoBundleSplitEnabled": False},
+        }
+    )
+    cluster = SimulatedCluster(scenario)
+    ids = {b.name: b.id for b in cluster.brokers.values()}
+    for bundle in cluster.all_bundles():
+        namespace = bundle.split("/")[1]
+        cluster.ownership[bundle] = ids["a" if namespace == "hot" else namespace[0]]
+    assert {b.name: round(cluster.true_usage(b.id), 6) for b in cluster.brokers.values()} == {
+        "a": 30.0,
+        "b": 15.0,
+        "c": 15.0,
+    }
+    assert balance_needs(cluster) == (5, 5)

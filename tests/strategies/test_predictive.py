@@ -180,15 +180,33 @@ def _with_d(at, reported_at, d_bundles=None):
     return snapshot(brokers, taken_at=at)
 
 
-def test_a_broker_that_joins_empty_is_acted_on_from_its_first_report():
-    """A membership event, as Cruise Control's add-broker: no hit to count, no wait for the others' reports (its
-    joining changes no other broker's load)."""
-    first = shed(heterogeneous(), PROFILE, config=cfg())  # b's first high hit only: nothing yet
-    assert first.unloads == ()
-    joined = shed(_with_d(NOW + 60_000, NOW + 60_000), PROFILE, first.state, config=cfg())
-    assert any("d:1 carries nothing (joined or came back): acting" in n for n in joined.notes)
-    assert joined.unloads and "d:1" in {u.destination for u in joined.unloads}
-    assert not any("waiting until" in n for n in joined.notes)
+def test_a_broker_that_joins_empty_is_acted_on_once_every_broker_has_reported_since():
+    """A membership event, as Cruise Control's add-broker: no hit to count. But more brokers may be joining (a
+    StatefulSet starts its pods one at a time): filled at its first report to the level of the moment, it would be
+    above the level once the next one joined, and held there by the grace period. So it waits one report."""
+    config = cfg(loadBalancerAvgShedderHitCountHighThreshold=5)  # b's hits alone trigger nothing here
+    first = shed(heterogeneous(), PROFILE, config=config)
+    joined = shed(_with_d(NOW + 60_000, NOW + 60_000), PROFILE, first.state, config=config)
+    assert joined.unloads == () and any("joined" in n and "waiting until every broker" in n for n in joined.notes)
+    again = _with_d(NOW + 120_000, NOW + 120_000)
+    docs = {b: _doc(again, b) for b in again.brokers}
+    another = snapshot({"e:1": broker(5, {}, NOW + 120_000), **docs}, taken_at=NOW + 120_000)
+    waiting = shed(another, PROFILE, joined.state, config=config)  # e:1 joins: the fill waits again
+    assert waiting.unloads == ()
+    after = snapshot({b: _doc(another, b) for b in another.brokers}, taken_at=NOW + 180_000)
+    filled = shed(after, PROFILE, waiting.state, config=config)
+    assert any("d:1, e:1 carries nothing (joined or came back): acting" in n for n in filled.notes)
+    assert {"d:1", "e:1"} <= {u.destination for u in filled.unloads}
+
+
+def test_a_broker_back_from_a_restart_is_filled_at_once():
+    """It brings back the capacity its leaving took (the profile has its history): no more brokers to wait for."""
+    config = cfg(loadBalancerAvgShedderHitCountHighThreshold=5)
+    known = LoadProfile(cost_models=MappingProxyType({**PROFILE.cost_models, ("d:1", "cpu"): model(5)}))
+    first = shed(heterogeneous(), known, config=config)
+    back = shed(_with_d(NOW + 60_000, NOW + 60_000), known, first.state, config=config)
+    assert "d:1" in {u.destination for u in back.unloads}
+    assert not any("waiting until" in n for n in back.notes)
 
 
 def test_it_waits_after_a_broker_leaves_until_every_broker_has_reported_since():
@@ -365,3 +383,25 @@ def test_the_exact_program_finds_the_plan_the_greedy_packing_misses():
     assert all(abs(end - 45.0) < 2.0 for end in plan.ends.values())
     rows = endstate._fewest(endstate._items(load, prediction, movable, plan.level, 45.0, 2.0, {}, {}), plan)
     assert len(rows) == 2  # each giver's 6: the greedy's choice, which no packing lands in the band
+
+
+def _three(b_bundles):
+    """a, b and c, 5 % background each, 3-point bundles and a 1-point one; a and c at 42, b with ``b_bundles``."""
+    return snapshot(
+        {
+            name: broker(5, {bundle(f"t/{name[0]}", i): 3.0 for i in range(count)} | {bundle(f"u/{name[0]}", 0): 1.0})
+            for name, count in (("a:1", 12), ("b:1", b_bundles), ("c:1", 12))
+        }
+    )
+
+
+THREE = LoadProfile(cost_models=MappingProxyType({(b, "cpu"): model(5) for b in ("a:1", "b:1", "c:1")}))
+
+
+def test_a_broker_past_the_gap_is_left_alone_while_the_spread_is_under_twice_it():
+    """b 6 points above the mean is past the gap (5: a third of AvgShedder's low gap); but no broker is 10 points
+    below it, the spread the target asks for: moving a bundle would only carry the gap elsewhere."""
+    settled = shed(_three(15), THREE)  # a 42, b 51, c 42: mean 45, spread 9
+    assert settled.unloads == () and settled.state.avg_hits_low["b:1"] == 1  # it goes on counting
+    apart = shed(_three(16), THREE)  # b 54: mean 46, spread 12
+    assert apart.unloads and {u.source for u in apart.unloads} == {"b:1"}

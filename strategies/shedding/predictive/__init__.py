@@ -5,9 +5,10 @@ so they over-place; rate-based ones ignore background load (the 10/50/70 co-tena
 broker (``forecast``) both are predictable. Each cycle:
 
 1. **When** (``debounce``): brokers are scored as AvgShedder scores them and debounced with its hit counters
-   (no history EMA, so nothing is unloaded twice); a broker that carries nothing — one that joined or came back —
-   is acted on from its first report; after a broker leaves, or someone else splits a bundle, the shedder waits
-   until every broker has reported since.
+   (no history EMA, so nothing is unloaded twice), and none is acted on while the spread is within the target;
+   a broker that carries nothing — one that joined or came back — is acted on without hits; after a broker
+   leaves or a new one joins, or someone else splits a bundle, the shedder waits until every broker has reported
+   since.
 2. **Where to** (``endstate``): the balanced level every broker that can take load would share, each at its own
    cost, and the plan that brings every broker into the band around it with the fewest moves, then topics.
 3. **This cycle's moves** (``endstate.EndState.this_cycle``): as much of the plan as the rails let through, the
@@ -93,7 +94,7 @@ class _Cycle:
         self.backgrounds = {b: self.forecast.background(b) for b in brokers}
         self.takers = {b for b in brokers if self.backgrounds[b] < overall}
         self.mean = sum(scores[b] for b in self.takers) / len(self.takers) if self.takers else overall
-        self.high, self.low, self.triggered = debounce.hits(scores, self.mean, config, state)
+        self.high, self.low, self.triggered = debounce.hits(scores, self.mean, config, state, self.takers)
         self.empty = debounce.empty(load) & self.takers
         sheddable = load.sheddable_bundles()
         self.movable = {
@@ -130,8 +131,8 @@ class _Cycle:
         if settling:
             since = (self.load.snapshot.taken_at - changed_at) / 1000
             self.notes.append(
-                f"{NAME}: a broker left, or a bundle was split, {since:.0f} s ago; waiting until every broker has "
-                "reported since"
+                f"{NAME}: a broker left or a new one joined, or a bundle was split, {since:.0f} s ago; waiting "
+                "until every broker has reported since"
             )
         passed_on = self._trigger_splits(trigger_splits)
         plan = None

@@ -5,15 +5,18 @@
   low gap (5: our target is a spread under 10, which AvgShedder's 15-point pair gap cannot reach); it is
   triggered after loadBalancerAvgShedderHitCountHighThreshold high hits or ...LowThreshold low ones.
 * A broker that carries nothing — one that joined, or came back from a restart — is a membership event, acted on
-  from its first report with no hit to wait for, as Cruise Control's add-broker is.
-* After a broker leaves, or someone else splits a bundle, bundles are still being placed: the shedder waits
-  until every broker has reported since (at most ``settle_ms``). A broker that joins changes no other broker's
-  load, so it is not waited for.
+  with no hit to wait for, as Cruise Control's add-broker is (a new one once every broker has reported since).
+* After a broker leaves, or someone else splits a bundle, bundles are still being placed; after a new broker
+  joins (one the load profile has no history for), more may follow (a StatefulSet starts its pods one at a time,
+  a minute or so apart): the shedder waits until every broker has reported since (at most ``settle_ms``). Each
+  newcomer filled to the level of the moment would end above the level once the next one joins, and the grace
+  period would hold what it received; a broker back from a restart brings back capacity its leaving took, so it
+  is not waited for.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 
 from pulsar_lb_operator.strategies import bundles as bundle_names
 from pulsar_lb_operator.strategies.config import LoadBalancerConfig
@@ -34,11 +37,22 @@ def settle_ms(config: LoadBalancerConfig) -> int:
 
 
 def hits(
-    scores: Mapping[str, float], mean: float, config: LoadBalancerConfig, state: StrategyState
+    scores: Mapping[str, float],
+    mean: float,
+    config: LoadBalancerConfig,
+    state: StrategyState,
+    takers: Set[str],
 ) -> tuple[dict[str, int], dict[str, int], set[str]]:
-    """AvgShedder's two hit counters, per broker, on its distance from the mean; the brokers triggered."""
+    """AvgShedder's two hit counters, per broker, on its distance from the mean; the brokers triggered.
+
+    None of the ``takers`` (brokers that can take load) is acted on while their spread — the hottest less the
+    coolest, the pair AvgShedder compares — is under twice the gap: a broker just past the gap on one side, with
+    none as far on the other, is as balanced as the target asks, and moving it would only carry the gap elsewhere.
+    Its counters go on counting: one noisy sample that puts the spread under twice the gap clears nothing."""
     high, low = dict(state.avg_hits_high), dict(state.avg_hits_low)
     triggered = set()
+    within = [scores[b] for b in takers if b in scores]
+    paired = bool(within) and max(within) - min(within) < 2 * settled_gap(config)
     for broker, value in scores.items():
         gap = abs(value - mean)
         if gap < settled_gap(config):
@@ -55,6 +69,8 @@ def hits(
             or low[broker] >= config.loadBalancerAvgShedderHitCountLowThreshold
         ):
             triggered.add(broker)
+    if paired:
+        triggered -= takers
     for broker in list(high) + list(low):
         if broker not in scores:
             high.pop(broker, None)
@@ -73,12 +89,14 @@ def empty(load: LoadData) -> set[str]:
 
 
 def changed_at(load: LoadData, state: StrategyState, expected: frozenset[str]) -> int:
-    """When the reports last stopped adding up: a broker left, or a bundle appeared that no split of ours made
-    (``expected``: the pieces of our own splits)."""
+    """When the membership or the reports last changed: a broker left, a new one joined, or a bundle appeared that
+    no split of ours made (``expected``: the pieces of our own splits)."""
     members = frozenset(load.snapshot.brokers)
     reported = {bundle for r in load.snapshot.brokers.values() for bundle in r.lastStats}
     foreign_split = state.bundle_data and reported - set(state.bundle_data) - set(expected)
-    if (state.predictive_members - members) or foreign_split:
+    new = {b for b in members - state.predictive_members if (b, "cpu") not in load.cost_models}
+    joined = state.predictive_members and new  # a broker back from a restart has its history: it is not new
+    if (state.predictive_members - members) or joined or foreign_split:
         return load.snapshot.taken_at
     return state.predictive_changed_at
 
