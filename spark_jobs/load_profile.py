@@ -163,14 +163,14 @@ def newest_time(files: HistoryFiles, kind: str) -> int | None:
 
 def bundle_averages(bundles: DataFrame) -> DataFrame:
     """``bundle_averages`` of a frame of bundle samples, from nothing."""
-    return fold.averages_view(fold.averages(bundles, None))
+    return fold.averages_view(fold.fold((), 0, bundles, None, {}, {}))
 
 
 def bundle_windows(bundles: DataFrame, windows_minutes: tuple[int, ...]) -> DataFrame:
     """``bundle_windows`` of a frame of bundle samples, from nothing."""
     latest = _one(bundles.agg(F.max("time")))[0]
-    inside = {w: bundles.where(F.col("time") > F.lit(latest - w * 60_000)) for w in windows_minutes}
-    return fold.windows_view(fold.fold(windows_minutes, bundles, None, {}, inside), windows_minutes)
+    rebuilt: dict[int, DataFrame | None] = {w: None for w in windows_minutes}
+    return fold.windows_view(fold.fold(windows_minutes, latest, bundles, None, {}, rebuilt), windows_minutes)
 
 
 def _usage_percent(resource: str) -> F.Column:
@@ -298,41 +298,57 @@ def hot_bundles(bundles: DataFrame, options: ProfileOptions, latest: int | None 
 
 @dataclass
 class _Inputs:
-    """What one run folds in: the new bundle samples and the recent ones (hot bundles), each window's start,
-    the samples that left each window (or, where those are gone, all of its samples), the new broker
+    """What one run folds in: the new bundle samples and the recent ones (hot bundles), the samples that left
+    each window (or, for a window rebuilt, its samples older than the new ones: None, none), the new broker
     samples, and the state it starts from."""
 
     new: DataFrame
     recent: DataFrame
     leaving: dict[int, DataFrame]
-    rebuilt: dict[int, DataFrame]
+    rebuilt: dict[int, DataFrame | None]
     brokers_new: DataFrame | None
     state: DataFrame | None
     costs: DataFrame | None
+    partitions: int = 0  # what the fold spreads its rows over
+
+
+# Parquet bytes per fold partition: ~1.5M samples, which a Python worker holds as a few hundred MB of columns
+PARTITION_BYTES = 64 * 1024 * 1024
+
+
+def _partitions(spark: SparkSession, input_bytes: int) -> int:
+    """The fold's partitions: enough that each worker's share stays small, at least two per core."""
+    return max(2 * spark.sparkContext.defaultParallelism, -(-input_bytes // PARTITION_BYTES))
 
 
 def _inputs(
-    spark: SparkSession, files: HistoryFiles, latest: int, options: ProfileOptions, generation: Generation | None
+    spark: SparkSession,
+    files: HistoryFiles,
+    latest: int,
+    options: ProfileOptions,
+    generation: Generation | None,
+    states: StateStore,
 ) -> _Inputs:
     starts = {w: latest - w * 60_000 for w in options.windows_minutes}
     hot_since = latest - options.hot_window_minutes * 60_000
     if generation is None:  # full: every sample on disk, each window built from those inside it
         every = _present(read_samples(files, "bundle_samples"), files, "bundle_samples")
-        inside = {w: every.where(F.col("time") > F.lit(start)) for w, start in starts.items()}
-        return _Inputs(every, every, {}, inside, read_samples(files, "broker_samples"), None, None)
+        rebuild: dict[int, DataFrame | None] = {w: None for w in starts}
+        brokers = read_samples(files, "broker_samples")
+        return _Inputs(every, every, {}, rebuild, brokers, None, None, _partitions(spark, files.bytes_read()))
     then = generation.latest
     # read twice rather than cached: each cycle file holds one time, so Parquet's statistics skip a file
     # outside the range unread, and caching cost more than the second read
     new = _present(read_samples(files, "bundle_samples", then, latest), files, "bundle_samples")
     recent = _present(read_samples(files, "bundle_samples", hot_since, latest), files, "bundle_samples")
     leaving: dict[int, DataFrame] = {}
-    rebuilt: dict[int, DataFrame] = {}
+    rebuilt: dict[int, DataFrame | None] = {}
     oldest = files.edge("bundle_samples", newest=False)[:1]
     kept_from = (partition_span(oldest[0]) or (0, 0))[0] if oldest else latest
     for w, start in starts.items():
         start_then = then - w * 60_000
         if start >= then:  # every sample of the last window has left it: the new ones are all it holds
-            rebuilt[w] = new.where(F.col("time") > F.lit(start))
+            rebuilt[w] = None
         elif start < generation.first:  # none of the samples the state holds has left
             pass
         elif kept_from <= max(start_then + 1, generation.first):  # those that left are still on disk
@@ -340,11 +356,12 @@ def _inputs(
             if gone is not None:
                 leaving[w] = gone
         else:  # they are not (a long outage): the window again from its samples
-            rebuilt[w] = _present(read_samples(files, "bundle_samples", start, latest), files, "bundle_samples")
+            rebuilt[w] = read_samples(files, "bundle_samples", start, then)
     costs = generation.costs(spark)
     brokers_then = _one(costs.agg(F.max("last_time")))[0]
     brokers_new = read_samples(files, "broker_samples", brokers_then)
-    return _Inputs(new, recent, leaving, rebuilt, brokers_new, generation.bundles(spark), costs)
+    partitions = _partitions(spark, files.bytes_read() + states.size(generation))
+    return _Inputs(new, recent, leaving, rebuilt, brokers_new, generation.bundles(spark), costs, partitions)
 
 
 def build_profile(
@@ -383,11 +400,13 @@ def build_profile(
     if generation is None and not full and states.others():
         why = "the job's state is of another version or other windows"  # said in the summary the daemon logs
     step(f"reading history ({mode}: {why})" if mode == "full" else f"reading history ({mode})")
-    inputs = _inputs(spark, files, latest, options, generation)
+    inputs = _inputs(spark, files, latest, options, generation, states)
     keep_after = latest - int(options.retention_days * DAY_MS)
 
     step("folding bundle samples")
-    state = fold.fold(options.windows_minutes, inputs.new, inputs.state, inputs.leaving, inputs.rebuilt)
+    state = fold.fold(
+        options.windows_minutes, latest, inputs.new, inputs.state, inputs.leaving, inputs.rebuilt, inputs.partitions
+    )
     scratch = states.scratch()
     # a bundle past the retention has no sample left in any window (windows are shorter): it goes
     state.where(F.col("last_time") > F.lit(keep_after)).write.parquet(f"{scratch}/bundles")

@@ -21,14 +21,24 @@ class HistoryFiles:
         self.spark = spark
         self.root = root.rstrip("/")
         self.read_paths: set[str] = set()  # every file this run read
+        self.sizes: dict[str, int] = {}  # bytes of every file listed
         self._fs, self._path = hadoop_filesystem(spark, self.root)
 
     def _names(self, path: str) -> list[str]:
-        """The names in one directory (none when it does not exist)."""
+        """The names in one directory (none when it does not exist); their sizes go into ``sizes``."""
         jpath = self._path(path)
         if not self._fs.exists(jpath):
             return []
-        return [status.getPath().getName() for status in self._fs.listStatus(jpath)]
+        names = []
+        for status in self._fs.listStatus(jpath):
+            name = status.getPath().getName()
+            self.sizes[f"{path}/{name}"] = int(status.getLen())
+            names.append(name)
+        return names
+
+    def bytes_read(self) -> int:
+        """The size of every file read so far."""
+        return sum(self.sizes.get(path, 0) for path in self.read_paths)
 
     def exists(self, kind: str) -> bool:
         return bool(self._fs.exists(self._path(f"{self.root}/{kind}")))
