@@ -278,16 +278,23 @@ def hot_bundles(bundles: DataFrame, options: ProfileOptions, latest: int | None 
     range_text = F.element_at(F.split("bundle", "/"), -1)
     lower = F.conv(F.substring(F.split(range_text, "_")[0], 3, 8), 16, 10).cast("long")
     upper = F.conv(F.substring(F.split(range_text, "_")[1], 3, 8), 16, 10).cast("long")
+    # fixed-width sums only, so Spark aggregates by hash; the owner (a string: max_by would make Spark sort
+    # every recent sample by bundle) is looked up for the few hot bundles afterwards
     stats = recent.groupBy("bundle").agg(
         F.count("*").alias("samples"),
         F.avg(over.cast("double")).alias("hot_share"),
         F.max("topics").alias("topics"),
         F.avg(rate).alias("msg_rate_mean"),
         F.avg(thr).alias("msg_throughput_mean"),
-        F.max_by("owner", "time").alias("owner"),
+    )
+    hot = stats.where((F.col("hot_share") >= options.hot_share) & (F.col("topics") >= 2))
+    owners = (
+        recent.join(F.broadcast(hot.select("bundle")), "bundle")
+        .groupBy("bundle")
+        .agg(F.max_by("owner", "time").alias("owner"))
     )
     return (
-        stats.where((F.col("hot_share") >= options.hot_share) & (F.col("topics") >= 2))
+        hot.join(owners, "bundle")
         .withColumn("algorithm", F.lit("range_equally_divide"))
         .withColumn("boundary", lower + F.floor((upper - lower) / 2).cast("long"))
     )
