@@ -153,22 +153,38 @@ def tree(root: Path, under: str = "") -> tuple[int, int]:
 # ---------------------------------------------------------------------------------------------- runs
 
 
-def _jvm_peak_mib() -> float:
-    """VmHWM of the JVM this process started (local mode: the driver, running the executors)."""
-    me = str(os.getpid())
+def _processes() -> dict[int, tuple[int, float]]:
+    """pid -> (parent pid, VmHWM in MiB) of every process readable in /proc."""
+    out = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            if fields[1] != me:
-                continue
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-        except OSError:
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            status = Path(f"/proc/{pid}/status").read_text().splitlines()
+        except (OSError, IndexError, ValueError):
             continue
-    return float("nan")
+        peak = [int(line.split()[1]) / 1024 for line in status if line.startswith("VmHWM:")]
+        out[int(pid)] = (parent, peak[0] if peak else 0.0)
+    return out
+
+
+def _peaks_mib() -> tuple[float, float]:
+    """VmHWM of the JVM this process started (local mode: the driver, running the executors), and the sum of
+    its Python workers' (the fold's arithmetic runs there; read before the session stops them)."""
+    processes = _processes()
+    jvms = [pid for pid, (parent, _) in processes.items() if parent == os.getpid()]
+    if not jvms:
+        return float("nan"), float("nan")
+    below, found = set(jvms), True
+    while found:
+        found = False
+        for pid, (parent, _) in processes.items():
+            if parent in below and pid not in below:
+                below.add(pid)
+                found = True
+    workers = sum(processes[pid][1] for pid in below - set(jvms))
+    return max(processes[pid][1] for pid in jvms), workers
 
 
 def spark_run(history: str, out: str, full: bool) -> dict:
@@ -178,16 +194,25 @@ def spark_run(history: str, out: str, full: bool) -> dict:
 
     spark = build_session("local[2]", "aggregation-benchmark")
     stages: list[tuple[str, float]] = []
+    load_before = os.getloadavg()[0]
     started = time.perf_counter()
     summary = build_profile(
         spark, history, out, ProfileOptions(), lambda step: stages.append((step, time.perf_counter())), full=full
     )
     seconds = time.perf_counter() - started
-    peak = _jvm_peak_mib()
+    peak, workers = _peaks_mib()
     spark.stop()
     ends = [t for _, t in stages[1:]] + [started + seconds]
     per_stage = {name: round(end - t, 2) for (name, t), end in zip(stages, ends) if name != "done"}
-    return {"seconds": seconds, "peak_mib": peak, "stages": per_stage, **summary}
+    load = f"{load_before:.1f}–{os.getloadavg()[0]:.1f}"  # the machine's, before and after: others' work too
+    return {
+        "seconds": seconds,
+        "peak_mib": peak,
+        "workers_peak_mib": workers,
+        "load": load,
+        "stages": per_stage,
+        **summary,
+    }
 
 
 def pandas_run(history: str) -> dict:
@@ -306,10 +331,11 @@ def _cell(run: dict | None, key: str, fmt: str) -> str:
 
 def report(results: list[dict]) -> str:
     lines = [
-        "| bundles × minutes | rows | files | full s | rows/s | JVM peak MiB | files read | stages (s) "
+        "| bundles × minutes | rows | files | full s | rows/s | JVM peak MiB | Python workers' peak MiB "
+        "| files read | stages (s) "
         "| time / first row's | rows / first row's | pandas s | pandas peak MiB | compacted files a day "
-        "| incremental s | its files read | 14 days on disk GiB |",
-        "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| incremental s | its files read | 14 days on disk GiB | load average (full; incremental) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     first = results[0]
     for r in results:
@@ -319,12 +345,13 @@ def report(results: list[dict]) -> str:
         lines.append(
             f"| {r['bundles']:,} × {r['minutes']:,} | {r['rows']:,} | {r['files']:,} | {_cell(full, 'seconds', '.1f')} "
             f"| {(r['rows'] / full['seconds']) if ok else float('nan'):,.0f} | {_cell(full, 'peak_mib', '.0f')} "
+            f"| {_cell(full, 'workers_peak_mib', '.0f')} "
             f"| {_cell(full, 'files_read', ',')} | {stages} "
             f"| {(full['seconds'] / first['full']['seconds']) if ok else float('nan'):.2f}× "
             f"| {r['rows'] / first['rows']:.2f}× | {_cell(r['pandas'], 'seconds', '.1f')} "
             f"| {_cell(r['pandas'], 'peak_mib', '.0f')} | {r['files_per_day_compacted']:.0f} "
             f"| {_cell(inc, 'seconds', '.1f')} | {_cell(inc, 'files_read', ',')} "
-            f"| {r['fourteen_days_bytes'] / 1024**3:.1f} |"
+            f"| {r['fourteen_days_bytes'] / 1024**3:.1f} | {full.get('load', '—')}; {inc.get('load', '—')} |"
         )
     return "\n".join(lines)
 
