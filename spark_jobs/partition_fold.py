@@ -12,21 +12,19 @@ element per *sample* to read a rank — which is what made a run at 100,000 bund
 A partition is held whole in the worker's memory (its rows as numpy columns, ~60 bytes a row): the caller
 sizes the partitions to the input so that stays bounded.
 
-Imports numpy and pyarrow only: the executors' Python needs both (docs/history.md).
+Imports numpy and pyarrow only (and the digest): the executors' Python needs both (docs/history.md).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
-ALPHA = 0.01  # the digest's error bound (digest.py says why; a test keeps the two equal)
-GAMMA = (1 + ALPHA) / (1 - ALPHA)
-SPAN = 2048  # a bucket above 0 is within ±(SPAN − 1)
+from pulsar_lb_operator.spark_jobs.digest import bucket, rank, value_of
+
 RATE, THR = 0, 1  # a histogram's metric: msg rate (in + out), msg throughput (in + out)
 QUANTILES = (0.5, 0.95)
 AVERAGED = ("msg_rate_in", "msg_rate_out", "msg_throughput_in", "msg_throughput_out")
@@ -81,19 +79,6 @@ def state_schema(windows: tuple[int, ...]) -> pa.Schema:
             ]
         fields.append(pa.field(f"h{w}_samples", pa.int64()))
     return pa.schema(fields)
-
-
-def bucket(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each value's digest bucket (``digest.bucket``), and whether it is the bucket of 0 (at or below 1e-9)."""
-    zero = ~(values > 1e-9)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        index = np.ceil(np.log(np.where(zero, 1.0, values)) / math.log(GAMMA))
-    return np.minimum(index, SPAN - 1).astype(np.int64), zero
-
-
-def value_of(buckets: np.ndarray) -> np.ndarray:
-    """The value a bucket above 0 reports (``digest.value_of``): within ALPHA of every value in it."""
-    return 2 * np.power(GAMMA, buckets.astype(np.float64)) / (GAMMA + 1)
 
 
 def _segments(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -229,10 +214,10 @@ def _read_out(h: _Histograms) -> dict[str, np.ndarray]:
     n = h.zero + above
     out = {"samples": n}
     for q in QUANTILES:
-        rank = np.maximum(1, np.ceil(n * q)).astype(np.int64)
-        inside = (n > 0) & (rank > h.zero)
+        at_rank = rank(n, q)
+        inside = (n > 0) & (at_rank > h.zero)
         # the first bucket where the samples so far reach the rank (``cumulative`` counts from index 1)
-        at = np.searchsorted(cumulative, cumulative[offsets] + rank - h.zero, side="left") - 1
+        at = np.searchsorted(cumulative, cumulative[offsets] + at_rank - h.zero, side="left") - 1
         bucket = np.where(inside, h.low + np.clip(at - offsets, 0, np.maximum(h.length - 1, 0)), 0)
         out[f"p{round(q * 100)}"] = np.where(inside, value_of(bucket), np.where(n > 0, 0.0, np.nan))
     highest = np.where(above > 0, h.low + h.length - 1, 0)
