@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import functools
 import warnings
+from collections.abc import Callable, Iterator
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -84,11 +86,19 @@ def fold(
         )
         rows = rows.unionByName(own, allowMissingColumns=True)
     spread = rows.repartition(partitions, "bundle") if partitions else rows.repartition("bundle")
-    schema = from_arrow_schema(partition_fold.state_schema(windows))
+    return arrow_map(
+        spread, functools.partial(partition_fold.fold_partition, plan=plan), partition_fold.state_schema(windows)
+    )
+
+
+def arrow_map(
+    frame: DataFrame, function: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], schema: pa.Schema
+) -> DataFrame:
+    """``frame``'s partitions through ``function`` (on the executors, over Arrow batches), rows of ``schema``."""
     with warnings.catch_warnings():
         # mapInArrow builds its UDF with pandas_udf, which warns of pandas 3 though no pandas is used here
         warnings.filterwarnings("ignore", "PySpark does not yet fully support pandas", FutureWarning)
-        return spread.mapInArrow(functools.partial(partition_fold.fold_partition, plan=plan), schema)
+        return frame.mapInArrow(function, from_arrow_schema(schema))
 
 
 def averages_view(state: DataFrame) -> DataFrame:

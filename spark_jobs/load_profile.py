@@ -26,6 +26,7 @@ percentiles from the same histograms).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -36,7 +37,8 @@ from typing import Any
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from pulsar_lb_operator.spark_jobs import fold
+from pulsar_lb_operator.spark_jobs import broker_usage, fold
+from pulsar_lb_operator.spark_jobs.fold import arrow_map
 from pulsar_lb_operator.spark_jobs.layout import DAY_MS, partition_span, stamp_of
 from pulsar_lb_operator.spark_jobs.sources import HistoryFiles
 from pulsar_lb_operator.spark_jobs.state import Generation, StateStore
@@ -182,25 +184,13 @@ def broker_profile(brokers: DataFrame, options: ProfileOptions, latest: int | No
     weighted = F.greatest(*(_usage_percent(r) * F.lit(options.weights.get(r, 1.0)) for r in RESOURCES))
     latest = _one(brokers.agg(F.max("time")))[0] if latest is None else latest
     window = brokers.where(F.col("time") > F.lit(latest - max(options.windows_minutes) * 60_000))
-    short = brokers.where(F.col("time") > F.lit(latest - options.short_window_minutes * 60_000))
-    overall = (
-        window.withColumn("usage", weighted)
-        .groupBy("broker")
-        .agg(
-            F.count("*").alias("samples"),
-            F.mean("usage").alias("usage_mean"),
-            F.percentile_approx("usage", 0.95, 10000).alias("usage_p95"),
-        )
+    usage = window.select("broker", "time", weighted.alias("usage"))
+    short_since = latest - options.short_window_minutes * 60_000
+    return arrow_map(
+        usage.repartition("broker"),
+        functools.partial(broker_usage.profile_partition, short_since=short_since),
+        broker_usage.SCHEMA,
     )
-    jitter = (
-        short.withColumn("usage", weighted)
-        .groupBy("broker")
-        .agg(
-            F.stddev_pop("usage").alias("usage_std_short"),
-            (F.stddev_pop("usage") / F.mean("usage")).alias("usage_cv_short"),
-        )
-    )
-    return overall.join(jitter, "broker", "left")
 
 
 SUMS = [f"xx_{i}_{j}" for i in range(4) for j in range(i, 4)] + [f"xy_{i}" for i in range(4)] + ["yy", "y_sum"]
@@ -216,25 +206,28 @@ def cost_model_sums(brokers: DataFrame) -> DataFrame:
         F.col("msg_throughput_out"),
     ]
     day = F.floor(F.col("time") / F.lit(DAY_MS)).cast("long").alias("day")
-    frames = []
-    for resource in RESOURCES:
+    # one pass over the samples: the features' sums are the same for every resource, the target's are not
+    shared = [F.sum(x[i] * x[j]).alias(f"xx_{i}_{j}") for i in range(4) for j in range(i, 4)]
+    own = []
+    for r, resource in enumerate(RESOURCES):
         y = _usage_percent(resource)
-        sums = [F.sum(x[i] * x[j]).alias(f"xx_{i}_{j}") for i in range(4) for j in range(i, 4)]
-        sums += [F.sum(x[i] * y).alias(f"xy_{i}") for i in range(4)]
-        frames.append(
-            brokers.groupBy("broker", day).agg(
+        own += [F.sum(x[i] * y).alias(f"xy_{i}_{r}") for i in range(4)]
+        own += [F.sum(y * y).alias(f"yy_{r}"), F.sum(y).alias(f"y_sum_{r}")]
+    summed = brokers.groupBy("broker", day).agg(
+        F.count("*").alias("samples"), F.max("time").alias("last_time"), *shared, *own
+    )
+    per_resource = F.array(
+        *(
+            F.struct(
                 F.lit(resource).alias("resource"),
-                F.count("*").alias("samples"),
-                F.max("time").alias("last_time"),
-                F.sum(y * y).alias("yy"),
-                F.sum(y).alias("y_sum"),
-                *sums,
+                *(F.col(f"{c}_{r}").alias(c) for c in ("xy_0", "xy_1", "xy_2", "xy_3", "yy", "y_sum")),
             )
+            for r, resource in enumerate(RESOURCES)
         )
-    out = frames[0]
-    for frame in frames[1:]:
-        out = out.unionByName(frame)
-    return out
+    )
+    shared_names = [c for c in SUMS if c.startswith("xx_")]
+    exploded = summed.select("broker", "day", "samples", "last_time", *shared_names, F.explode(per_resource).alias("r"))
+    return exploded.select("broker", "day", "samples", "last_time", *shared_names, "r.*")
 
 
 def add_sums(a: DataFrame, b: DataFrame | None) -> DataFrame:
