@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
@@ -436,7 +437,9 @@ def build_profile(
     step("fitting cost models")
     models = [solve_cost_model(r.asDict()) for r in totals(costs).collect()]
     if models:
-        spark.createDataFrame(models).coalesce(1).write.mode("overwrite").parquet(f"{out}/cost_model")
+        # from Arrow: a list of dicts would go through a Python worker, row by row
+        models_frame = spark.createDataFrame(pa.Table.from_pylist(models))
+        models_frame.coalesce(1).write.mode("overwrite").parquet(f"{out}/cost_model")
     counted = _one(state.agg(F.sum("samples"), F.count("*"), F.min("first_time")))
     folded = inputs.new.count() if mode == "incremental" else int(counted[0] or 0)
     brokers_counted = _one(costs.where(F.col("resource") == RESOURCES[0]).agg(F.sum("samples")))[0] or 0
