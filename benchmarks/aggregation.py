@@ -35,6 +35,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -153,8 +154,8 @@ def tree(root: Path, under: str = "") -> tuple[int, int]:
 # ---------------------------------------------------------------------------------------------- runs
 
 
-def _processes() -> dict[int, tuple[int, float]]:
-    """pid -> (parent pid, VmHWM in MiB) of every process readable in /proc."""
+def _processes() -> dict[int, tuple[int, float, float]]:
+    """pid -> (parent pid, VmHWM, VmRSS in MiB) of every process readable in /proc."""
     out = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -164,27 +165,33 @@ def _processes() -> dict[int, tuple[int, float]]:
             status = Path(f"/proc/{pid}/status").read_text().splitlines()
         except (OSError, IndexError, ValueError):
             continue
-        peak = [int(line.split()[1]) / 1024 for line in status if line.startswith("VmHWM:")]
-        out[int(pid)] = (parent, peak[0] if peak else 0.0)
+        memory = {line.split(":")[0]: int(line.split()[1]) / 1024 for line in status if line.startswith("Vm")}
+        out[int(pid)] = (parent, memory.get("VmHWM", 0.0), memory.get("VmRSS", 0.0))
     return out
 
 
-def _peaks_mib() -> tuple[float, float]:
-    """VmHWM of the JVM this process started (local mode: the driver, running the executors), and the sum of
-    its Python workers' (the fold's arithmetic runs there; read before the session stops them)."""
-    processes = _processes()
-    jvms = [pid for pid, (parent, _) in processes.items() if parent == os.getpid()]
-    if not jvms:
-        return float("nan"), float("nan")
-    below, found = set(jvms), True
-    while found:
-        found = False
-        for pid, (parent, _) in processes.items():
-            if parent in below and pid not in below:
-                below.add(pid)
-                found = True
-    workers = sum(processes[pid][1] for pid in below - set(jvms))
-    return max(processes[pid][1] for pid in jvms), workers
+class _Memory(threading.Thread):
+    """Polls the JVM this process started (local mode: the driver, running the executors) and its Python
+    workers (the fold's arithmetic runs there, in processes that come and go): the JVM's VmHWM, and the
+    highest sum of the workers' resident memory seen at one moment."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.jvm_mib = self.workers_mib = float("nan")
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.5):
+            processes = _processes()
+            jvms = {pid for pid, (parent, _, _) in processes.items() if parent == os.getpid()}
+            if not jvms:
+                continue
+            below = set(jvms)
+            for _ in range(4):  # the JVM, pyspark's daemon, its workers
+                below |= {pid for pid, (parent, _, _) in processes.items() if parent in below}
+            workers = sum(processes[pid][2] for pid in below - jvms)
+            self.jvm_mib = max(processes[pid][1] for pid in jvms)
+            self.workers_mib = workers if math.isnan(self.workers_mib) else max(self.workers_mib, workers)
 
 
 def spark_run(history: str, out: str, full: bool) -> dict:
@@ -193,6 +200,8 @@ def spark_run(history: str, out: str, full: bool) -> dict:
     from pulsar_lb_operator.spark_jobs.session import build_session
 
     spark = build_session("local[2]", "aggregation-benchmark")
+    memory = _Memory()
+    memory.start()
     stages: list[tuple[str, float]] = []
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
@@ -200,15 +209,17 @@ def spark_run(history: str, out: str, full: bool) -> dict:
         spark, history, out, ProfileOptions(), lambda step: stages.append((step, time.perf_counter())), full=full
     )
     seconds = time.perf_counter() - started
-    peak, workers = _peaks_mib()
+    time.sleep(1)  # one more poll
+    memory.done.set()
+    memory.join()
     spark.stop()
     ends = [t for _, t in stages[1:]] + [started + seconds]
     per_stage = {name: round(end - t, 2) for (name, t), end in zip(stages, ends) if name != "done"}
     load = f"{load_before:.1f}–{os.getloadavg()[0]:.1f}"  # the machine's, before and after: others' work too
     return {
         "seconds": seconds,
-        "peak_mib": peak,
-        "workers_peak_mib": workers,
+        "peak_mib": memory.jvm_mib,
+        "workers_peak_mib": memory.workers_mib,
         "load": load,
         "stages": per_stage,
         **summary,
