@@ -29,12 +29,14 @@ import argparse
 import functools
 import json
 import os
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import pyarrow as pa
+from pyspark.errors import PythonException
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
@@ -376,7 +378,28 @@ def build_profile(
     """Bring the profile at ``out`` up to the history's newest sample; returns a summary.
 
     Incremental from the job's state when it has one of these windows (and ``full`` is not asked for), else
-    a full recompute from every sample on disk."""
+    a full recompute from every sample on disk. Executors whose Python lacks what the fold imports are one
+    clear error, not a worker's traceback."""
+    try:
+        return _build_profile(spark, history, out, options, progress, full)
+    except PythonException as exc:
+        missing = re.search(r"No module named '([^']+)'", str(exc))
+        if missing is None:
+            raise
+        raise ProfileError(
+            f"the Spark executors' Python cannot import {missing[1]}: it needs numpy, pyarrow and the job's package "
+            "(operator spark-package; docs/history.md, 'On a cluster')"
+        ) from None
+
+
+def _build_profile(
+    spark: SparkSession,
+    history: str,
+    out: str,
+    options: ProfileOptions,
+    progress: Callable[[str], None] | None,
+    full: bool,
+) -> dict[str, Any]:
     step = progress or (lambda _msg: None)
     out = out.rstrip("/")
     files = HistoryFiles(spark, history)
