@@ -253,6 +253,9 @@ def _window(rows: _Rows, plan: Plan, i: int, m: int, buckets: np.ndarray, zero: 
 def fold_table(table: pa.Table, plan: Plan) -> pa.Table:
     """The next state of every bundle with a state row or a new sample among ``table``'s rows."""
     rows = _Rows(table)
+    schema = state_schema(plan.windows)
+    if not (rows.kind <= NEW).any():  # only samples that left a window: no bundle to write
+        return schema.empty_table()
     columns: dict[str, pa.Array] = {}
     averages = _averages(rows)
     keep = np.zeros(rows.n_bundles, bool)
@@ -281,7 +284,6 @@ def fold_table(table: pa.Table, plan: Plan) -> pa.Table:
                 columns[stat(w, m, s)] = pa.array(values, mask=np.isnan(values))
             if m == RATE:
                 columns[f"h{w}_samples"] = pa.array(read["samples"][chosen])
-    schema = state_schema(plan.windows)
     return pa.table([columns[f.name].cast(f.type) for f in schema], schema=schema)
 
 

@@ -115,3 +115,12 @@ def test_an_incremental_fold_equals_the_full_one(history):
                 assert incremental[bundle][column] == pytest.approx(value, rel=1e-9), (bundle, column)
             else:
                 assert incremental[bundle][column] == value, (bundle, column)
+
+
+def test_a_partition_of_leaving_samples_only_writes_no_bundle(history):
+    plan = Plan(WINDOWS, tuple(1100 * MINUTE - w * MINUTE for w in WINDOWS), (True, True))
+    gone = history.set_column(
+        history.schema.get_field_index("kind"), "kind", pa.array(np.full(history.num_rows, plan.leaving(0), np.int32))
+    )
+    out = fold_table(gone, plan)
+    assert out.num_rows == 0 and out.schema == state_schema(WINDOWS)
