@@ -387,8 +387,8 @@ def build_profile(
         if missing is None:
             raise
         raise ProfileError(
-            f"the Spark executors' Python cannot import {missing[1]}: it needs numpy, pyarrow and the job's package "
-            "(operator spark-package; docs/history.md, 'On a cluster')"
+            f"the Spark executors' Python cannot import {missing[1]}: it needs numpy, pyarrow, pandas and the job's "
+            "package (operator spark-package; docs/history.md, 'On a cluster')"
         ) from None
 
 

@@ -7,7 +7,7 @@ daemon — and a two-line launcher, the ``.py`` file ``spark-submit`` wants as i
     spark-submit --master spark://host:7077 --py-files pulsar_lb.zip pulsar_lb_job.py \\
         --history s3a://bucket/pulsar-lb/history --out s3a://bucket/pulsar-lb/profile
 
-The driver's and the executors' Python need pyspark, numpy and pyarrow only; the executors run the fold's
+The driver's and the executors' Python need pyspark, numpy, pyarrow and pandas only; the executors run the fold's
 arithmetic (``partition_fold``) from the zip, which ``--py-files`` ships to them.
 """
 

@@ -2,11 +2,11 @@
 
 A master and one worker start from the installed pyspark (``spark-class``) on 127.0.0.1, on free ports;
 ``operator spark-package`` builds the zip and launcher; ``spark-submit`` runs them from a Python that does
-not have the operator installed — a venv without system site-packages, holding only numpy and pyarrow
-(linked from this interpreter, as ``pip install numpy pyarrow`` would put them: no network needed); pyspark
-and py4j come with Spark itself. The driver and the executors run that Python (the fold's arithmetic runs
-on the executors, in numpy over Arrow batches). The profile must equal the one ``local[2]`` writes from the
-same history. Both JVMs (and the executors the worker starts) are stopped whatever happens, and the test
+not have the operator installed — a venv without system site-packages, holding only numpy, pyarrow and
+pandas (linked from this interpreter, as ``pip install numpy pyarrow pandas`` would put them: no network
+needed); pyspark and py4j come with Spark itself. The driver and the executors run that Python (the fold's
+arithmetic runs on the executors, in numpy over Arrow batches). The profile must equal the one ``local[2]``
+writes from the same history. Both JVMs (and the executors the worker starts) are stopped whatever happens, and the test
 checks none is left.
 """
 
@@ -24,10 +24,13 @@ import sys
 import time
 from pathlib import Path
 
+import dateutil
 import numpy
+import pandas
 import pyarrow
 import pyspark
 import pytest
+import six
 
 from pulsar_lb_operator import cli
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
@@ -139,8 +142,8 @@ def standalone(tmp_path):
 
 @pytest.fixture
 def driver_python(tmp_path):
-    """A venv without system site-packages: numpy and pyarrow only (pyspark and py4j come from Spark's own
-    python/lib)."""
+    """A venv without system site-packages: numpy, pyarrow and pandas only, with pandas' own dependencies
+    (pyspark and py4j come from Spark's own python/lib)."""
     venv = tmp_path / "driver-venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
@@ -152,11 +155,12 @@ def driver_python(tmp_path):
             check=True,
         ).stdout.strip()
     )
-    for module in (numpy, pyarrow):
-        installed = Path(module.__file__).parent
-        for name in (module.__name__, f"{module.__name__}.libs"):
-            if (installed.parent / name).exists():
-                (site / name).symlink_to(installed.parent / name)
+    for module in (numpy, pyarrow, pandas, dateutil, six):  # pandas: pyspark's mapInArrow asks for it
+        installed = Path(module.__file__)
+        source = installed.parent if installed.name == "__init__.py" else installed
+        for path in (source, source.parent / f"{module.__name__}.libs"):
+            if path.exists():
+                (site / path.name).symlink_to(path)
     probe = subprocess.run([str(python), "-c", "import pulsar_lb_operator"], capture_output=True, text=True)
     assert probe.returncode != 0 and "No module named 'pulsar_lb_operator'" in probe.stderr
     return python
