@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import importlib.util
 import json
 import os
 import shutil
@@ -24,13 +25,8 @@ import sys
 import time
 from pathlib import Path
 
-import dateutil
-import numpy
-import pandas
-import pyarrow
 import pyspark
 import pytest
-import six
 
 from pulsar_lb_operator import cli
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
@@ -155,10 +151,13 @@ def driver_python(tmp_path):
             check=True,
         ).stdout.strip()
     )
-    for module in (numpy, pyarrow, pandas, dateutil, six):  # pandas: pyspark's mapInArrow asks for it
-        installed = Path(module.__file__)
+    for name in ("numpy", "pyarrow", "pandas", "dateutil", "six", "tzdata"):  # pandas and what it imports
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None:
+            continue  # a dependency of pandas this interpreter's versions do without
+        installed = Path(spec.origin)
         source = installed.parent if installed.name == "__init__.py" else installed
-        for path in (source, source.parent / f"{module.__name__}.libs"):
+        for path in (source, source.parent / f"{name}.libs"):
             if path.exists():
                 (site / path.name).symlink_to(path)
     probe = subprocess.run([str(python), "-c", "import pulsar_lb_operator"], capture_output=True, text=True)
