@@ -35,6 +35,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -153,22 +154,44 @@ def tree(root: Path, under: str = "") -> tuple[int, int]:
 # ---------------------------------------------------------------------------------------------- runs
 
 
-def _jvm_peak_mib() -> float:
-    """VmHWM of the JVM this process started (local mode: the driver, running the executors)."""
-    me = str(os.getpid())
+def _processes() -> dict[int, tuple[int, float, float]]:
+    """pid -> (parent pid, VmHWM, VmRSS in MiB) of every process readable in /proc."""
+    out = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            if fields[1] != me:
-                continue
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-        except OSError:
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            status = Path(f"/proc/{pid}/status").read_text().splitlines()
+        except (OSError, IndexError, ValueError):
             continue
-    return float("nan")
+        memory = {line.split(":")[0]: int(line.split()[1]) / 1024 for line in status if line.startswith("Vm")}
+        out[int(pid)] = (parent, memory.get("VmHWM", 0.0), memory.get("VmRSS", 0.0))
+    return out
+
+
+class _Memory(threading.Thread):
+    """Polls the JVM this process started (local mode: the driver, running the executors) and its Python
+    workers (the fold's arithmetic runs there, in processes that come and go): the JVM's VmHWM, and the
+    highest sum of the workers' resident memory seen at one moment."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.jvm_mib = self.workers_mib = float("nan")
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.5):
+            processes = _processes()
+            jvms = {pid for pid, (parent, _, _) in processes.items() if parent == os.getpid()}
+            if not jvms:
+                continue
+            below = set(jvms)
+            for _ in range(4):  # the JVM, pyspark's daemon, its workers
+                below |= {pid for pid, (parent, _, _) in processes.items() if parent in below}
+            workers = sum(processes[pid][2] for pid in below - jvms)
+            self.jvm_mib = max(processes[pid][1] for pid in jvms)
+            self.workers_mib = workers if math.isnan(self.workers_mib) else max(self.workers_mib, workers)
 
 
 def spark_run(history: str, out: str, full: bool) -> dict:
@@ -177,17 +200,30 @@ def spark_run(history: str, out: str, full: bool) -> dict:
     from pulsar_lb_operator.spark_jobs.session import build_session
 
     spark = build_session("local[2]", "aggregation-benchmark")
+    memory = _Memory()
+    memory.start()
     stages: list[tuple[str, float]] = []
+    load_before = os.getloadavg()[0]
     started = time.perf_counter()
     summary = build_profile(
         spark, history, out, ProfileOptions(), lambda step: stages.append((step, time.perf_counter())), full=full
     )
     seconds = time.perf_counter() - started
-    peak = _jvm_peak_mib()
+    time.sleep(1)  # one more poll
+    memory.done.set()
+    memory.join()
     spark.stop()
     ends = [t for _, t in stages[1:]] + [started + seconds]
     per_stage = {name: round(end - t, 2) for (name, t), end in zip(stages, ends) if name != "done"}
-    return {"seconds": seconds, "peak_mib": peak, "stages": per_stage, **summary}
+    load = f"{load_before:.1f}–{os.getloadavg()[0]:.1f}"  # the machine's, before and after: others' work too
+    return {
+        "seconds": seconds,
+        "peak_mib": memory.jvm_mib,
+        "workers_peak_mib": memory.workers_mib,
+        "load": load,
+        "stages": per_stage,
+        **summary,
+    }
 
 
 def pandas_run(history: str) -> dict:
@@ -306,10 +342,11 @@ def _cell(run: dict | None, key: str, fmt: str) -> str:
 
 def report(results: list[dict]) -> str:
     lines = [
-        "| bundles × minutes | rows | files | full s | rows/s | JVM peak MiB | files read | stages (s) "
+        "| bundles × minutes | rows | files | full s | rows/s | JVM peak MiB | Python workers' peak MiB "
+        "| files read | stages (s) "
         "| time / first row's | rows / first row's | pandas s | pandas peak MiB | compacted files a day "
-        "| incremental s | its files read | 14 days on disk GiB |",
-        "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| incremental s | its files read | 14 days on disk GiB | load average (full; incremental) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     first = results[0]
     for r in results:
@@ -319,12 +356,13 @@ def report(results: list[dict]) -> str:
         lines.append(
             f"| {r['bundles']:,} × {r['minutes']:,} | {r['rows']:,} | {r['files']:,} | {_cell(full, 'seconds', '.1f')} "
             f"| {(r['rows'] / full['seconds']) if ok else float('nan'):,.0f} | {_cell(full, 'peak_mib', '.0f')} "
+            f"| {_cell(full, 'workers_peak_mib', '.0f')} "
             f"| {_cell(full, 'files_read', ',')} | {stages} "
             f"| {(full['seconds'] / first['full']['seconds']) if ok else float('nan'):.2f}× "
             f"| {r['rows'] / first['rows']:.2f}× | {_cell(r['pandas'], 'seconds', '.1f')} "
             f"| {_cell(r['pandas'], 'peak_mib', '.0f')} | {r['files_per_day_compacted']:.0f} "
             f"| {_cell(inc, 'seconds', '.1f')} | {_cell(inc, 'files_read', ',')} "
-            f"| {r['fourteen_days_bytes'] / 1024**3:.1f} |"
+            f"| {r['fourteen_days_bytes'] / 1024**3:.1f} | {full.get('load', '—')}; {inc.get('load', '—')} |"
         )
     return "\n".join(lines)
 

@@ -11,32 +11,32 @@ bucket holding the sample of rank ⌈q·n⌉ — the sample percentile_approx na
 are within 1% of the exact sample value (0 stays 0); the counts are exact.
 
 A histogram is kept in its bundle's state row as the count at 0 and the counts of the buckets from its
-lowest (``fold.py``). DataFrame API only: nothing of ours runs on the executors.
+lowest (``fold.py``); ``partition_fold.py`` merges and reads them. numpy only: this runs on the executors.
 """
 
 from __future__ import annotations
 
 import math
 
-from pyspark.sql import Column
-from pyspark.sql import functions as F
+import numpy as np
 
 ALPHA = 0.01
 GAMMA = (1 + ALPHA) / (1 - ALPHA)
-ZERO = -(2**30)  # the bucket of 0 (and of anything below 1e-9)
 SPAN = 2048  # a bucket above 0 is within ±(SPAN − 1): 1e-9 is bucket −1036, SPAN − 1 holds values up to 6e17
 
 
-def bucket(value: Column) -> Column:
-    index = F.least(F.ceil(F.log(value) / math.log(GAMMA)), F.lit(SPAN - 1)).cast("int")
-    return F.when(value > 1e-9, index).otherwise(F.lit(ZERO))
+def bucket(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each value's bucket, and whether it is the bucket of 0 (a value at or below 1e-9, or NaN)."""
+    zero = ~(values > 1e-9)
+    index = np.ceil(np.log(np.where(zero, 1.0, values)) / math.log(GAMMA))
+    return np.minimum(index, SPAN - 1).astype(np.int64), zero
 
 
-def value_of(index: Column) -> Column:
-    """The value a bucket reports: within ALPHA of every value in it."""
-    return F.when(index == ZERO, F.lit(0.0)).otherwise(2 * F.pow(F.lit(GAMMA), index) / (GAMMA + 1))
+def value_of(buckets: np.ndarray) -> np.ndarray:
+    """The value a bucket above 0 reports: within ALPHA of every value in it."""
+    return 2 * np.power(GAMMA, buckets.astype(np.float64)) / (GAMMA + 1)
 
 
-def rank(samples: Column, q: float) -> Column:
+def rank(samples: np.ndarray, q: float) -> np.ndarray:
     """The rank max(1, ⌈q·n⌉) of the sample percentile q names (percentile_approx's)."""
-    return F.greatest(F.lit(1), F.ceil(samples * F.lit(q)))
+    return np.maximum(1, np.ceil(samples * q)).astype(np.int64)

@@ -26,17 +26,22 @@ percentiles from the same histograms).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import pyarrow as pa
+from pyspark.errors import PythonException
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from pulsar_lb_operator.spark_jobs import fold
+from pulsar_lb_operator.spark_jobs import broker_usage, fold
+from pulsar_lb_operator.spark_jobs.fold import arrow_map
 from pulsar_lb_operator.spark_jobs.layout import DAY_MS, partition_span, stamp_of
 from pulsar_lb_operator.spark_jobs.sources import HistoryFiles
 from pulsar_lb_operator.spark_jobs.state import Generation, StateStore
@@ -163,14 +168,14 @@ def newest_time(files: HistoryFiles, kind: str) -> int | None:
 
 def bundle_averages(bundles: DataFrame) -> DataFrame:
     """``bundle_averages`` of a frame of bundle samples, from nothing."""
-    return fold.averages_view(fold.averages(bundles, None))
+    return fold.averages_view(fold.fold((), 0, bundles, None, {}, {}))
 
 
 def bundle_windows(bundles: DataFrame, windows_minutes: tuple[int, ...]) -> DataFrame:
     """``bundle_windows`` of a frame of bundle samples, from nothing."""
     latest = _one(bundles.agg(F.max("time")))[0]
-    inside = {w: bundles.where(F.col("time") > F.lit(latest - w * 60_000)) for w in windows_minutes}
-    return fold.windows_view(fold.fold(windows_minutes, bundles, None, {}, inside), windows_minutes)
+    rebuilt: dict[int, DataFrame | None] = {w: None for w in windows_minutes}
+    return fold.windows_view(fold.fold(windows_minutes, latest, bundles, None, {}, rebuilt), windows_minutes)
 
 
 def _usage_percent(resource: str) -> F.Column:
@@ -182,25 +187,13 @@ def broker_profile(brokers: DataFrame, options: ProfileOptions, latest: int | No
     weighted = F.greatest(*(_usage_percent(r) * F.lit(options.weights.get(r, 1.0)) for r in RESOURCES))
     latest = _one(brokers.agg(F.max("time")))[0] if latest is None else latest
     window = brokers.where(F.col("time") > F.lit(latest - max(options.windows_minutes) * 60_000))
-    short = brokers.where(F.col("time") > F.lit(latest - options.short_window_minutes * 60_000))
-    overall = (
-        window.withColumn("usage", weighted)
-        .groupBy("broker")
-        .agg(
-            F.count("*").alias("samples"),
-            F.mean("usage").alias("usage_mean"),
-            F.percentile_approx("usage", 0.95, 10000).alias("usage_p95"),
-        )
+    usage = window.select("broker", "time", weighted.alias("usage"))
+    short_since = latest - options.short_window_minutes * 60_000
+    return arrow_map(
+        usage.repartition("broker"),
+        functools.partial(broker_usage.profile_partition, short_since=short_since),
+        broker_usage.SCHEMA,
     )
-    jitter = (
-        short.withColumn("usage", weighted)
-        .groupBy("broker")
-        .agg(
-            F.stddev_pop("usage").alias("usage_std_short"),
-            (F.stddev_pop("usage") / F.mean("usage")).alias("usage_cv_short"),
-        )
-    )
-    return overall.join(jitter, "broker", "left")
 
 
 SUMS = [f"xx_{i}_{j}" for i in range(4) for j in range(i, 4)] + [f"xy_{i}" for i in range(4)] + ["yy", "y_sum"]
@@ -216,25 +209,28 @@ def cost_model_sums(brokers: DataFrame) -> DataFrame:
         F.col("msg_throughput_out"),
     ]
     day = F.floor(F.col("time") / F.lit(DAY_MS)).cast("long").alias("day")
-    frames = []
-    for resource in RESOURCES:
+    # one pass over the samples: the features' sums are the same for every resource, the target's are not
+    shared = [F.sum(x[i] * x[j]).alias(f"xx_{i}_{j}") for i in range(4) for j in range(i, 4)]
+    own = []
+    for r, resource in enumerate(RESOURCES):
         y = _usage_percent(resource)
-        sums = [F.sum(x[i] * x[j]).alias(f"xx_{i}_{j}") for i in range(4) for j in range(i, 4)]
-        sums += [F.sum(x[i] * y).alias(f"xy_{i}") for i in range(4)]
-        frames.append(
-            brokers.groupBy("broker", day).agg(
+        own += [F.sum(x[i] * y).alias(f"xy_{i}_{r}") for i in range(4)]
+        own += [F.sum(y * y).alias(f"yy_{r}"), F.sum(y).alias(f"y_sum_{r}")]
+    summed = brokers.groupBy("broker", day).agg(
+        F.count("*").alias("samples"), F.max("time").alias("last_time"), *shared, *own
+    )
+    per_resource = F.array(
+        *(
+            F.struct(
                 F.lit(resource).alias("resource"),
-                F.count("*").alias("samples"),
-                F.max("time").alias("last_time"),
-                F.sum(y * y).alias("yy"),
-                F.sum(y).alias("y_sum"),
-                *sums,
+                *(F.col(f"{c}_{r}").alias(c) for c in ("xy_0", "xy_1", "xy_2", "xy_3", "yy", "y_sum")),
             )
+            for r, resource in enumerate(RESOURCES)
         )
-    out = frames[0]
-    for frame in frames[1:]:
-        out = out.unionByName(frame)
-    return out
+    )
+    shared_names = [c for c in SUMS if c.startswith("xx_")]
+    exploded = summed.select("broker", "day", "samples", "last_time", *shared_names, F.explode(per_resource).alias("r"))
+    return exploded.select("broker", "day", "samples", "last_time", *shared_names, "r.*")
 
 
 def add_sums(a: DataFrame, b: DataFrame | None) -> DataFrame:
@@ -278,16 +274,23 @@ def hot_bundles(bundles: DataFrame, options: ProfileOptions, latest: int | None 
     range_text = F.element_at(F.split("bundle", "/"), -1)
     lower = F.conv(F.substring(F.split(range_text, "_")[0], 3, 8), 16, 10).cast("long")
     upper = F.conv(F.substring(F.split(range_text, "_")[1], 3, 8), 16, 10).cast("long")
+    # fixed-width sums only, so Spark aggregates by hash; the owner (a string: max_by would make Spark sort
+    # every recent sample by bundle) is looked up for the few hot bundles afterwards
     stats = recent.groupBy("bundle").agg(
         F.count("*").alias("samples"),
         F.avg(over.cast("double")).alias("hot_share"),
         F.max("topics").alias("topics"),
         F.avg(rate).alias("msg_rate_mean"),
         F.avg(thr).alias("msg_throughput_mean"),
-        F.max_by("owner", "time").alias("owner"),
+    )
+    hot = stats.where((F.col("hot_share") >= options.hot_share) & (F.col("topics") >= 2))
+    owners = (
+        recent.join(F.broadcast(hot.select("bundle")), "bundle")
+        .groupBy("bundle")
+        .agg(F.max_by("owner", "time").alias("owner"))
     )
     return (
-        stats.where((F.col("hot_share") >= options.hot_share) & (F.col("topics") >= 2))
+        hot.join(owners, "bundle")
         .withColumn("algorithm", F.lit("range_equally_divide"))
         .withColumn("boundary", lower + F.floor((upper - lower) / 2).cast("long"))
     )
@@ -298,41 +301,57 @@ def hot_bundles(bundles: DataFrame, options: ProfileOptions, latest: int | None 
 
 @dataclass
 class _Inputs:
-    """What one run folds in: the new bundle samples and the recent ones (hot bundles), each window's start,
-    the samples that left each window (or, where those are gone, all of its samples), the new broker
+    """What one run folds in: the new bundle samples and the recent ones (hot bundles), the samples that left
+    each window (or, for a window rebuilt, its samples older than the new ones: None, none), the new broker
     samples, and the state it starts from."""
 
     new: DataFrame
     recent: DataFrame
     leaving: dict[int, DataFrame]
-    rebuilt: dict[int, DataFrame]
+    rebuilt: dict[int, DataFrame | None]
     brokers_new: DataFrame | None
     state: DataFrame | None
     costs: DataFrame | None
+    partitions: int = 0  # what the fold spreads its rows over
+
+
+# Parquet bytes per fold partition: ~1.5M samples, which a Python worker holds as a few hundred MB of columns
+PARTITION_BYTES = 64 * 1024 * 1024
+
+
+def _partitions(spark: SparkSession, input_bytes: int) -> int:
+    """The fold's partitions: enough that each worker's share stays small, at least two per core."""
+    return max(2 * spark.sparkContext.defaultParallelism, -(-input_bytes // PARTITION_BYTES))
 
 
 def _inputs(
-    spark: SparkSession, files: HistoryFiles, latest: int, options: ProfileOptions, generation: Generation | None
+    spark: SparkSession,
+    files: HistoryFiles,
+    latest: int,
+    options: ProfileOptions,
+    generation: Generation | None,
+    states: StateStore,
 ) -> _Inputs:
     starts = {w: latest - w * 60_000 for w in options.windows_minutes}
     hot_since = latest - options.hot_window_minutes * 60_000
     if generation is None:  # full: every sample on disk, each window built from those inside it
         every = _present(read_samples(files, "bundle_samples"), files, "bundle_samples")
-        inside = {w: every.where(F.col("time") > F.lit(start)) for w, start in starts.items()}
-        return _Inputs(every, every, {}, inside, read_samples(files, "broker_samples"), None, None)
+        rebuild: dict[int, DataFrame | None] = {w: None for w in starts}
+        brokers = read_samples(files, "broker_samples")
+        return _Inputs(every, every, {}, rebuild, brokers, None, None, _partitions(spark, files.bytes_read()))
     then = generation.latest
     # read twice rather than cached: each cycle file holds one time, so Parquet's statistics skip a file
     # outside the range unread, and caching cost more than the second read
     new = _present(read_samples(files, "bundle_samples", then, latest), files, "bundle_samples")
     recent = _present(read_samples(files, "bundle_samples", hot_since, latest), files, "bundle_samples")
     leaving: dict[int, DataFrame] = {}
-    rebuilt: dict[int, DataFrame] = {}
+    rebuilt: dict[int, DataFrame | None] = {}
     oldest = files.edge("bundle_samples", newest=False)[:1]
     kept_from = (partition_span(oldest[0]) or (0, 0))[0] if oldest else latest
     for w, start in starts.items():
         start_then = then - w * 60_000
         if start >= then:  # every sample of the last window has left it: the new ones are all it holds
-            rebuilt[w] = new.where(F.col("time") > F.lit(start))
+            rebuilt[w] = None
         elif start < generation.first:  # none of the samples the state holds has left
             pass
         elif kept_from <= max(start_then + 1, generation.first):  # those that left are still on disk
@@ -340,11 +359,12 @@ def _inputs(
             if gone is not None:
                 leaving[w] = gone
         else:  # they are not (a long outage): the window again from its samples
-            rebuilt[w] = _present(read_samples(files, "bundle_samples", start, latest), files, "bundle_samples")
+            rebuilt[w] = read_samples(files, "bundle_samples", start, then)
     costs = generation.costs(spark)
     brokers_then = _one(costs.agg(F.max("last_time")))[0]
     brokers_new = read_samples(files, "broker_samples", brokers_then)
-    return _Inputs(new, recent, leaving, rebuilt, brokers_new, generation.bundles(spark), costs)
+    partitions = _partitions(spark, files.bytes_read() + states.size(generation))
+    return _Inputs(new, recent, leaving, rebuilt, brokers_new, generation.bundles(spark), costs, partitions)
 
 
 def build_profile(
@@ -358,7 +378,28 @@ def build_profile(
     """Bring the profile at ``out`` up to the history's newest sample; returns a summary.
 
     Incremental from the job's state when it has one of these windows (and ``full`` is not asked for), else
-    a full recompute from every sample on disk."""
+    a full recompute from every sample on disk. Executors whose Python lacks what the fold imports are one
+    clear error, not a worker's traceback."""
+    try:
+        return _build_profile(spark, history, out, options, progress, full)
+    except PythonException as exc:
+        missing = re.search(r"No module named '([^']+)'", str(exc))
+        if missing is None:
+            raise
+        raise ProfileError(
+            f"the Spark executors' Python cannot import {missing[1]}: it needs numpy, pyarrow, pandas and the job's "
+            "package (operator spark-package; docs/history.md, 'On a cluster')"
+        ) from None
+
+
+def _build_profile(
+    spark: SparkSession,
+    history: str,
+    out: str,
+    options: ProfileOptions,
+    progress: Callable[[str], None] | None,
+    full: bool,
+) -> dict[str, Any]:
     step = progress or (lambda _msg: None)
     out = out.rstrip("/")
     files = HistoryFiles(spark, history)
@@ -383,11 +424,13 @@ def build_profile(
     if generation is None and not full and states.others():
         why = "the job's state is of another version or other windows"  # said in the summary the daemon logs
     step(f"reading history ({mode}: {why})" if mode == "full" else f"reading history ({mode})")
-    inputs = _inputs(spark, files, latest, options, generation)
+    inputs = _inputs(spark, files, latest, options, generation, states)
     keep_after = latest - int(options.retention_days * DAY_MS)
 
     step("folding bundle samples")
-    state = fold.fold(options.windows_minutes, inputs.new, inputs.state, inputs.leaving, inputs.rebuilt)
+    state = fold.fold(
+        options.windows_minutes, latest, inputs.new, inputs.state, inputs.leaving, inputs.rebuilt, inputs.partitions
+    )
     scratch = states.scratch()
     # a bundle past the retention has no sample left in any window (windows are shorter): it goes
     state.where(F.col("last_time") > F.lit(keep_after)).write.parquet(f"{scratch}/bundles")
@@ -417,7 +460,9 @@ def build_profile(
     step("fitting cost models")
     models = [solve_cost_model(r.asDict()) for r in totals(costs).collect()]
     if models:
-        spark.createDataFrame(models).coalesce(1).write.mode("overwrite").parquet(f"{out}/cost_model")
+        # from Arrow: a list of dicts would go through a Python worker, row by row
+        models_frame = spark.createDataFrame(pa.Table.from_pylist(models))
+        models_frame.coalesce(1).write.mode("overwrite").parquet(f"{out}/cost_model")
     counted = _one(state.agg(F.sum("samples"), F.count("*"), F.min("first_time")))
     folded = inputs.new.count() if mode == "incremental" else int(counted[0] or 0)
     brokers_counted = _one(costs.where(F.col("resource") == RESOURCES[0]).agg(F.sum("samples")))[0] or 0

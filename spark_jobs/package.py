@@ -7,7 +7,8 @@ daemon — and a two-line launcher, the ``.py`` file ``spark-submit`` wants as i
     spark-submit --master spark://host:7077 --py-files pulsar_lb.zip pulsar_lb_job.py \\
         --history s3a://bucket/pulsar-lb/history --out s3a://bucket/pulsar-lb/profile
 
-The driver's Python needs pyspark and numpy only; no Python code of ours runs on the executors.
+The driver's and the executors' Python need pyspark, numpy, pyarrow and pandas only; the executors run the fold's
+arithmetic (``partition_fold``) from the zip, which ``--py-files`` ships to them.
 """
 
 from __future__ import annotations

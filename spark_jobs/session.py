@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
 from typing import Any
@@ -17,6 +19,9 @@ def build_session(master: str | None = "local[2]", app_name: str = "pulsar-lb-ag
     if master is not None:
         options["spark.master"] = master
     if master is not None and master.startswith("local"):
+        # the fold's Python workers run here: this interpreter, which has numpy and pyarrow (the default is
+        # whatever ``python3`` is on the PATH)
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         options |= {
             "spark.ui.enabled": "false",
             "spark.sql.shuffle.partitions": "4",
@@ -30,6 +35,10 @@ def build_session(master: str | None = "local[2]", app_name: str = "pulsar-lb-ag
         # the job names the history's files itself (spark_jobs/sources.py): Spark lists none of them again
         # in a job of its own, as it would from 32 paths on
         "spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000",
+        # the fold's rows go to its Python workers in Arrow batches cut by rows only: a byte limit makes
+        # Spark measure the batch after every row, which costs time quadratic in a batch's list values
+        "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
+        "spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1),
         **jvm.session_options(),
     }
     # the JVM's output into the operator's log (one format on stderr), and a missing Java said in one line

@@ -9,6 +9,7 @@ run lists a handful of directories, not the retention's thousands of files.
 from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
 
 from pulsar_lb_operator.spark_jobs.layout import is_data_file, overlaps, visible
 from pulsar_lb_operator.spark_jobs.session import hadoop_filesystem
@@ -21,14 +22,25 @@ class HistoryFiles:
         self.spark = spark
         self.root = root.rstrip("/")
         self.read_paths: set[str] = set()  # every file this run read
+        self.sizes: dict[str, int] = {}  # bytes of every file listed
+        self._schemas: dict[str, StructType] = {}  # per kind: the schema its first read took
         self._fs, self._path = hadoop_filesystem(spark, self.root)
 
     def _names(self, path: str) -> list[str]:
-        """The names in one directory (none when it does not exist)."""
+        """The names in one directory (none when it does not exist); their sizes go into ``sizes``."""
         jpath = self._path(path)
         if not self._fs.exists(jpath):
             return []
-        return [status.getPath().getName() for status in self._fs.listStatus(jpath)]
+        names = []
+        for status in self._fs.listStatus(jpath):
+            name = status.getPath().getName()
+            self.sizes[f"{path}/{name}"] = int(status.getLen())
+            names.append(name)
+        return names
+
+    def bytes_read(self) -> int:
+        """The size of every file read so far."""
+        return sum(self.sizes.get(path, 0) for path in self.read_paths)
 
     def exists(self, kind: str) -> bool:
         return bool(self._fs.exists(self._path(f"{self.root}/{kind}")))
@@ -65,11 +77,16 @@ class HistoryFiles:
 
     def read(self, files: list[str]) -> DataFrame:
         """The files (at least one) as one DataFrame, with the schema of the newest one: inferring it from every
-        file would cost a job per read."""
+        file would cost a job per read, so a kind's later reads in the run take the schema its first one did."""
         self.read_paths.update(files)
+        kind = files[0].removeprefix(f"{self.root}/").split("/", 1)[0]
+        if kind in self._schemas:
+            return self.spark.read.schema(self._schemas[kind]).parquet(*files)
         for newest in reversed(files[-3:]):
             try:
-                return self.spark.read.schema(self.spark.read.parquet(newest).schema).parquet(*files)
+                schema = self.spark.read.parquet(newest).schema
             except Exception:  # AnalysisException: that file is unreadable (damaged): try an older one
                 continue
+            self._schemas[kind] = schema
+            return self.spark.read.schema(schema).parquet(*files)
         return self.spark.read.parquet(*files)

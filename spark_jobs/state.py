@@ -78,6 +78,10 @@ class StateStore:
             self._fs.exists(self._path(f"{path}/_COMPLETE")) and not done for _, _, path, done in self._generations()
         )
 
+    def size(self, generation: Generation) -> int:
+        """The bytes a generation's files take."""
+        return int(self._fs.getContentSummary(self._path(generation.path)).getLength())
+
     def scratch(self) -> str:
         """Where a run writes its state before it knows the generation's name."""
         path = f"{self.root}/_writing"

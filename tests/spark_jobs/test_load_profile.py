@@ -1,6 +1,9 @@
 """The load-profile job on real local Spark: hand-checked aggregates, cost-model recovery, hot bundles."""
 
+import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 from pyspark.sql import Row
@@ -13,6 +16,7 @@ from pulsar_lb_operator.spark_jobs.sources import HistoryFiles
 from pulsar_lb_operator.store.history import HistoryStore
 from pulsar_lb_operator.strategies.averages import MessageAverage
 from pulsar_lb_operator.strategies.snapshots import BundleStats, ClusterSnapshot, parse_broker_load
+from tests.builders import operator_script
 
 
 def bundle_rows(bundle, rates, start=0, step_ms=60_000, **extra):
@@ -178,6 +182,27 @@ def test_empty_history_corrupt_files_and_missing_columns(spark, tmp_path):
     (tmp_path / "bad" / "bundle_samples").mkdir()
     with pytest.raises(ProfileError, match="missing column"):
         load_profile.build_profile(spark, str(tmp_path / "bad"), str(tmp_path / "out2"), ProfileOptions())
+
+
+def test_executors_whose_python_lacks_the_fold_are_one_line_and_exit_2(cost_history, tmp_path):
+    """The fold runs on the executors: a Python there without pyarrow, numpy or the job's package (here a bare
+    venv) is a clear error naming what is missing, not a worker's traceback and 'this is a bug'."""
+    history, _ = cost_history
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    result = subprocess.run(
+        [operator_script(), "aggregate", "--history", history, "--out", str(tmp_path / "profile")],
+        env={**os.environ, "PYSPARK_PYTHON": str(bare / "bin" / "python")},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    errors = [line for line in result.stderr.splitlines() if line.startswith("operator:")]
+    assert result.returncode == 2 and len(errors) == 1, result.stderr[-2000:]
+    assert (
+        errors[0].startswith("operator: error: the Spark executors' Python cannot import ") and "pyarrow" in errors[0]
+    )
+    assert "this is a bug" not in result.stderr and not (tmp_path / "profile" / "bundle_averages").exists()
 
 
 def test_the_operator_reads_the_profile_and_aggregate_runs_from_the_cli(spark, cost_history, tmp_path, capsys):

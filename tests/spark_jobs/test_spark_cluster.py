@@ -2,16 +2,19 @@
 
 A master and one worker start from the installed pyspark (``spark-class``) on 127.0.0.1, on free ports;
 ``operator spark-package`` builds the zip and launcher; ``spark-submit`` runs them from a Python that does
-not have the operator installed — a venv without system site-packages, holding only numpy (linked from
-this interpreter, as ``pip install numpy`` would put it: no network needed); pyspark and py4j come with
-Spark itself. The profile must equal the one ``local[2]`` writes from the same history. Both JVMs (and
-the executors the worker starts) are stopped whatever happens, and the test checks none is left.
+not have the operator installed — a venv without system site-packages, holding only numpy, pyarrow and
+pandas (linked from this interpreter, as ``pip install numpy pyarrow pandas`` would put them: no network
+needed); pyspark and py4j come with Spark itself. The driver and the executors run that Python (the fold's
+arithmetic runs on the executors, in numpy over Arrow batches). The profile must equal the one ``local[2]``
+writes from the same history. Both JVMs (and the executors the worker starts) are stopped whatever happens, and the test
+checks none is left.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import importlib.util
 import json
 import os
 import shutil
@@ -22,7 +25,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy
 import pyspark
 import pytest
 
@@ -136,7 +138,8 @@ def standalone(tmp_path):
 
 @pytest.fixture
 def driver_python(tmp_path):
-    """A venv without system site-packages: numpy only (pyspark and py4j come from Spark's own python/lib)."""
+    """A venv without system site-packages: numpy, pyarrow and pandas only, with pandas' own dependencies
+    (pyspark and py4j come from Spark's own python/lib)."""
     venv = tmp_path / "driver-venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
@@ -148,10 +151,15 @@ def driver_python(tmp_path):
             check=True,
         ).stdout.strip()
     )
-    numpy_dir = Path(numpy.__file__).parent
-    for name in ("numpy", "numpy.libs"):
-        if (numpy_dir.parent / name).exists():
-            (site / name).symlink_to(numpy_dir.parent / name)
+    for name in ("numpy", "pyarrow", "pandas", "dateutil", "six", "tzdata"):  # pandas and what it imports
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None:
+            continue  # a dependency of pandas this interpreter's versions do without
+        installed = Path(spec.origin)
+        source = installed.parent if installed.name == "__init__.py" else installed
+        for path in (source, source.parent / f"{name}.libs"):
+            if path.exists():
+                (site / path.name).symlink_to(path)
     probe = subprocess.run([str(python), "-c", "import pulsar_lb_operator"], capture_output=True, text=True)
     assert probe.returncode != 0 and "No module named 'pulsar_lb_operator'" in probe.stderr
     return python

@@ -1,0 +1,295 @@
+"""The fold's per-bundle arithmetic over one partition's rows, in numpy: what runs on the executors.
+
+``fold.fold`` sends every row a bundle's next state needs — its state row, its new samples, the samples
+that left each window, the older samples a rebuilt window needs — to one partition (hashed by bundle), and
+``mapInArrow`` hands each partition's Arrow batches to :func:`fold_partition`. There the rows become numpy
+columns and every bundle of the partition is done at once, whole arrays at a time: one sort by (bundle,
+time), the averages' weights and segment sums (``np.add.reduceat``), each histogram merged with its change
+in one dense array (``np.bincount``) and its percentiles read from cumulative counts (``np.searchsorted``).
+Spark's expressions did the same per bundle in interpreted lambdas — laying a histogram out one array
+element per *sample* to read a rank — which is what made a run at 100,000 bundles slow.
+
+A partition is held whole in the worker's memory (its rows as numpy columns, ~60 bytes a row): the caller
+sizes the partitions to the input so that stays bounded.
+
+Imports numpy and pyarrow only (and the digest): the executors' Python needs both (docs/history.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from pulsar_lb_operator.spark_jobs.digest import bucket, rank, value_of
+
+RATE, THR = 0, 1  # a histogram's metric: msg rate (in + out), msg throughput (in + out)
+QUANTILES = (0.5, 0.95)
+AVERAGED = ("msg_rate_in", "msg_rate_out", "msg_throughput_in", "msg_throughput_out")
+PREFIXES = (("short", 10), ("long", 1000))  # TimeAverageMessageData's sample counts
+STATE, NEW = 0, 1  # a row's kind (``Plan`` names the others)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one run folds: the windows (minutes), each one's start (its samples are newer than it), and
+    which of them grow from the state's histogram (``kept``); the others are rebuilt from their samples."""
+
+    windows: tuple[int, ...]
+    starts: tuple[int, ...]
+    kept: tuple[bool, ...]
+
+    def leaving(self, i: int) -> int:
+        """The kind of a row that left window i since the last run (taken out of its histogram)."""
+        return 2 + i
+
+    def older(self, i: int) -> int:
+        """The kind of a row older than the new samples that window i, rebuilt, holds."""
+        return 2 + len(self.windows) + i
+
+
+def hist(w: int, m: int, part: str) -> str:
+    """A state column of window w's histogram of metric m: ``z`` samples at 0, ``lo`` the lowest bucket above
+    0 (null: none), ``c`` samples per bucket from lo on (first and last > 0)."""
+    return f"h{w}_{'rate' if m == RATE else 'thr'}_{part}"
+
+
+def stat(w: int, m: int, s: str) -> str:
+    return f"h{w}_{'msg_rate' if m == RATE else 'msg_throughput'}_{s}"
+
+
+def state_schema(windows: tuple[int, ...]) -> pa.Schema:
+    """The state's columns, one row per bundle (``fold.py`` describes them)."""
+    fields = [
+        pa.field("bundle", pa.string()),
+        pa.field("samples", pa.int64()),
+        pa.field("first_time", pa.int64()),
+        pa.field("last_time", pa.int64()),
+        *(pa.field(f"{p}_{m}", pa.float64()) for p, _ in PREFIXES for m in AVERAGED),
+    ]
+    for w in windows:
+        for m in (RATE, THR):
+            fields += [
+                pa.field(hist(w, m, "z"), pa.int64()),
+                pa.field(hist(w, m, "lo"), pa.int32()),
+                pa.field(hist(w, m, "c"), pa.list_(pa.int32())),
+                *(pa.field(stat(w, m, s), pa.float64()) for s in ("p50", "p95", "max")),
+            ]
+        fields.append(pa.field(f"h{w}_samples", pa.int64()))
+    return pa.schema(fields)
+
+
+def _segments(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each run of equal codes starts in a sorted non-empty array, and each run's length."""
+    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
+    return starts, np.diff(np.r_[starts, len(codes)])
+
+
+class _Rows:
+    """One partition's rows as numpy columns (nulls as 0), and each row's bundle as a small int."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.table = table
+        encoded = table.column("bundle").combine_chunks().dictionary_encode()
+        self.names = encoded.dictionary
+        self.codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        self.n_bundles = len(self.names)
+        self.kind = self.column("kind", np.int64)
+        self.time = self.column("time", np.int64)
+        self.has_state = "samples" in table.column_names
+
+    def column(self, name: str, dtype: type, fill: float = 0) -> np.ndarray:
+        return np.asarray(self.table.column(name).fill_null(fill).to_numpy(), dtype=dtype)
+
+
+def _averages(rows: _Rows) -> dict[str, np.ndarray]:
+    """Per bundle (by code): samples, first and last time, and TimeAverageMessageData's short and long averages
+    over its state row — standing for min(samples, N) samples at its averages, before all of its new samples
+    (``fold.py`` says why that is exact) — and its new samples in time order."""
+    which = np.flatnonzero(rows.kind <= NEW)
+    order = which[np.lexsort((rows.time[which], rows.kind[which], rows.codes[which]))]
+    code, time = rows.codes[order], rows.time[order]
+    starts, lengths = _segments(code)
+    present = code[starts]
+    is_state = rows.kind[order] == STATE
+    count = np.ones(len(order), np.int64)
+    first = time.copy()
+    if rows.has_state:
+        count[is_state] = rows.column("samples", np.int64)[order][is_state]
+        first[is_state] = rows.column("first_time", np.int64)[order][is_state]
+    out: dict[str, np.ndarray] = {}
+
+    def per_bundle(values: np.ndarray, reduce: np.ufunc = np.add) -> np.ndarray:
+        full = np.zeros(rows.n_bundles, values.dtype)
+        full[present] = reduce.reduceat(values, starts)
+        return full
+
+    out["samples"] = per_bundle(count)
+    out["first_time"] = per_bundle(first, np.minimum)
+    out["last_time"] = per_bundle(time, np.maximum)
+    values = {m: rows.column(m, np.float64)[order] for m in AVERAGED}
+    for prefix, slots in PREFIXES:
+        mult = np.where(is_state, np.minimum(count, slots), 1).astype(np.float64)
+        k = np.cumsum(mult)
+        k -= np.repeat(k[starts] - mult[starts], lengths)  # rank by time within the bundle, counting multiplicity
+        n = np.repeat(np.add.reduceat(mult, starts), lengths)
+        big_n, r = float(slots), 1 - 1 / slots
+        weight = mult * np.where(
+            n <= big_n, 1 / n, np.where(k <= big_n, np.power(r, n - big_n), np.power(r, n - k)) / big_n
+        )
+        for m in AVERAGED:
+            value = values[m].copy()
+            if rows.has_state:
+                value[is_state] = rows.column(f"{prefix}_{m}", np.float64)[order][is_state]
+            out[f"{prefix}_{m}"] = per_bundle(value * weight)
+    return out
+
+
+@dataclass
+class _Histograms:
+    """Every bundle's histogram of one window and metric: count at 0, lowest bucket above 0 (valid where
+    ``length`` > 0), and the counts from it laid end to end (``offsets``: where each bundle's start)."""
+
+    zero: np.ndarray
+    low: np.ndarray
+    length: np.ndarray
+    counts: np.ndarray
+
+    @property
+    def offsets(self) -> np.ndarray:
+        return np.r_[0, np.cumsum(self.length)[:-1]] if len(self.length) else self.length
+
+
+def _base(rows: _Rows, w: int, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The state's histogram as entries (code, bucket, count), and its count at 0 per bundle."""
+    states = np.flatnonzero(rows.kind == STATE)
+    zero = np.zeros(rows.n_bundles, np.int64)
+    zero[rows.codes[states]] = rows.column(hist(w, m, "z"), np.int64)[states]
+    lists = rows.table.column(hist(w, m, "c")).combine_chunks().take(pa.array(states))
+    lengths = np.asarray(lists.value_lengths().fill_null(0).to_numpy(), np.int64)
+    values = np.asarray(lists.flatten().fill_null(0).to_numpy(), np.int64)
+    low = rows.column(hist(w, m, "lo"), np.int64)[states]
+    within = np.arange(len(values)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return np.repeat(rows.codes[states], lengths), np.repeat(low, lengths) + within, values, zero
+
+
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The indices start..start + length − 1 of every range, end to end."""
+    return np.arange(int(lengths.sum())) + np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+
+
+def _merged(
+    n_bundles: int, codes: np.ndarray, buckets: np.ndarray, counts: np.ndarray, zero: np.ndarray
+) -> _Histograms:
+    """Histograms from entries (code, bucket above 0, count ±), summed per bundle and bucket, trimmed to
+    their first and last bucket holding a sample (a count below 0 — data that never went in — is 0)."""
+    low = np.full(n_bundles, np.iinfo(np.int64).max)
+    high = np.full(n_bundles, np.iinfo(np.int64).min)
+    np.minimum.at(low, codes, buckets)
+    np.maximum.at(high, codes, buckets)
+    length = np.where(high >= low, high - low + 1, 0)
+    offsets = np.r_[0, np.cumsum(length)[:-1]]
+    dense = np.bincount(offsets[codes] + buckets - low[codes], weights=counts, minlength=int(length.sum()))
+    dense = np.maximum(np.rint(dense).astype(np.int64), 0)
+    held = np.flatnonzero(dense > 0)
+    owner = np.repeat(np.arange(n_bundles), length)[held]
+    bundles, first_at = np.unique(owner, return_index=True)
+    first, last = held[first_at], held[np.r_[first_at[1:], len(held)] - 1]
+    trimmed = np.zeros(n_bundles, np.int64)
+    trimmed[bundles] = last - first + 1
+    new_low = np.zeros(n_bundles, np.int64)
+    new_low[bundles] = low[bundles] + first - offsets[bundles]
+    take = _ranges(first, trimmed[bundles])
+    return _Histograms(np.maximum(zero, 0), new_low, trimmed, dense[take])
+
+
+def _read_out(h: _Histograms) -> dict[str, np.ndarray]:
+    """Samples, p50, p95 and max of every histogram (NaN where it holds none): a quantile is the bucket of the
+    sample of rank max(1, ⌈q·n⌉), found by a binary search in the cumulative counts."""
+    offsets = h.offsets
+    cumulative = np.r_[0, np.cumsum(h.counts)]  # [i]: the samples above 0 in counts[:i]
+    above = cumulative[offsets + h.length] - cumulative[offsets]
+    n = h.zero + above
+    out = {"samples": n}
+    for q in QUANTILES:
+        at_rank = rank(n, q)
+        inside = (n > 0) & (at_rank > h.zero)
+        # the first bucket where the samples so far reach the rank (``cumulative`` counts from index 1)
+        at = np.searchsorted(cumulative, cumulative[offsets] + at_rank - h.zero, side="left") - 1
+        bucket = np.where(inside, h.low + np.clip(at - offsets, 0, np.maximum(h.length - 1, 0)), 0)
+        out[f"p{round(q * 100)}"] = np.where(inside, value_of(bucket), np.where(n > 0, 0.0, np.nan))
+    highest = np.where(above > 0, h.low + h.length - 1, 0)
+    out["max"] = np.where(n > 0, np.where(above > 0, value_of(highest), 0.0), np.nan)
+    return out
+
+
+def _window(rows: _Rows, plan: Plan, i: int, m: int, buckets: np.ndarray, zero: np.ndarray) -> _Histograms:
+    """Window i's histograms of metric m after this run: the state's (when the window is kept) with the new
+    samples added and those that left it taken out, or rebuilt from the new and older samples inside it."""
+    if plan.kept[i]:
+        adds = rows.kind == NEW
+        subs = rows.kind == plan.leaving(i)
+    else:
+        adds = ((rows.kind == NEW) & (rows.time > plan.starts[i])) | (rows.kind == plan.older(i))
+        subs = np.zeros(len(adds), bool)
+    sign = adds.astype(np.int64) - subs.astype(np.int64)
+    counted = sign != 0
+    codes = [rows.codes[counted & ~zero]]
+    found = [buckets[counted & ~zero]]
+    counts = [sign[counted & ~zero]]
+    at_zero = np.bincount(rows.codes[counted & zero], weights=sign[counted & zero], minlength=rows.n_bundles)
+    at_zero = np.rint(at_zero).astype(np.int64)
+    if plan.kept[i] and rows.has_state:
+        base_codes, base_buckets, base_counts, base_zero = _base(rows, plan.windows[i], m)
+        codes.append(base_codes)
+        found.append(base_buckets)
+        counts.append(base_counts)
+        at_zero += base_zero
+    return _merged(rows.n_bundles, np.concatenate(codes), np.concatenate(found), np.concatenate(counts), at_zero)
+
+
+def fold_table(table: pa.Table, plan: Plan) -> pa.Table:
+    """The next state of every bundle with a state row or a new sample among ``table``'s rows."""
+    rows = _Rows(table)
+    schema = state_schema(plan.windows)
+    if not (rows.kind <= NEW).any():  # only samples that left a window: no bundle to write
+        return schema.empty_table()
+    columns: dict[str, pa.Array] = {}
+    averages = _averages(rows)
+    keep = np.zeros(rows.n_bundles, bool)
+    keep[rows.codes[rows.kind <= NEW]] = True
+    chosen = np.flatnonzero(keep)
+    columns["bundle"] = rows.names.take(pa.array(chosen))
+    for name, values in averages.items():
+        columns[name] = pa.array(values[chosen])
+    rate = rows.column("msg_rate_in", np.float64) + rows.column("msg_rate_out", np.float64)
+    thr = rows.column("msg_throughput_in", np.float64) + rows.column("msg_throughput_out", np.float64)
+    metric = {RATE: bucket(rate), THR: bucket(thr)}
+    for i, w in enumerate(plan.windows):
+        for m in (RATE, THR):
+            h = _window(rows, plan, i, m, *metric[m])
+            length = h.length[chosen]
+            offsets = np.r_[0, np.cumsum(length)].astype(np.int32)
+            take = _ranges(h.offsets[chosen], length)
+            columns[hist(w, m, "z")] = pa.array(h.zero[chosen])
+            columns[hist(w, m, "lo")] = pa.array(h.low[chosen].astype(np.int32), mask=length == 0)
+            columns[hist(w, m, "c")] = pa.ListArray.from_arrays(
+                pa.array(offsets), pa.array(h.counts[take].astype(np.int32))
+            )
+            read = _read_out(h)
+            for s in ("p50", "p95", "max"):
+                values = read[s][chosen]
+                columns[stat(w, m, s)] = pa.array(values, mask=np.isnan(values))
+            if m == RATE:
+                columns[f"h{w}_samples"] = pa.array(read["samples"][chosen])
+    return pa.table([columns[f.name].cast(f.type) for f in schema], schema=schema)
+
+
+def fold_partition(batches: Iterator[pa.RecordBatch], plan: Plan) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow``'s function: one partition's rows in, its bundles' next states out."""
+    received = list(batches)
+    if not received or not any(b.num_rows for b in received):
+        return
+    yield from fold_table(pa.Table.from_batches(received), plan).to_batches(max_chunksize=20_000)

@@ -1,0 +1,126 @@
+"""The fold's numpy arithmetic on one partition's rows, without Spark: TimeAverageMessageData's averages as
+Pulsar updates them sample by sample, the windows' percentiles within the digest's 1%, and an incremental
+fold (state row + new samples − leaving samples) equal to folding every sample at once."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from pulsar_lb_operator.spark_jobs import digest
+from pulsar_lb_operator.spark_jobs.partition_fold import AVERAGED, NEW, STATE, Plan, fold_table, state_schema
+
+MINUTE = 60_000
+WINDOWS = (10, 30)
+
+
+def samples(rng: np.random.Generator, bundles: list[str], minutes: range, kind: int = NEW) -> pa.Table:
+    """One sample a minute per bundle; bundle "idle" is always 0, bundle "gone" stops at minute 20."""
+    rows = [(b, m) for m in minutes for b in bundles if not (b == "gone" and m >= 20)]
+    names = [b for b, _ in rows]
+    idle = np.array([b == "idle" for b in names])
+    columns = {m: np.where(idle, 0.0, rng.lognormal(3, 1, len(rows))) for m in AVERAGED}
+    return pa.table(
+        {
+            "bundle": names,
+            "time": np.array([m * MINUTE for _, m in rows], np.int64),
+            **columns,
+            "kind": np.full(len(rows), kind, np.int32),
+        }
+    )
+
+
+def time_average(values: list[float], slots: int) -> float:
+    """Pulsar's TimeAverageMessageData.update, one sample at a time."""
+    average = 0.0
+    for count, value in enumerate(values, 1):
+        average += (value - average) / min(count, slots)
+    return average
+
+
+def by_bundle(table: pa.Table) -> dict[str, dict]:
+    return {row["bundle"]: row for row in table.to_pylist()}
+
+
+def exact(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(1, math.ceil(q * len(ordered))) - 1]
+
+
+@pytest.fixture
+def history():
+    rng = np.random.default_rng(7)
+    return samples(rng, ["a", "b", "idle", "gone"], range(1, 1101))  # more than the long average's 1000
+
+
+def full_plan(latest: int) -> Plan:
+    return Plan(WINDOWS, tuple(latest - w * MINUTE for w in WINDOWS), (False,) * len(WINDOWS))
+
+
+def test_a_full_fold_gives_pulsars_averages_and_the_windows_percentiles(history):
+    latest = 1100 * MINUTE
+    state = by_bundle(fold_table(history, full_plan(latest)))
+    assert fold_table(history, full_plan(latest)).schema == state_schema(WINDOWS)
+    rows = history.to_pylist()
+    for bundle in ("a", "b", "gone"):
+        mine = [r for r in rows if r["bundle"] == bundle]
+        assert state[bundle]["samples"] == len(mine)
+        assert state[bundle]["last_time"] == mine[-1]["time"]
+        for metric in AVERAGED:
+            values = [r[metric] for r in mine]
+            assert state[bundle][f"short_{metric}"] == pytest.approx(time_average(values, 10), rel=1e-9)
+            assert state[bundle][f"long_{metric}"] == pytest.approx(time_average(values, 1000), rel=1e-9)
+    for w in WINDOWS:
+        inside = [
+            r["msg_rate_in"] + r["msg_rate_out"] for r in rows if r["bundle"] == "a" and r["time"] > latest - w * MINUTE
+        ]
+        assert state["a"][f"h{w}_samples"] == len(inside) == w
+        for q in (0.5, 0.95):
+            assert state["a"][f"h{w}_msg_rate_p{round(q * 100)}"] == pytest.approx(exact(inside, q), rel=digest.ALPHA)
+        assert state["a"][f"h{w}_msg_rate_max"] == pytest.approx(max(inside), rel=digest.ALPHA)
+        assert state["idle"][f"h{w}_msg_rate_p95"] == 0.0 and state["idle"][f"h{w}_rate_z"] == w
+        assert state["idle"][f"h{w}_rate_c"] == [] and state["idle"][f"h{w}_rate_lo"] is None
+        assert state["gone"][f"h{w}_samples"] == 0 and state["gone"][f"h{w}_msg_rate_p50"] is None
+
+
+def test_an_incremental_fold_equals_the_full_one(history):
+    then, latest = 1085 * MINUTE, 1100 * MINUTE
+    old = history.filter(pa.compute.less_equal(history["time"], then))
+    state = fold_table(old, full_plan(then))
+    new = history.filter(pa.compute.greater(history["time"], then))
+    plan = Plan(WINDOWS, tuple(latest - w * MINUTE for w in WINDOWS), (True, True))
+    parts = [new]
+    for i, w in enumerate(WINDOWS):  # the samples that left window i since the last run
+        time = history["time"]
+        left = pa.compute.and_(
+            pa.compute.greater(time, then - w * MINUTE), pa.compute.less_equal(time, latest - w * MINUTE)
+        )
+        gone = history.filter(left)
+        parts.append(
+            gone.set_column(
+                gone.schema.get_field_index("kind"), "kind", pa.array(np.full(gone.num_rows, plan.leaving(i), np.int32))
+            )
+        )
+    own = state.rename_columns(["time" if c == "last_time" else c for c in state.column_names])
+    parts.append(own.append_column("kind", pa.array(np.full(own.num_rows, STATE, np.int32))))
+    incremental = by_bundle(fold_table(pa.concat_tables(parts, promote_options="default"), plan))
+    full = by_bundle(fold_table(history, full_plan(latest)))
+    assert set(incremental) == set(full) == {"a", "b", "idle", "gone"}  # "gone" kept: no new sample, still in the state
+    for bundle, row in full.items():
+        for column, value in row.items():
+            if isinstance(value, float):
+                assert incremental[bundle][column] == pytest.approx(value, rel=1e-9), (bundle, column)
+            else:
+                assert incremental[bundle][column] == value, (bundle, column)
+
+
+def test_a_partition_of_leaving_samples_only_writes_no_bundle(history):
+    plan = Plan(WINDOWS, tuple(1100 * MINUTE - w * MINUTE for w in WINDOWS), (True, True))
+    gone = history.set_column(
+        history.schema.get_field_index("kind"), "kind", pa.array(np.full(history.num_rows, plan.leaving(0), np.int32))
+    )
+    out = fold_table(gone, plan)
+    assert out.num_rows == 0 and out.schema == state_schema(WINDOWS)
