@@ -11,7 +11,7 @@ from pulsar_lb_operator.strategies.loaddata import build_load_data
 from pulsar_lb_operator.strategies.profile import CostModel, LoadProfile
 from pulsar_lb_operator.strategies.rails import Rails
 from pulsar_lb_operator.strategies.shedding import avg, predictive
-from pulsar_lb_operator.strategies.shedding.predictive import endstate, forecast, pairing
+from pulsar_lb_operator.strategies.shedding.predictive import debounce, endstate, forecast, pairing
 from tests.builders import NOW, broker_report, bundle, cfg, snapshot, stats
 
 CPU = 800.0  # 8 cores: LocalBrokerData's cpu limit
@@ -73,6 +73,33 @@ def test_it_debounces_like_avg_shedder_hits():
     assert first.unloads == () and first.state.avg_hits_high["b:1"] == 1
     second = shed(heterogeneous(), PROFILE, first.state, config=config)
     assert len(second.unloads) == 4
+
+
+def _low_hits(distances, noise):
+    """The low hit count of a broker whose samples read ``distances`` from the mean, one cycle each."""
+    config, state = cfg(), StrategyState()
+    for distance in distances:
+        high, low, _ = debounce.hits({"a:1": 50 + distance, "b:1": 50 - distance}, 50, config, state, set(), noise)
+        state = state.evolve(avg_hits_high=high, avg_hits_low=low)
+    return state.avg_hits_low.get("a:1", 0)
+
+
+def test_a_dip_under_the_gap_within_the_samples_noise_holds_the_low_hits():
+    """A broker whose steady level sits just past the gap (5 points) dips under it now and then: a dip by less
+    than the samples' noise neither counts nor clears, so the low hit count (8) is reached in 8 readings past
+    the gap, not 8 in a row. Without noise, or a reading well inside the gap, clears as AvgShedder's does."""
+    readings = [5.5, 5.5, 5.5, 4.6, 5.5, 5.5, 4.5, 5.5, 5.5, 5.5]
+    assert _low_hits(readings, noise=1.0) == 8
+    assert _low_hits(readings, noise=0.0) == 3
+    assert _low_hits([5.5, 5.5, 5.5, 3.0, 5.5], noise=1.0) == 1  # 2 points inside: within the gap in truth
+    assert _low_hits([5.5, 5.5, 5.5, 2.0, 5.5], noise=10.0) == 1  # the hold is at most half the gap (2.5)
+
+
+def test_a_triggered_broker_reading_inside_the_gap_is_cleared_however_noisy():
+    config = cfg()
+    state = StrategyState(avg_hits_low={"a:1": config.loadBalancerAvgShedderHitCountLowThreshold})
+    _, low, triggered = debounce.hits({"a:1": 54.5, "b:1": 45.5}, 50, config, state, set(), 1.0)
+    assert "a:1" not in low and not triggered
 
 
 def _pair(a_bundles, b_bundles):

@@ -94,7 +94,9 @@ class _Cycle:
         self.backgrounds = {b: self.forecast.background(b) for b in brokers}
         self.takers = {b for b in brokers if self.backgrounds[b] < overall}
         self.mean = sum(scores[b] for b in self.takers) / len(self.takers) if self.takers else overall
-        self.high, self.low, self.triggered = debounce.hits(scores, self.mean, config, state, self.takers)
+        self.high, self.low, self.triggered = debounce.hits(
+            scores, self.mean, config, state, self.takers, self.forecast.sigma
+        )
         self.empty = debounce.empty(load) & self.takers
         sheddable = load.sheddable_bundles()
         self.movable = {

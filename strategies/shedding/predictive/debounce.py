@@ -42,22 +42,33 @@ def hits(
     config: LoadBalancerConfig,
     state: StrategyState,
     takers: Set[str],
+    noise: float = 0.0,
 ) -> tuple[dict[str, int], dict[str, int], set[str]]:
     """AvgShedder's two hit counters, per broker, on its distance from the mean; the brokers triggered.
 
     None of the ``takers`` (brokers that can take load) is acted on while their spread — the hottest less the
     coolest, the pair AvgShedder compares — is under twice the gap: a broker just past the gap on one side, with
     none as far on the other, is as balanced as the target asks, and moving it would only carry the gap elsewhere.
-    Its counters go on counting: one noisy sample that puts the spread under twice the gap clears nothing."""
+    Its counters go on counting: one noisy sample that puts the spread under twice the gap clears nothing.
+
+    A broker whose sample is under the gap by less than the samples' ``noise`` (their standard deviation, in
+    points) is held: its counters neither count nor clear. A broker whose steady level sits just past the gap
+    dips under it now and then, and clearing on each dip restarted its low hit count, so it waited many times
+    the count; a broker that is truly within the gap reads under it by more than the noise most of the time.
+    The hold is at most half the gap, so a broker at the mean always clears, however noisy the samples; and a
+    broker already triggered (one being balanced) is not held: under the gap, it is done."""
     high, low = dict(state.avg_hits_high), dict(state.avg_hits_low)
     triggered = set()
     within = [scores[b] for b in takers if b in scores]
     paired = bool(within) and max(within) - min(within) < 2 * settled_gap(config)
     for broker, value in scores.items():
         gap = abs(value - mean)
-        if gap < settled_gap(config):
+        held = low.get(broker, 0) < config.loadBalancerAvgShedderHitCountLowThreshold
+        if gap < settled_gap(config) - (min(noise, settled_gap(config) / 2) if held else 0.0):
             high.pop(broker, None)
             low.pop(broker, None)
+            continue
+        if gap < settled_gap(config):
             continue
         low[broker] = low.get(broker, 0) + 1
         if gap >= config.loadBalancerAvgShedderHighThreshold / 2:
