@@ -121,10 +121,17 @@ def test_a_dip_under_the_gap_within_the_samples_noise_holds_the_low_hits():
 
 
 def test_a_triggered_broker_reading_inside_the_gap_is_cleared_however_noisy():
+    """One being balanced (its low hits at the count): a reading under the gap says it is done, though its model's
+    steady level is still past the gap and the dip is within the noise."""
     config = cfg()
     state = StrategyState(avg_hits_low={"a:1": config.loadBalancerAvgShedderHitCountLowThreshold})
-    _, low, triggered, _ = debounce.hits({"a:1": 54.5, "b:1": 45.5}, 50, config, state, set(), 1.0)
+    steady = {"a:1": 55.5, "b:1": 44.5}
+    _, low, triggered, _ = debounce.hits({"a:1": 54.5, "b:1": 45.5}, 50, config, state, set(), 1.0, steady)
     assert "a:1" not in low and not triggered
+    _, low, _, _ = debounce.hits(
+        {"a:1": 54.5, "b:1": 45.5}, 50, config, StrategyState(avg_hits_low={"a:1": 3}), set(), 1.0, steady
+    )
+    assert low["a:1"] == 3  # not yet triggered: held
 
 
 def _pair(a_bundles, b_bundles):
