@@ -81,6 +81,7 @@ class StrategyState:
     predictive_members: frozenset[str] = frozenset()
     predictive_changed_at: int = 0  # when a broker last joined or left
     predictive_halves: frozenset[str] = frozenset()  # bundles its own splits made last cycle: expected, not a change
+    predictive_dipped: frozenset[str] = frozenset()  # brokers whose hit counters the last reading held (``debounce``)
     # each broker's last CPU samples less its cost model's prediction (its steady level is their median's)
     predictive_residuals: Mapping[str, tuple[float, ...]] = field(default_factory=_frozen)
     # a broker without a good model of its own: (its background when it carried nothing, Σ cost × predicted,
@@ -138,6 +139,8 @@ class StrategyState:
             "predictiveMembers": sorted(self.predictive_members),
             "predictiveChangedAt": self.predictive_changed_at,
             "predictiveHalves": sorted(self.predictive_halves),
+            # written only when there is one, so that a state file written before it reads back byte for byte
+            **({"predictiveDipped": sorted(self.predictive_dipped)} if self.predictive_dipped else {}),
             "predictiveResiduals": {b: list(v) for b, v in sorted(self.predictive_residuals.items())},
             "predictiveLearned": {b: list(v) for b, v in sorted(self.predictive_learned.items())},
             "predictiveScales": {b: list(v) for b, v in sorted(self.predictive_scales.items())},
@@ -200,6 +203,7 @@ class StrategyState:
             predictive_members=frozenset(root.child("predictiveMembers", required=False, default=[]).string_list()),
             predictive_changed_at=root.child("predictiveChangedAt", required=False, default=0).integer(),
             predictive_halves=frozenset(root.child("predictiveHalves", required=False, default=[]).string_list()),
+            predictive_dipped=frozenset(root.child("predictiveDipped", required=False, default=[]).string_list()),
             predictive_residuals=table("predictiveResiduals", residuals),
             predictive_learned=table("predictiveLearned", learned),
             predictive_scales=table("predictiveScales", scale),

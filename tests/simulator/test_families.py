@@ -141,6 +141,16 @@ def test_ours_is_on_the_rails_floor_and_near_the_bound_in_every_family(family):
     assert tally.noise_unloads == 0 and tally.flapping == 0
 
 
+def test_a_broker_just_past_the_gap_is_balanced_though_its_samples_dip_under_it():
+    """scale-in#8 (a development run): after the leave, one broker sits 6.6 points above the mean, its noisy
+    samples now and then under the 5-point gap. When each such sample cleared its low hit count, it waited for
+    eight readings past the gap in a row: balanced 32 cycles after the leave, where the rails' floor is 8."""
+    result = run(families.generate("scale-in", 8), OURS)
+    (event,) = [p for p in result.metrics["segments"] if p["kind"] == "event"]
+    assert event["cycles"] is not None and event["cycles"] <= event["floor"] + 1, event
+    assert event["unloads"] <= family_report.RATIO_GOAL * event["moves"], event
+
+
 def test_benchmark_family_command_writes_the_table_and_refuses_what_it_cannot_do(tmp_path, capsys):
     args = ["benchmark", "--family", "noise", "--runs", "1", "--seed", "950", "--no-plots", "--jobs", "1"]
     assert cli.main([*args, "--strategy", "AvgShedder", "--out", str(tmp_path)]) == 0

@@ -11,7 +11,8 @@ from pulsar_lb_operator.strategies.loaddata import build_load_data
 from pulsar_lb_operator.strategies.profile import CostModel, LoadProfile
 from pulsar_lb_operator.strategies.rails import Rails
 from pulsar_lb_operator.strategies.shedding import avg, predictive
-from pulsar_lb_operator.strategies.shedding.predictive import endstate, forecast, pairing
+from pulsar_lb_operator.strategies.shedding.predictive import debounce, endstate, forecast, pairing
+from pulsar_lb_operator.strategies.state import PendingMove
 from tests.builders import NOW, broker_report, bundle, cfg, snapshot, stats
 
 CPU = 800.0  # 8 cores: LocalBrokerData's cpu limit
@@ -73,6 +74,64 @@ def test_it_debounces_like_avg_shedder_hits():
     assert first.unloads == () and first.state.avg_hits_high["b:1"] == 1
     second = shed(heterogeneous(), PROFILE, first.state, config=config)
     assert len(second.unloads) == 4
+
+
+def test_a_broker_whose_arrival_one_report_has_shown_gives_none_back_yet():
+    """b took bundle 0 from a last cycle, and this is the first report to show it: b reads hot, but one reading
+    (jittering traffic, or the fit's miss) is no cause to move back what just arrived. The next cycle, it gives."""
+    arrived = StrategyState(
+        predictive_pending={bundle("t/ns", 0): PendingMove("a:1", "b:1", NOW - 60_000, (500.0, 0.0, 0.0))}
+    )
+    first = shed(heterogeneous(), PROFILE, arrived)
+    assert first.unloads == ()
+    assert [u.source for u in shed(heterogeneous(), PROFILE, first.state).unloads] == ["b:1"] * 4
+
+
+def _low_hits(distances, noise, steady=5.5):
+    """The low hit count of a broker whose samples read ``distances`` from the mean, one cycle each, its model's
+    steady level ``steady`` from it."""
+    config, state = cfg(), StrategyState()
+    for distance in distances:
+        high, low, _, dipped = debounce.hits(
+            {"a:1": 50 + distance, "b:1": 50 - distance},
+            50,
+            config,
+            state,
+            set(),
+            noise,
+            {"a:1": 50 + steady, "b:1": 50 - steady},
+        )
+        state = state.evolve(avg_hits_high=high, avg_hits_low=low, predictive_dipped=dipped)
+    return state.avg_hits_low.get("a:1", 0)
+
+
+def test_a_dip_under_the_gap_within_the_samples_noise_holds_the_low_hits():
+    """A broker whose steady level sits just past the gap (5 points) dips under it now and then: a dip by less
+    than the samples' noise neither counts nor clears, so the low hit count (8) is reached in 8 readings past
+    the gap, not 8 in a row. Without noise, or a reading well inside the gap, clears as AvgShedder's does; so do
+    two readings under the gap in a row (traffic jittering around the mean: its crossings do not add up), and a
+    dip where the model's steady level is inside the gap too."""
+    readings = [5.5, 5.5, 5.5, 4.6, 5.5, 5.5, 4.5, 5.5, 5.5, 5.5]
+    assert _low_hits(readings, noise=1.0) == 8
+    assert _low_hits(readings, noise=0.0) == 3
+    assert _low_hits(readings, noise=1.0, steady=4.0) == 3
+    assert _low_hits([5.5, 5.5, 5.5, 4.6, 4.6, 5.5], noise=1.0) == 1
+    assert _low_hits([5.5, 5.5, 5.5, 3.0, 5.5], noise=1.0) == 1  # 2 points inside: within the gap in truth
+    assert _low_hits([5.5, 5.5, 5.5, 2.0, 5.5], noise=10.0) == 1  # the hold is at most half the gap (2.5)
+
+
+def test_a_triggered_broker_reading_inside_the_gap_is_cleared_however_noisy():
+    """One being balanced (its low hits at the count): a reading under the gap says it is done, though its model's
+    steady level is still past the gap and the dip is within the noise."""
+    config = cfg()
+    state = StrategyState(avg_hits_low={"a:1": config.loadBalancerAvgShedderHitCountLowThreshold})
+    steady = {"a:1": 55.5, "b:1": 44.5}
+    _, low, triggered, _ = debounce.hits({"a:1": 54.5, "b:1": 45.5}, 50, config, state, set(), 1.0, steady)
+    assert "a:1" not in low and not triggered
+    _, low, _, _ = debounce.hits(
+        {"a:1": 54.5, "b:1": 45.5}, 50, config, StrategyState(avg_hits_low={"a:1": 3}), set(), 1.0, steady
+    )
+    assert low["a:1"] == 3  # not yet triggered: held
 
 
 def _pair(a_bundles, b_bundles):

@@ -94,7 +94,15 @@ class _Cycle:
         self.backgrounds = {b: self.forecast.background(b) for b in brokers}
         self.takers = {b for b in brokers if self.backgrounds[b] < overall}
         self.mean = sum(scores[b] for b in self.takers) / len(self.takers) if self.takers else overall
-        self.high, self.low, self.triggered = debounce.hits(scores, self.mean, config, state, self.takers)
+        self.high, self.low, self.triggered, self.dipped = debounce.hits(
+            scores,
+            self.mean,
+            config,
+            state,
+            self.takers,
+            self.forecast.sigma,
+            {b: self.forecast.usage(b) for b in scores},
+        )
         self.empty = debounce.empty(load) & self.takers
         sheddable = load.sheddable_bundles()
         self.movable = {
@@ -107,7 +115,10 @@ class _Cycle:
         }
         self.pieces = splits.Pieces()
         self.unloads: list[Unload] = []
-        self.received: set[str] = set()  # no chains: a broker that took load this cycle gives none, and vice versa
+        # no chains: a broker that took load this cycle gives none, and vice versa; nor does one whose arrival no
+        # report before this one showed (a single reading, jittering traffic's or a fit's miss, is no cause to move
+        # back what just arrived: where it is truly above the band, the next cycle shows it again)
+        self.received = {m.destination for m in state.predictive_pending.values()}
         self.notes = [f"{NAME}: mean usage of the {len(self.takers)} brokers that can take load {self.mean:.1f}"]
         self.notes += [
             f"{NAME}: {b} has no good CPU model; its capacity and the cluster's per-core cost stand in"
@@ -316,6 +327,7 @@ class _Cycle:
             predictive_members=frozenset(self.load.snapshot.brokers),
             predictive_changed_at=changed_at,
             predictive_halves=frozenset(self.pieces.halves),
+            predictive_dipped=self.dipped,
             predictive_residuals=_finite(self.forecast.residuals),
             predictive_learned=_finite(self.forecast.learned),
             predictive_scales=_finite(self.forecast.scales),

@@ -42,22 +42,42 @@ def hits(
     config: LoadBalancerConfig,
     state: StrategyState,
     takers: Set[str],
-) -> tuple[dict[str, int], dict[str, int], set[str]]:
-    """AvgShedder's two hit counters, per broker, on its distance from the mean; the brokers triggered.
+    noise: float = 0.0,
+    steady: Mapping[str, float] | None = None,
+) -> tuple[dict[str, int], dict[str, int], set[str], frozenset[str]]:
+    """AvgShedder's two hit counters, per broker, on its distance from the mean; the brokers triggered; the brokers
+    whose counters this reading held.
 
     None of the ``takers`` (brokers that can take load) is acted on while their spread — the hottest less the
     coolest, the pair AvgShedder compares — is under twice the gap: a broker just past the gap on one side, with
     none as far on the other, is as balanced as the target asks, and moving it would only carry the gap elsewhere.
-    Its counters go on counting: one noisy sample that puts the spread under twice the gap clears nothing."""
+    Its counters go on counting: one noisy sample that puts the spread under twice the gap clears nothing.
+
+    A single sample under the gap by less than the samples' ``noise`` (their standard deviation, in points) is held:
+    the broker's counters neither count nor clear. A broker whose steady level sits just past the gap dips under it
+    now and then, and clearing on each dip restarted its low hit count, so it waited many times the count. Two
+    readings under the gap in a row clear, as does one under it by more than the noise (at most half the gap, so a
+    broker at the mean always clears): a broker whose traffic jitters around the mean crosses the gap and comes
+    back, and must not add up its crossings into a trigger. A broker already triggered (one being balanced) is not
+    held: under the gap, it is done."""
     high, low = dict(state.avg_hits_high), dict(state.avg_hits_low)
-    triggered = set()
+    triggered, dipped = set(), set()
     within = [scores[b] for b in takers if b in scores]
     paired = bool(within) and max(within) - min(within) < 2 * settled_gap(config)
     for broker, value in scores.items():
         gap = abs(value - mean)
-        if gap < settled_gap(config):
+        holdable = (
+            broker not in state.predictive_dipped
+            and low.get(broker, 0) < config.loadBalancerAvgShedderHitCountLowThreshold
+            and steady is not None
+            and abs(steady.get(broker, mean) - mean) >= settled_gap(config)
+        )
+        if gap < settled_gap(config) - (min(noise, settled_gap(config) / 2) if holdable else 0.0):
             high.pop(broker, None)
             low.pop(broker, None)
+            continue
+        if gap < settled_gap(config):
+            dipped.add(broker)
             continue
         low[broker] = low.get(broker, 0) + 1
         if gap >= config.loadBalancerAvgShedderHighThreshold / 2:
@@ -75,7 +95,7 @@ def hits(
         if broker not in scores:
             high.pop(broker, None)
             low.pop(broker, None)
-    return high, low, triggered
+    return high, low, triggered, frozenset(dipped)
 
 
 def empty(load: LoadData) -> set[str]:
