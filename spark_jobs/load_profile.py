@@ -44,7 +44,7 @@ from pulsar_lb_operator.spark_jobs import broker_usage, fold
 from pulsar_lb_operator.spark_jobs.fold import arrow_map
 from pulsar_lb_operator.spark_jobs.layout import DAY_MS, partition_span, stamp_of
 from pulsar_lb_operator.spark_jobs.sources import HistoryFiles
-from pulsar_lb_operator.spark_jobs.state import Generation, StateStore
+from pulsar_lb_operator.spark_jobs.state import Generation, StateStore, read_bundles
 from pulsar_lb_operator.strategies import COST_RESOURCES as RESOURCES
 from pulsar_lb_operator.strategies import UserError
 from pulsar_lb_operator.strategies import fit_cost_model as solve
@@ -275,22 +275,25 @@ def hot_bundles(bundles: DataFrame, options: ProfileOptions, latest: int | None 
     lower = F.conv(F.substring(F.split(range_text, "_")[0], 3, 8), 16, 10).cast("long")
     upper = F.conv(F.substring(F.split(range_text, "_")[1], 3, 8), 16, 10).cast("long")
     # fixed-width sums only, so Spark aggregates by hash; the owner (a string: max_by would make Spark sort
-    # every recent sample by bundle) is looked up for the few hot bundles afterwards
+    # every recent sample by bundle) is looked up for the few hot bundles afterwards, at their newest sample
     stats = recent.groupBy("bundle").agg(
         F.count("*").alias("samples"),
         F.avg(over.cast("double")).alias("hot_share"),
         F.max("topics").alias("topics"),
         F.avg(rate).alias("msg_rate_mean"),
         F.avg(thr).alias("msg_throughput_mean"),
+        F.max("time").alias("newest"),
     )
-    hot = stats.where((F.col("hot_share") >= options.hot_share) & (F.col("topics") >= 2))
-    owners = (
-        recent.join(F.broadcast(hot.select("bundle")), "bundle")
-        .groupBy("bundle")
-        .agg(F.max_by("owner", "time").alias("owner"))
-    )
+    # kept once computed: it is read twice below, and each read would be another pass over the recent samples
+    hot = stats.where((F.col("hot_share") >= options.hot_share) & (F.col("topics") >= 2)).cache()
+    if hot.isEmpty():  # the usual case: no pass over the samples for owners
+        owners = hot.select("bundle", F.lit(None).cast("string").alias("owner"))
+    else:
+        newest = F.broadcast(hot.select("bundle", F.col("newest").alias("time")))
+        owners = recent.join(newest, ["bundle", "time"]).groupBy("bundle").agg(F.max("owner").alias("owner"))
     return (
-        hot.join(owners, "bundle")
+        hot.drop("newest")
+        .join(owners, "bundle")
         .withColumn("algorithm", F.lit("range_equally_divide"))
         .withColumn("boundary", lower + F.floor((upper - lower) / 2).cast("long"))
     )
@@ -328,6 +331,7 @@ def _inputs(
     spark: SparkSession,
     files: HistoryFiles,
     latest: int,
+    brokers_latest: int,
     options: ProfileOptions,
     generation: Generation | None,
     states: StateStore,
@@ -337,7 +341,7 @@ def _inputs(
     if generation is None:  # full: every sample on disk, each window built from those inside it
         every = _present(read_samples(files, "bundle_samples"), files, "bundle_samples")
         rebuild: dict[int, DataFrame | None] = {w: None for w in starts}
-        brokers = read_samples(files, "broker_samples")
+        brokers = read_samples(files, "broker_samples", None, brokers_latest)
         return _Inputs(every, every, {}, rebuild, brokers, None, None, _partitions(spark, files.bytes_read()))
     then = generation.latest
     # read twice rather than cached: each cycle file holds one time, so Parquet's statistics skip a file
@@ -361,8 +365,10 @@ def _inputs(
         else:  # they are not (a long outage): the window again from its samples
             rebuilt[w] = read_samples(files, "bundle_samples", start, then)
     costs = generation.costs(spark)
-    brokers_then = _one(costs.agg(F.max("last_time")))[0]
-    brokers_new = read_samples(files, "broker_samples", brokers_then)
+    brokers_then = generation.brokers_latest
+    if brokers_then is None:  # not recorded: the newest in the sums
+        brokers_then = _one(costs.agg(F.max("last_time")))[0]
+    brokers_new = read_samples(files, "broker_samples", brokers_then, brokers_latest)
     partitions = _partitions(spark, files.bytes_read() + states.size(generation))
     return _Inputs(new, recent, leaving, rebuilt, brokers_new, generation.bundles(spark), costs, partitions)
 
@@ -424,7 +430,7 @@ def _build_profile(
     if generation is None and not full and states.others():
         why = "the job's state is of another version or other windows"  # said in the summary the daemon logs
     step(f"reading history ({mode}: {why})" if mode == "full" else f"reading history ({mode})")
-    inputs = _inputs(spark, files, latest, options, generation, states)
+    inputs = _inputs(spark, files, latest, brokers_latest, options, generation, states)
     keep_after = latest - int(options.retention_days * DAY_MS)
 
     step("folding bundle samples")
@@ -434,7 +440,7 @@ def _build_profile(
     scratch = states.scratch()
     # a bundle past the retention has no sample left in any window (windows are shorter): it goes
     state.where(F.col("last_time") > F.lit(keep_after)).write.parquet(f"{scratch}/bundles")
-    state = spark.read.parquet(f"{scratch}/bundles")  # what was written: the views below read it, not the fold
+    state = read_bundles(spark, f"{scratch}/bundles", options.windows_minutes)  # the views read what was written
     costs = inputs.costs
     if inputs.brokers_new is not None:
         costs = add_sums(cost_model_sums(inputs.brokers_new), inputs.costs)
@@ -458,15 +464,16 @@ def _build_profile(
         step(f"computing {name}")
         build().coalesce(1).write.mode("overwrite").parquet(f"{out}/{name}")
     step("fitting cost models")
-    models = [solve_cost_model(r.asDict()) for r in totals(costs).collect()]
+    summed = [r.asDict() for r in totals(costs).collect()]
+    models = [solve_cost_model(r) for r in summed]
     if models:
         # from Arrow: a list of dicts would go through a Python worker, row by row
         models_frame = spark.createDataFrame(pa.Table.from_pylist(models))
         models_frame.coalesce(1).write.mode("overwrite").parquet(f"{out}/cost_model")
     counted = _one(state.agg(F.sum("samples"), F.count("*"), F.min("first_time")))
     folded = inputs.new.count() if mode == "incremental" else int(counted[0] or 0)
-    brokers_counted = _one(costs.where(F.col("resource") == RESOURCES[0]).agg(F.sum("samples")))[0] or 0
-    states.commit(scratch, latest, counted[2] if counted[2] is not None else latest)
+    brokers_counted = sum(r["samples"] for r in summed if r["resource"] == RESOURCES[0])
+    states.commit(scratch, latest, counted[2] if counted[2] is not None else latest, brokers_latest)
     summary = {
         "mode": mode,
         **({"why": why} if mode == "full" else {}),
