@@ -105,19 +105,31 @@ def read_samples(
     files: HistoryFiles, kind: str, since_ms: int | None = None, until_ms: int | None = None
 ) -> DataFrame | None:
     """The samples of one kind with since < time ≤ until, read from the partitions that may hold them only."""
-    paths = files.files(kind, since_ms, until_ms)
+    return read_spans(files, kind, [(since_ms, until_ms)])[0]
+
+
+def read_spans(files: HistoryFiles, kind: str, spans: list[tuple[int | None, int | None]]) -> list[DataFrame | None]:
+    """The samples of one kind in each span (since < time ≤ until; None where no file may hold one), from one
+    read of every file any span needs: each read costs Spark a listing of its files and a plan on the driver,
+    where a filter costs nothing — Parquet's statistics skip a file or row group outside a span unread."""
+    listed = [files.files(kind, since, until) for since, until in spans]
+    paths = sorted(set().union(*listed))
     if not paths:
-        return None
+        return [None] * len(spans)
     try:
         frame = files.read(paths)
     except Exception as exc:  # AnalysisException: no Parquet among the files
         raise ProfileError(f"no history at {files.root}/{kind}: {str(exc).splitlines()[0]}") from None
     frame = _columns(frame, f"{files.root}/{kind}", COLUMNS[kind])
-    if since_ms is not None:
-        frame = frame.where(F.col("time") > F.lit(since_ms))
-    if until_ms is not None:
-        frame = frame.where(F.col("time") <= F.lit(until_ms))
-    return frame
+    out: list[DataFrame | None] = []
+    for (since_ms, until_ms), own in zip(spans, listed):
+        span = frame if own else None
+        if span is not None and since_ms is not None:
+            span = span.where(F.col("time") > F.lit(since_ms))
+        if span is not None and until_ms is not None:
+            span = span.where(F.col("time") <= F.lit(until_ms))
+        out.append(span)
+    return out
 
 
 def _one(frame: DataFrame) -> Row:
@@ -306,13 +318,14 @@ def hot_bundles(bundles: DataFrame, options: ProfileOptions, latest: int | None 
 class _Inputs:
     """What one run folds in: the new bundle samples and the recent ones (hot bundles), the samples that left
     each window (or, for a window rebuilt, its samples older than the new ones: None, none), the new broker
-    samples, and the state it starts from."""
+    samples and those of the broker profile's window, and the state it starts from."""
 
     new: DataFrame
     recent: DataFrame
     leaving: dict[int, DataFrame]
     rebuilt: dict[int, DataFrame | None]
     brokers_new: DataFrame | None
+    brokers_window: DataFrame  # the broker profile's
     state: DataFrame | None
     costs: DataFrame | None
     partitions: int = 0  # what the fold spreads its rows over
@@ -338,20 +351,24 @@ def _inputs(
 ) -> _Inputs:
     starts = {w: latest - w * 60_000 for w in options.windows_minutes}
     hot_since = latest - options.hot_window_minutes * 60_000
+    brokers_since = brokers_latest - max(options.windows_minutes) * 60_000  # the broker profile's window
     if generation is None:  # full: every sample on disk, each window built from those inside it
         every = _present(read_samples(files, "bundle_samples"), files, "bundle_samples")
         rebuild: dict[int, DataFrame | None] = {w: None for w in starts}
-        brokers = read_samples(files, "broker_samples", None, brokers_latest)
-        return _Inputs(every, every, {}, rebuild, brokers, None, None, _partitions(spark, files.bytes_read()))
+        brokers, window = read_spans(files, "broker_samples", [(None, brokers_latest), (brokers_since, brokers_latest)])
+        partitions = _partitions(spark, files.bytes_read())
+        return _Inputs(
+            every, every, {}, rebuild, brokers, _present(window, files, "broker_samples"), None, None, partitions
+        )
     then = generation.latest
-    # read twice rather than cached: each cycle file holds one time, so Parquet's statistics skip a file
-    # outside the range unread, and caching cost more than the second read
-    new = _present(read_samples(files, "bundle_samples", then, latest), files, "bundle_samples")
-    recent = _present(read_samples(files, "bundle_samples", hot_since, latest), files, "bundle_samples")
+    # one read for both (and one for the samples that left the windows): Parquet's statistics skip a cycle
+    # file (one time) or a compacted hour's row group (minutes) outside a span unread, and caching cost more
+    new, recent = read_spans(files, "bundle_samples", [(then, latest), (hot_since, latest)])
     leaving: dict[int, DataFrame] = {}
     rebuilt: dict[int, DataFrame | None] = {}
     oldest = files.edge("bundle_samples", newest=False)[:1]
     kept_from = (partition_span(oldest[0]) or (0, 0))[0] if oldest else latest
+    left: dict[int, tuple[int, int]] = {}
     for w, start in starts.items():
         start_then = then - w * 60_000
         if start >= then:  # every sample of the last window has left it: the new ones are all it holds
@@ -359,18 +376,31 @@ def _inputs(
         elif start < generation.first:  # none of the samples the state holds has left
             pass
         elif kept_from <= max(start_then + 1, generation.first):  # those that left are still on disk
-            gone = read_samples(files, "bundle_samples", start_then, start)
-            if gone is not None:
-                leaving[w] = gone
+            left[w] = (start_then, start)
         else:  # they are not (a long outage): the window again from its samples
             rebuilt[w] = read_samples(files, "bundle_samples", start, then)
+    for w, gone in zip(left, read_spans(files, "bundle_samples", list(left.values()))):
+        if gone is not None:
+            leaving[w] = gone
     costs = generation.costs(spark)
     brokers_then = generation.brokers_latest
     if brokers_then is None:  # not recorded: the newest in the sums
         brokers_then = _one(costs.agg(F.max("last_time")))[0]
-    brokers_new = read_samples(files, "broker_samples", brokers_then, brokers_latest)
+    brokers_new, window = read_spans(
+        files, "broker_samples", [(brokers_then, brokers_latest), (brokers_since, brokers_latest)]
+    )
     partitions = _partitions(spark, files.bytes_read() + states.size(generation))
-    return _Inputs(new, recent, leaving, rebuilt, brokers_new, generation.bundles(spark), costs, partitions)
+    return _Inputs(
+        _present(new, files, "bundle_samples"),
+        _present(recent, files, "bundle_samples"),
+        leaving,
+        rebuilt,
+        brokers_new,
+        _present(window, files, "broker_samples"),
+        generation.bundles(spark),
+        costs,
+        partitions,
+    )
 
 
 def build_profile(
@@ -449,15 +479,10 @@ def _build_profile(
     costs.where(F.col("day") >= F.lit(keep_after // DAY_MS)).coalesce(1).write.parquet(f"{scratch}/costs")
     costs = spark.read.parquet(f"{scratch}/costs")
 
-    brokers_window = _present(
-        read_samples(files, "broker_samples", brokers_latest - max(options.windows_minutes) * 60_000),
-        files,
-        "broker_samples",
-    )
     parts = {
         "bundle_averages": lambda: fold.averages_view(state),
         "bundle_windows": lambda: fold.windows_view(state, options.windows_minutes),
-        "broker_profile": lambda: broker_profile(brokers_window, options, brokers_latest),
+        "broker_profile": lambda: broker_profile(inputs.brokers_window, options, brokers_latest),
         "hot_bundles": lambda: hot_bundles(inputs.recent, options, latest),
     }
     for name, build in parts.items():
