@@ -97,6 +97,8 @@ def pack(fixed: np.ndarray, histograms: list[_Histograms]) -> pa.Array:
     n = len(fixed)
     sizes = 2 * _FIXED + sum(4 + h.length for h in histograms) if histograms else np.full(n, 2 * _FIXED)
     ends = np.cumsum(sizes, dtype=np.int64)
+    if n and ends[-1] * 4 >= 2**31:  # a binary array's offsets are int32: the fold's partitions keep far below
+        raise ValueError(f"{n} bundles' state is over 2 GiB in one partition: spread the fold over more")
     starts = ends - sizes
     words = np.empty(int(ends[-1]) if n else 0, "<i4")
     words[starts[:, None] + np.arange(2 * _FIXED)] = np.ascontiguousarray(fixed, "<i8").view("<i4")
