@@ -30,15 +30,12 @@ rank: a 15-minute run at 100,000 bundles spent most of its time there.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import threading
 import warnings
 from collections.abc import Callable, Iterator
 
 import pyarrow as pa
-from pyspark import InheritableThread
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -95,25 +92,6 @@ def arrow_map(
         # mapInArrow builds its UDF with pandas_udf, which warns of pandas 3 though no pandas is used here
         warnings.filterwarnings("ignore", "PySpark does not yet fully support pandas", FutureWarning)
         return frame.mapInArrow(function, from_arrow_schema(schema))
-
-
-def start_python_workers(spark: SparkSession) -> threading.Thread:
-    """Start the executors' Python workers in the background, one task per core: a run's first Python task
-    waits for Spark to start them (its Python daemon, each worker importing numpy and pyarrow, the JVM's
-    Arrow), seconds that overlap the driver's listing and planning this way. The workers stay for the
-    fold's tasks (``spark.python.worker.reuse``). An inheritable thread, so the job is in the caller's job
-    group (``JobGroup.cancel`` stops it too); its failure is the fold's to report, not this."""
-
-    def run() -> None:
-        cores = spark.sparkContext.defaultParallelism
-        nothing = pa.schema([pa.field("id", pa.int64())])
-        # a cancelled run, executors without numpy: the fold's own tasks say so, or never run
-        with contextlib.suppress(Exception):
-            arrow_map(spark.range(0, cores, numPartitions=cores), partition_fold.warm_up, nothing).count()
-
-    thread = InheritableThread(target=run, daemon=True)
-    thread.start()
-    return thread
 
 
 def averages_view(state: DataFrame) -> DataFrame:

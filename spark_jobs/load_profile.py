@@ -416,7 +416,6 @@ def build_profile(
     Incremental from the job's state when it has one of these windows (and ``full`` is not asked for), else
     a full recompute from every sample on disk. Executors whose Python lacks what the fold imports are one
     clear error, not a worker's traceback."""
-    workers = fold.start_python_workers(spark)  # while the driver lists the history and plans
     try:
         return _build_profile(spark, history, out, options, progress, full)
     except PythonException as exc:
@@ -427,8 +426,6 @@ def build_profile(
             f"the Spark executors' Python cannot import {missing[1]}: it needs numpy, pyarrow, pandas and the job's "
             "package (operator spark-package; docs/history.md, 'On a cluster')"
         ) from None
-    finally:
-        workers.join()
 
 
 def _build_profile(

@@ -348,11 +348,3 @@ def fold_partition(batches: Iterator[pa.RecordBatch], plan: Plan) -> Iterator[pa
     if not received or not any(b.num_rows for b in received):
         return
     yield from fold_table(pa.Table.from_batches(received), plan).to_batches(max_chunksize=20_000)
-
-
-def warm_up(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow``'s function for ``fold.start_python_workers``: nothing out. Unpickling it imports this
-    module, so the worker that ran it has numpy and pyarrow loaded when a fold's task comes."""
-    for _ in batches:
-        pass
-    yield from ()
