@@ -190,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     compact = commands.add_parser(
         "compact",
         help="compact a history store's closed hours into one file each (the daemon does it every 10 minutes)",
-        description="Rewrite each closed hour's cycle files as one file sorted by bundle and time, roll its bundle "
+        description="Rewrite each closed hour's cycle files as one file sorted by time and bundle, roll its bundle "
         "samples up per bundle and hour, and delete what age and the byte bound say must go.",
     )
     compact.add_argument("--history", required=True, metavar="URI", help="the history store (historyUri)")

@@ -5,8 +5,9 @@ run folds the samples since the last run into the last state (and takes out of e
 that left it). The state is one row per bundle, its windows' histograms and their read-out included:
 
     bundle, samples, first_time, last_time, short_<m>, long_<m>    m: msg_rate_in/out, msg_throughput_in/out
-    h<W>_<k>_z, h<W>_<k>_lo, h<W>_<k>_c     window W (minutes), k rate/thr: samples at 0, lowest bucket, counts
-    h<W>_samples, h<W>_msg_rate_p50, …      what the run read from them (``bundle_windows``)
+    h<W>_samples, h<W>_msg_rate_p50, …      window W (minutes): what the run read from its histograms
+    packed                                  what the next run starts from, in one binary value: the counts,
+                                            the averages and every window's histograms (``partition_fold``)
 
 **Averages.** TimeAverageMessageData updates avg ← avg + (x − avg)/m with m = min(samples, N): a running
 mean up to N samples, then an EMA of weight 1/N. Over samples 1..n in time order that is a weighted sum
@@ -39,7 +40,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from pulsar_lb_operator.spark_jobs import partition_fold
-from pulsar_lb_operator.spark_jobs.partition_fold import AVERAGED, PREFIXES, RATE, THR, hist
+from pulsar_lb_operator.spark_jobs.partition_fold import AVERAGED, PACKED, PREFIXES
 
 
 def _samples(frame: DataFrame, kind: int) -> DataFrame:
@@ -73,16 +74,8 @@ def fold(
         if extra is not None:
             rows = rows.unionByName(_samples(extra, plan.leaving(i) if plan.kept[i] else plan.older(i)))
     if state is not None:
-        parts = ("z", "lo", "c")
-        kept = [hist(w, m, p) for i, w in enumerate(windows) if plan.kept[i] for m in (RATE, THR) for p in parts]
         own = state.select(
-            "bundle",
-            F.col("last_time").alias("time"),
-            F.lit(partition_fold.STATE).alias("kind"),
-            "samples",
-            "first_time",
-            *(f"{p}_{m}" for p, _ in PREFIXES for m in AVERAGED),
-            *kept,
+            "bundle", F.col("last_time").alias("time"), F.lit(partition_fold.STATE).alias("kind"), PACKED
         )
         rows = rows.unionByName(own, allowMissingColumns=True)
     spread = rows.repartition(partitions, "bundle") if partitions else rows.repartition("bundle")

@@ -44,7 +44,7 @@ from pulsar_lb_operator.spark_jobs import broker_usage, fold
 from pulsar_lb_operator.spark_jobs.fold import arrow_map
 from pulsar_lb_operator.spark_jobs.layout import DAY_MS, partition_span, stamp_of
 from pulsar_lb_operator.spark_jobs.sources import HistoryFiles
-from pulsar_lb_operator.spark_jobs.state import Generation, StateStore
+from pulsar_lb_operator.spark_jobs.state import Generation, StateStore, read_bundles
 from pulsar_lb_operator.strategies import COST_RESOURCES as RESOURCES
 from pulsar_lb_operator.strategies import UserError
 from pulsar_lb_operator.strategies import fit_cost_model as solve
@@ -105,19 +105,31 @@ def read_samples(
     files: HistoryFiles, kind: str, since_ms: int | None = None, until_ms: int | None = None
 ) -> DataFrame | None:
     """The samples of one kind with since < time ≤ until, read from the partitions that may hold them only."""
-    paths = files.files(kind, since_ms, until_ms)
+    return read_spans(files, kind, [(since_ms, until_ms)])[0]
+
+
+def read_spans(files: HistoryFiles, kind: str, spans: list[tuple[int | None, int | None]]) -> list[DataFrame | None]:
+    """The samples of one kind in each span (since < time ≤ until; None where no file may hold one), from one
+    read of every file any span needs: each read costs Spark a listing of its files and a plan on the driver,
+    where a filter costs nothing — Parquet's statistics skip a file or row group outside a span unread."""
+    listed = [files.files(kind, since, until) for since, until in spans]
+    paths = sorted(set().union(*listed))
     if not paths:
-        return None
+        return [None] * len(spans)
     try:
         frame = files.read(paths)
     except Exception as exc:  # AnalysisException: no Parquet among the files
         raise ProfileError(f"no history at {files.root}/{kind}: {str(exc).splitlines()[0]}") from None
     frame = _columns(frame, f"{files.root}/{kind}", COLUMNS[kind])
-    if since_ms is not None:
-        frame = frame.where(F.col("time") > F.lit(since_ms))
-    if until_ms is not None:
-        frame = frame.where(F.col("time") <= F.lit(until_ms))
-    return frame
+    out: list[DataFrame | None] = []
+    for (since_ms, until_ms), own in zip(spans, listed):
+        span = frame if own else None
+        if span is not None and since_ms is not None:
+            span = span.where(F.col("time") > F.lit(since_ms))
+        if span is not None and until_ms is not None:
+            span = span.where(F.col("time") <= F.lit(until_ms))
+        out.append(span)
+    return out
 
 
 def _one(frame: DataFrame) -> Row:
@@ -275,22 +287,25 @@ def hot_bundles(bundles: DataFrame, options: ProfileOptions, latest: int | None 
     lower = F.conv(F.substring(F.split(range_text, "_")[0], 3, 8), 16, 10).cast("long")
     upper = F.conv(F.substring(F.split(range_text, "_")[1], 3, 8), 16, 10).cast("long")
     # fixed-width sums only, so Spark aggregates by hash; the owner (a string: max_by would make Spark sort
-    # every recent sample by bundle) is looked up for the few hot bundles afterwards
+    # every recent sample by bundle) is looked up for the few hot bundles afterwards, at their newest sample
     stats = recent.groupBy("bundle").agg(
         F.count("*").alias("samples"),
         F.avg(over.cast("double")).alias("hot_share"),
         F.max("topics").alias("topics"),
         F.avg(rate).alias("msg_rate_mean"),
         F.avg(thr).alias("msg_throughput_mean"),
+        F.max("time").alias("newest"),
     )
-    hot = stats.where((F.col("hot_share") >= options.hot_share) & (F.col("topics") >= 2))
-    owners = (
-        recent.join(F.broadcast(hot.select("bundle")), "bundle")
-        .groupBy("bundle")
-        .agg(F.max_by("owner", "time").alias("owner"))
-    )
+    # kept once computed: it is read twice below, and each read would be another pass over the recent samples
+    hot = stats.where((F.col("hot_share") >= options.hot_share) & (F.col("topics") >= 2)).cache()
+    if hot.isEmpty():  # the usual case: no pass over the samples for owners
+        owners = hot.select("bundle", F.lit(None).cast("string").alias("owner"))
+    else:
+        newest = F.broadcast(hot.select("bundle", F.col("newest").alias("time")))
+        owners = recent.join(newest, ["bundle", "time"]).groupBy("bundle").agg(F.max("owner").alias("owner"))
     return (
-        hot.join(owners, "bundle")
+        hot.drop("newest")
+        .join(owners, "bundle")
         .withColumn("algorithm", F.lit("range_equally_divide"))
         .withColumn("boundary", lower + F.floor((upper - lower) / 2).cast("long"))
     )
@@ -303,13 +318,14 @@ def hot_bundles(bundles: DataFrame, options: ProfileOptions, latest: int | None 
 class _Inputs:
     """What one run folds in: the new bundle samples and the recent ones (hot bundles), the samples that left
     each window (or, for a window rebuilt, its samples older than the new ones: None, none), the new broker
-    samples, and the state it starts from."""
+    samples and those of the broker profile's window, and the state it starts from."""
 
     new: DataFrame
     recent: DataFrame
     leaving: dict[int, DataFrame]
     rebuilt: dict[int, DataFrame | None]
     brokers_new: DataFrame | None
+    brokers_window: DataFrame  # the broker profile's
     state: DataFrame | None
     costs: DataFrame | None
     partitions: int = 0  # what the fold spreads its rows over
@@ -328,26 +344,31 @@ def _inputs(
     spark: SparkSession,
     files: HistoryFiles,
     latest: int,
+    brokers_latest: int,
     options: ProfileOptions,
     generation: Generation | None,
     states: StateStore,
 ) -> _Inputs:
     starts = {w: latest - w * 60_000 for w in options.windows_minutes}
     hot_since = latest - options.hot_window_minutes * 60_000
+    brokers_since = brokers_latest - max(options.windows_minutes) * 60_000  # the broker profile's window
     if generation is None:  # full: every sample on disk, each window built from those inside it
         every = _present(read_samples(files, "bundle_samples"), files, "bundle_samples")
         rebuild: dict[int, DataFrame | None] = {w: None for w in starts}
-        brokers = read_samples(files, "broker_samples")
-        return _Inputs(every, every, {}, rebuild, brokers, None, None, _partitions(spark, files.bytes_read()))
+        brokers, window = read_spans(files, "broker_samples", [(None, brokers_latest), (brokers_since, brokers_latest)])
+        partitions = _partitions(spark, files.bytes_read())
+        return _Inputs(
+            every, every, {}, rebuild, brokers, _present(window, files, "broker_samples"), None, None, partitions
+        )
     then = generation.latest
-    # read twice rather than cached: each cycle file holds one time, so Parquet's statistics skip a file
-    # outside the range unread, and caching cost more than the second read
-    new = _present(read_samples(files, "bundle_samples", then, latest), files, "bundle_samples")
-    recent = _present(read_samples(files, "bundle_samples", hot_since, latest), files, "bundle_samples")
+    # one read for both (and one for the samples that left the windows): Parquet's statistics skip a cycle
+    # file (one time) or a compacted hour's row group (minutes) outside a span unread, and caching cost more
+    new, recent = read_spans(files, "bundle_samples", [(then, latest), (hot_since, latest)])
     leaving: dict[int, DataFrame] = {}
     rebuilt: dict[int, DataFrame | None] = {}
     oldest = files.edge("bundle_samples", newest=False)[:1]
     kept_from = (partition_span(oldest[0]) or (0, 0))[0] if oldest else latest
+    left: dict[int, tuple[int, int]] = {}
     for w, start in starts.items():
         start_then = then - w * 60_000
         if start >= then:  # every sample of the last window has left it: the new ones are all it holds
@@ -355,16 +376,31 @@ def _inputs(
         elif start < generation.first:  # none of the samples the state holds has left
             pass
         elif kept_from <= max(start_then + 1, generation.first):  # those that left are still on disk
-            gone = read_samples(files, "bundle_samples", start_then, start)
-            if gone is not None:
-                leaving[w] = gone
+            left[w] = (start_then, start)
         else:  # they are not (a long outage): the window again from its samples
             rebuilt[w] = read_samples(files, "bundle_samples", start, then)
+    for w, gone in zip(left, read_spans(files, "bundle_samples", list(left.values()))):
+        if gone is not None:
+            leaving[w] = gone
     costs = generation.costs(spark)
-    brokers_then = _one(costs.agg(F.max("last_time")))[0]
-    brokers_new = read_samples(files, "broker_samples", brokers_then)
+    brokers_then = generation.brokers_latest
+    if brokers_then is None:  # not recorded: the newest in the sums
+        brokers_then = _one(costs.agg(F.max("last_time")))[0]
+    brokers_new, window = read_spans(
+        files, "broker_samples", [(brokers_then, brokers_latest), (brokers_since, brokers_latest)]
+    )
     partitions = _partitions(spark, files.bytes_read() + states.size(generation))
-    return _Inputs(new, recent, leaving, rebuilt, brokers_new, generation.bundles(spark), costs, partitions)
+    return _Inputs(
+        _present(new, files, "bundle_samples"),
+        _present(recent, files, "bundle_samples"),
+        leaving,
+        rebuilt,
+        brokers_new,
+        _present(window, files, "broker_samples"),
+        generation.bundles(spark),
+        costs,
+        partitions,
+    )
 
 
 def build_profile(
@@ -424,7 +460,7 @@ def _build_profile(
     if generation is None and not full and states.others():
         why = "the job's state is of another version or other windows"  # said in the summary the daemon logs
     step(f"reading history ({mode}: {why})" if mode == "full" else f"reading history ({mode})")
-    inputs = _inputs(spark, files, latest, options, generation, states)
+    inputs = _inputs(spark, files, latest, brokers_latest, options, generation, states)
     keep_after = latest - int(options.retention_days * DAY_MS)
 
     step("folding bundle samples")
@@ -434,7 +470,7 @@ def _build_profile(
     scratch = states.scratch()
     # a bundle past the retention has no sample left in any window (windows are shorter): it goes
     state.where(F.col("last_time") > F.lit(keep_after)).write.parquet(f"{scratch}/bundles")
-    state = spark.read.parquet(f"{scratch}/bundles")  # what was written: the views below read it, not the fold
+    state = read_bundles(spark, f"{scratch}/bundles", options.windows_minutes)  # the views read what was written
     costs = inputs.costs
     if inputs.brokers_new is not None:
         costs = add_sums(cost_model_sums(inputs.brokers_new), inputs.costs)
@@ -443,30 +479,26 @@ def _build_profile(
     costs.where(F.col("day") >= F.lit(keep_after // DAY_MS)).coalesce(1).write.parquet(f"{scratch}/costs")
     costs = spark.read.parquet(f"{scratch}/costs")
 
-    brokers_window = _present(
-        read_samples(files, "broker_samples", brokers_latest - max(options.windows_minutes) * 60_000),
-        files,
-        "broker_samples",
-    )
     parts = {
         "bundle_averages": lambda: fold.averages_view(state),
         "bundle_windows": lambda: fold.windows_view(state, options.windows_minutes),
-        "broker_profile": lambda: broker_profile(brokers_window, options, brokers_latest),
+        "broker_profile": lambda: broker_profile(inputs.brokers_window, options, brokers_latest),
         "hot_bundles": lambda: hot_bundles(inputs.recent, options, latest),
     }
     for name, build in parts.items():
         step(f"computing {name}")
         build().coalesce(1).write.mode("overwrite").parquet(f"{out}/{name}")
     step("fitting cost models")
-    models = [solve_cost_model(r.asDict()) for r in totals(costs).collect()]
+    summed = [r.asDict() for r in totals(costs).collect()]
+    models = [solve_cost_model(r) for r in summed]
     if models:
         # from Arrow: a list of dicts would go through a Python worker, row by row
         models_frame = spark.createDataFrame(pa.Table.from_pylist(models))
         models_frame.coalesce(1).write.mode("overwrite").parquet(f"{out}/cost_model")
     counted = _one(state.agg(F.sum("samples"), F.count("*"), F.min("first_time")))
     folded = inputs.new.count() if mode == "incremental" else int(counted[0] or 0)
-    brokers_counted = _one(costs.where(F.col("resource") == RESOURCES[0]).agg(F.sum("samples")))[0] or 0
-    states.commit(scratch, latest, counted[2] if counted[2] is not None else latest)
+    brokers_counted = sum(r["samples"] for r in summed if r["resource"] == RESOURCES[0])
+    states.commit(scratch, latest, counted[2] if counted[2] is not None else latest, brokers_latest)
     summary = {
         "mode": mode,
         **({"why": why} if mode == "full" else {}),

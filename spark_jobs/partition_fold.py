@@ -50,12 +50,6 @@ class Plan:
         return 2 + len(self.windows) + i
 
 
-def hist(w: int, m: int, part: str) -> str:
-    """A state column of window w's histogram of metric m: ``z`` samples at 0, ``lo`` the lowest bucket above
-    0 (null: none), ``c`` samples per bucket from lo on (first and last > 0)."""
-    return f"h{w}_{'rate' if m == RATE else 'thr'}_{part}"
-
-
 def stat(w: int, m: int, s: str) -> str:
     return f"h{w}_{'msg_rate' if m == RATE else 'msg_throughput'}_{s}"
 
@@ -70,15 +64,71 @@ def state_schema(windows: tuple[int, ...]) -> pa.Schema:
         *(pa.field(f"{p}_{m}", pa.float64()) for p, _ in PREFIXES for m in AVERAGED),
     ]
     for w in windows:
-        for m in (RATE, THR):
-            fields += [
-                pa.field(hist(w, m, "z"), pa.int64()),
-                pa.field(hist(w, m, "lo"), pa.int32()),
-                pa.field(hist(w, m, "c"), pa.list_(pa.int32())),
-                *(pa.field(stat(w, m, s), pa.float64()) for s in ("p50", "p95", "max")),
-            ]
+        fields += [pa.field(stat(w, m, s), pa.float64()) for m in (RATE, THR) for s in ("p50", "p95", "max")]
         fields.append(pa.field(f"h{w}_samples", pa.int64()))
+    fields.append(pa.field(PACKED, pa.binary()))
     return pa.schema(fields)
+
+
+# ---------------------------------------------------------------------------------------------- packed
+
+
+# A bundle's state as the next fold reads it, in one binary value of little-endian 32-bit words: samples and
+# first time (int64, two words each), the averages (float64, two words each), then each window's histograms
+# (windows in order, rate then throughput): count at 0 (int64), lowest bucket, length, the counts. One value
+# instead of a column per part keeps the rows the fold shuffles narrow: a sample row carries one null
+# where it carried the state's ~20 columns, each a null that still took its 8 bytes in the shuffle and
+# its slot in every Arrow batch to the Python workers.
+PACKED = "packed"
+_FIXED = 2 + len(PREFIXES) * len(AVERAGED)  # int64 / float64 values before the histograms
+
+
+@dataclass
+class _Packed:
+    """The state rows' packed values, decoded: ``fixed`` one row of int64 per state row (``_FIXED`` values;
+    the averages are float64 bit patterns), ``histograms`` per window and metric in ``pack``'s order."""
+
+    fixed: np.ndarray
+    histograms: list[_Histograms]
+
+
+def pack(fixed: np.ndarray, histograms: list[_Histograms]) -> pa.Array:
+    """One binary value per row of ``fixed`` (int64, ``_FIXED`` columns) and of every histogram."""
+    n = len(fixed)
+    sizes = 2 * _FIXED + sum(4 + h.length for h in histograms) if histograms else np.full(n, 2 * _FIXED)
+    ends = np.cumsum(sizes, dtype=np.int64)
+    if n and ends[-1] * 4 >= 2**31:  # a binary array's offsets are int32: the fold's partitions keep far below
+        raise ValueError(f"{n} bundles' state is over 2 GiB in one partition: spread the fold over more")
+    starts = ends - sizes
+    words = np.empty(int(ends[-1]) if n else 0, "<i4")
+    words[starts[:, None] + np.arange(2 * _FIXED)] = np.ascontiguousarray(fixed, "<i8").view("<i4")
+    at = starts + 2 * _FIXED
+    for h in histograms:
+        words[at[:, None] + np.arange(2)] = np.ascontiguousarray(h.zero, "<i8").reshape(n, 1).view("<i4")
+        words[at + 2] = h.low
+        words[at + 3] = h.length
+        words[_ranges(at + 4, h.length)] = h.counts
+        at = at + 4 + h.length
+    offsets = np.r_[0, ends * 4].astype("<i4")
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(words)])
+
+
+def unpack(packed: pa.Array, n_histograms: int) -> _Packed:
+    """``pack``'s values (none null) back into their parts."""
+    packed = packed.take(pa.array(np.arange(len(packed))))  # its own buffers, from offset 0
+    offsets = np.frombuffer(packed.buffers()[1], "<i4", count=len(packed) + 1)
+    words = np.frombuffer(packed.buffers()[2], "<i4") if len(packed) else np.zeros(0, "<i4")
+    at = offsets[:-1].astype(np.int64) // 4
+    fixed = np.ascontiguousarray(words[at[:, None] + np.arange(2 * _FIXED)]).view("<i8")
+    at += 2 * _FIXED
+    histograms = []
+    for _ in range(n_histograms):
+        zero = np.ascontiguousarray(words[at[:, None] + np.arange(2)]).view("<i8")[:, 0]
+        length = words[at + 3].astype(np.int64)
+        counts = words[_ranges(at + 4, length)].astype(np.int64)
+        histograms.append(_Histograms(zero.astype(np.int64), words[at + 2].astype(np.int64), length, counts))
+        at = at + 4 + length
+    return _Packed(fixed.reshape(len(packed), _FIXED).astype(np.int64), histograms)
 
 
 def _segments(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -88,9 +138,10 @@ def _segments(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 class _Rows:
-    """One partition's rows as numpy columns (nulls as 0), and each row's bundle as a small int."""
+    """One partition's rows as numpy columns (nulls as 0), each row's bundle as a small int, and its state rows'
+    packed values decoded."""
 
-    def __init__(self, table: pa.Table) -> None:
+    def __init__(self, table: pa.Table, n_histograms: int) -> None:
         self.table = table
         encoded = table.column("bundle").combine_chunks().dictionary_encode()
         self.names = encoded.dictionary
@@ -98,10 +149,19 @@ class _Rows:
         self.n_bundles = len(self.names)
         self.kind = self.column("kind", np.int64)
         self.time = self.column("time", np.int64)
-        self.has_state = "samples" in table.column_names
+        self.states = np.flatnonzero(self.kind == STATE)
+        self.has_state = PACKED in table.column_names and len(self.states) > 0
+        if self.has_state:
+            self.state = unpack(table.column(PACKED).combine_chunks().take(pa.array(self.states)), n_histograms)
 
     def column(self, name: str, dtype: type, fill: float = 0) -> np.ndarray:
         return np.asarray(self.table.column(name).fill_null(fill).to_numpy(), dtype=dtype)
+
+    def at_state(self, index: int, dtype: type = np.int64) -> np.ndarray:
+        """The state rows' fixed value ``index`` (``pack``'s order) in a column as long as the rows (0 elsewhere)."""
+        out: np.ndarray = np.zeros(len(self.kind), dtype)
+        out[self.states] = self.state.fixed[:, index].view(dtype)
+        return out
 
 
 def _averages(rows: _Rows) -> dict[str, np.ndarray]:
@@ -117,8 +177,8 @@ def _averages(rows: _Rows) -> dict[str, np.ndarray]:
     count = np.ones(len(order), np.int64)
     first = time.copy()
     if rows.has_state:
-        count[is_state] = rows.column("samples", np.int64)[order][is_state]
-        first[is_state] = rows.column("first_time", np.int64)[order][is_state]
+        count[is_state] = rows.at_state(0)[order][is_state]
+        first[is_state] = rows.at_state(1)[order][is_state]
     out: dict[str, np.ndarray] = {}
 
     def per_bundle(values: np.ndarray, reduce: np.ufunc = np.add) -> np.ndarray:
@@ -130,7 +190,7 @@ def _averages(rows: _Rows) -> dict[str, np.ndarray]:
     out["first_time"] = per_bundle(first, np.minimum)
     out["last_time"] = per_bundle(time, np.maximum)
     values = {m: rows.column(m, np.float64)[order] for m in AVERAGED}
-    for prefix, slots in PREFIXES:
+    for p, (prefix, slots) in enumerate(PREFIXES):
         mult = np.where(is_state, np.minimum(count, slots), 1).astype(np.float64)
         k = np.cumsum(mult)
         k -= np.repeat(k[starts] - mult[starts], lengths)  # rank by time within the bundle, counting multiplicity
@@ -139,10 +199,10 @@ def _averages(rows: _Rows) -> dict[str, np.ndarray]:
         weight = mult * np.where(
             n <= big_n, 1 / n, np.where(k <= big_n, np.power(r, n - big_n), np.power(r, n - k)) / big_n
         )
-        for m in AVERAGED:
+        for a, m in enumerate(AVERAGED):
             value = values[m].copy()
             if rows.has_state:
-                value[is_state] = rows.column(f"{prefix}_{m}", np.float64)[order][is_state]
+                value[is_state] = rows.at_state(2 + p * len(AVERAGED) + a, np.float64)[order][is_state]
             out[f"{prefix}_{m}"] = per_bundle(value * weight)
     return out
 
@@ -162,17 +222,12 @@ class _Histograms:
         return np.r_[0, np.cumsum(self.length)[:-1]] if len(self.length) else self.length
 
 
-def _base(rows: _Rows, w: int, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The state's histogram as entries (code, bucket, count), and its count at 0 per bundle."""
-    states = np.flatnonzero(rows.kind == STATE)
+def _base(rows: _Rows, h: _Histograms) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A histogram of the state rows as entries (code, bucket, count), and its count at 0 per bundle."""
     zero = np.zeros(rows.n_bundles, np.int64)
-    zero[rows.codes[states]] = rows.column(hist(w, m, "z"), np.int64)[states]
-    lists = rows.table.column(hist(w, m, "c")).combine_chunks().take(pa.array(states))
-    lengths = np.asarray(lists.value_lengths().fill_null(0).to_numpy(), np.int64)
-    values = np.asarray(lists.flatten().fill_null(0).to_numpy(), np.int64)
-    low = rows.column(hist(w, m, "lo"), np.int64)[states]
-    within = np.arange(len(values)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    return np.repeat(rows.codes[states], lengths), np.repeat(low, lengths) + within, values, zero
+    zero[rows.codes[rows.states]] = h.zero
+    within = np.arange(len(h.counts)) - np.repeat(np.cumsum(h.length) - h.length, h.length)
+    return np.repeat(rows.codes[rows.states], h.length), np.repeat(h.low, h.length) + within, h.counts, zero
 
 
 def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -242,7 +297,7 @@ def _window(rows: _Rows, plan: Plan, i: int, m: int, buckets: np.ndarray, zero: 
     at_zero = np.bincount(rows.codes[counted & zero], weights=sign[counted & zero], minlength=rows.n_bundles)
     at_zero = np.rint(at_zero).astype(np.int64)
     if plan.kept[i] and rows.has_state:
-        base_codes, base_buckets, base_counts, base_zero = _base(rows, plan.windows[i], m)
+        base_codes, base_buckets, base_counts, base_zero = _base(rows, rows.state.histograms[2 * i + m])
         codes.append(base_codes)
         found.append(base_buckets)
         counts.append(base_counts)
@@ -252,7 +307,7 @@ def _window(rows: _Rows, plan: Plan, i: int, m: int, buckets: np.ndarray, zero: 
 
 def fold_table(table: pa.Table, plan: Plan) -> pa.Table:
     """The next state of every bundle with a state row or a new sample among ``table``'s rows."""
-    rows = _Rows(table)
+    rows = _Rows(table, 2 * len(plan.windows))
     schema = state_schema(plan.windows)
     if not (rows.kind <= NEW).any():  # only samples that left a window: no bundle to write
         return schema.empty_table()
@@ -267,16 +322,13 @@ def fold_table(table: pa.Table, plan: Plan) -> pa.Table:
     rate = rows.column("msg_rate_in", np.float64) + rows.column("msg_rate_out", np.float64)
     thr = rows.column("msg_throughput_in", np.float64) + rows.column("msg_throughput_out", np.float64)
     metric = {RATE: bucket(rate), THR: bucket(thr)}
+    histograms = []
     for i, w in enumerate(plan.windows):
         for m in (RATE, THR):
             h = _window(rows, plan, i, m, *metric[m])
             length = h.length[chosen]
-            offsets = np.r_[0, np.cumsum(length)].astype(np.int32)
-            take = _ranges(h.offsets[chosen], length)
-            columns[hist(w, m, "z")] = pa.array(h.zero[chosen])
-            columns[hist(w, m, "lo")] = pa.array(h.low[chosen].astype(np.int32), mask=length == 0)
-            columns[hist(w, m, "c")] = pa.ListArray.from_arrays(
-                pa.array(offsets), pa.array(h.counts[take].astype(np.int32))
+            histograms.append(
+                _Histograms(h.zero[chosen], h.low[chosen], length, h.counts[_ranges(h.offsets[chosen], length)])
             )
             read = _read_out(h)
             for s in ("p50", "p95", "max"):
@@ -284,6 +336,9 @@ def fold_table(table: pa.Table, plan: Plan) -> pa.Table:
                 columns[stat(w, m, s)] = pa.array(values, mask=np.isnan(values))
             if m == RATE:
                 columns[f"h{w}_samples"] = pa.array(read["samples"][chosen])
+    fixed = [averages["samples"], averages["first_time"]]
+    fixed += [averages[f"{p}_{m}"].view(np.int64) for p, _ in PREFIXES for m in AVERAGED]
+    columns[PACKED] = pack(np.column_stack([f[chosen] for f in fixed]), histograms)
     return pa.table([columns[f.name].cast(f.type) for f in schema], schema=schema)
 
 

@@ -11,8 +11,19 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from pulsar_lb_operator.spark_jobs.layout import is_data_file, overlaps, visible
+from pulsar_lb_operator.spark_jobs.layout import is_data_file, overlaps, partition_span, visible
 from pulsar_lb_operator.spark_jobs.session import hadoop_filesystem
+
+
+def _share(folder: str, since_ms: int | None, until_ms: int | None) -> float:
+    """The share of a partition's time span that since < time ≤ until covers (1 outside any partition)."""
+    span = partition_span(folder + "/")
+    if span is None:
+        return 1.0
+    start, end = span
+    low = start if since_ms is None else max(start, since_ms + 1)
+    high = end if until_ms is None else min(end, until_ms + 1)
+    return min(1.0, max(0.0, (high - low) / (end - start)))
 
 
 class HistoryFiles:
@@ -23,6 +34,7 @@ class HistoryFiles:
         self.root = root.rstrip("/")
         self.read_paths: set[str] = set()  # every file this run read
         self.sizes: dict[str, int] = {}  # bytes of every file listed
+        self.shares: dict[str, float] = {}  # the share of each file listed a read may take (``files``)
         self._schemas: dict[str, StructType] = {}  # per kind: the schema its first read took
         self._fs, self._path = hadoop_filesystem(spark, self.root)
 
@@ -39,8 +51,8 @@ class HistoryFiles:
         return names
 
     def bytes_read(self) -> int:
-        """The size of every file read so far."""
-        return sum(self.sizes.get(path, 0) for path in self.read_paths)
+        """The bytes the reads so far take: a file's size, or its share for a slice of a compacted hour."""
+        return int(sum(self.sizes.get(path, 0) * self.shares.get(path, 1.0) for path in self.read_paths))
 
     def exists(self, kind: str) -> bool:
         return bool(self._fs.exists(self._path(f"{self.root}/{kind}")))
@@ -53,7 +65,11 @@ class HistoryFiles:
 
     def _walk(self, folder: str, since_ms: int | None, until_ms: int | None, out: list[str]) -> None:
         names = [n for n in self._names(folder) if not n.startswith((".", "_"))]
-        out += [f"{folder}/{n}" for n in visible(names)]
+        found = [f"{folder}/{n}" for n in visible(names)]
+        share = _share(folder, since_ms, until_ms)
+        for path in found:  # a compacted hour is sorted by time: a read of part of it skips the rest
+            self.shares[path] = max(self.shares.get(path, 0.0), share if "/compacted-" in path else 1.0)
+        out += found
         for name in sorted(n for n in names if not is_data_file(n) and "=" in n):
             child = f"{folder}/{name}"
             if overlaps(child + "/", since_ms, until_ms):

@@ -48,8 +48,8 @@ def test_closed_hours_become_one_sorted_file_each_and_read_the_same(history):
                 [only] = in_folder
                 table = pq.read_table(only)
                 key = "bundle" if kind == "bundle_samples" else "broker"
-                order = list(zip(table[key].to_pylist(), table["time"].to_pylist()))
-                assert order == sorted(order)  # by bundle (broker), then time: row groups prune
+                order = list(zip(table["time"].to_pylist(), table[key].to_pylist()))
+                assert order == sorted(order)  # by time, then bundle (broker): a slice's row groups prune
             else:
                 assert len(in_folder) > 1 and not any("compacted-" in p for p in in_folder)  # the open hour
     assert compact(store, now).hours == 0  # done once

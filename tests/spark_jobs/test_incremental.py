@@ -90,15 +90,16 @@ def test_incremental_runs_give_the_full_recomputes_profile(spark, tmp_path):
             assert row[column] == pytest.approx(exact_percentile(rates, q), rel=digest.ALPHA)
 
 
-def test_a_state_of_an_earlier_version_is_recomputed_in_full_and_said(spark, tmp_path):
+@pytest.mark.parametrize("earlier_format", ["h", "d"])  # histograms as rows of their own; as a column per part
+def test_a_state_of_an_earlier_version_is_recomputed_in_full_and_said(spark, tmp_path, earlier_format):
     store = HistoryStore(str(tmp_path / "history"))
     sim = SimulatedCluster(parse_scenario(COST_SCENARIO))
     for _ in range(5):
         sim.advance(60)
         brokers = {b: parse_broker_load(b, sim.load_report(b)) for b in sim.active_ids()}
         store.append(ClusterSnapshot("sim", sim.now_ms, brokers))
-    # what the version that kept the windows' histograms as rows of their own left: a complete generation
-    earlier = tmp_path / "profile" / "_state" / f"gen-{sim.now_ms - 60_000}-0-w60_120-a0.01-h"
+    # what an earlier version left: a complete generation
+    earlier = tmp_path / "profile" / "_state" / f"gen-{sim.now_ms - 60_000}-0-w60_120-a0.01-{earlier_format}"
     (earlier / "histograms").mkdir(parents=True)
     (earlier / "_COMPLETE").touch()
     summary = load_profile.build_profile(spark, store.uri, str(tmp_path / "profile"), OPTIONS)

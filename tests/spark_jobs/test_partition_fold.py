@@ -11,7 +11,16 @@ import pyarrow as pa
 import pytest
 
 from pulsar_lb_operator.spark_jobs import digest
-from pulsar_lb_operator.spark_jobs.partition_fold import AVERAGED, NEW, STATE, Plan, fold_table, state_schema
+from pulsar_lb_operator.spark_jobs.partition_fold import (
+    AVERAGED,
+    NEW,
+    PACKED,
+    STATE,
+    Plan,
+    fold_table,
+    state_schema,
+    unpack,
+)
 
 MINUTE = 60_000
 WINDOWS = (10, 30)
@@ -62,8 +71,11 @@ def full_plan(latest: int) -> Plan:
 
 def test_a_full_fold_gives_pulsars_averages_and_the_windows_percentiles(history):
     latest = 1100 * MINUTE
-    state = by_bundle(fold_table(history, full_plan(latest)))
-    assert fold_table(history, full_plan(latest)).schema == state_schema(WINDOWS)
+    table = fold_table(history, full_plan(latest))
+    assert table.schema == state_schema(WINDOWS)
+    state = by_bundle(table)
+    packed = unpack(table[PACKED].combine_chunks(), 2 * len(WINDOWS))
+    idle = table["bundle"].to_pylist().index("idle")
     rows = history.to_pylist()
     for bundle in ("a", "b", "gone"):
         mine = [r for r in rows if r["bundle"] == bundle]
@@ -73,7 +85,7 @@ def test_a_full_fold_gives_pulsars_averages_and_the_windows_percentiles(history)
             values = [r[metric] for r in mine]
             assert state[bundle][f"short_{metric}"] == pytest.approx(time_average(values, 10), rel=1e-9)
             assert state[bundle][f"long_{metric}"] == pytest.approx(time_average(values, 1000), rel=1e-9)
-    for w in WINDOWS:
+    for i, w in enumerate(WINDOWS):
         inside = [
             r["msg_rate_in"] + r["msg_rate_out"] for r in rows if r["bundle"] == "a" and r["time"] > latest - w * MINUTE
         ]
@@ -81,8 +93,8 @@ def test_a_full_fold_gives_pulsars_averages_and_the_windows_percentiles(history)
         for q in (0.5, 0.95):
             assert state["a"][f"h{w}_msg_rate_p{round(q * 100)}"] == pytest.approx(exact(inside, q), rel=digest.ALPHA)
         assert state["a"][f"h{w}_msg_rate_max"] == pytest.approx(max(inside), rel=digest.ALPHA)
-        assert state["idle"][f"h{w}_msg_rate_p95"] == 0.0 and state["idle"][f"h{w}_rate_z"] == w
-        assert state["idle"][f"h{w}_rate_c"] == [] and state["idle"][f"h{w}_rate_lo"] is None
+        rate = packed.histograms[2 * i]  # what the next run starts from: every sample of "idle" at 0
+        assert state["idle"][f"h{w}_msg_rate_p95"] == 0.0 and rate.zero[idle] == w and rate.length[idle] == 0
         assert state["gone"][f"h{w}_samples"] == 0 and state["gone"][f"h{w}_msg_rate_p50"] is None
 
 
@@ -108,10 +120,16 @@ def test_an_incremental_fold_equals_the_full_one(history):
     parts.append(own.append_column("kind", pa.array(np.full(own.num_rows, STATE, np.int32))))
     incremental = by_bundle(fold_table(pa.concat_tables(parts, promote_options="default"), plan))
     full = by_bundle(fold_table(history, full_plan(latest)))
+    for rows in (incremental, full):  # what the next run starts from: counts and histograms exact, averages rounded
+        for row in rows.values():
+            packed = unpack(pa.array([row.pop(PACKED)]), 2 * len(WINDOWS))
+            row["packed_counts"] = packed.fixed[0, :2].tolist()
+            row["packed_averages"] = packed.fixed[0, 2:].view(np.float64).tolist()
+            row["packed_histograms"] = [(h.zero.tolist(), h.low.tolist(), h.counts.tolist()) for h in packed.histograms]
     assert set(incremental) == set(full) == {"a", "b", "idle", "gone"}  # "gone" kept: no new sample, still in the state
     for bundle, row in full.items():
         for column, value in row.items():
-            if isinstance(value, float):
+            if isinstance(value, float) or column == "packed_averages":
                 assert incremental[bundle][column] == pytest.approx(value, rel=1e-9), (bundle, column)
             else:
                 assert incremental[bundle][column] == value, (bundle, column)
