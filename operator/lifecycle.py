@@ -57,9 +57,10 @@ _children: dict[int, subprocess.Popen[Any]] = {}  # pid → a child ``spawn`` st
 _directories: list[Path] = []
 
 
-def temp_dir(purpose: str) -> Path:
-    """A new directory ``pulsar-lb-<purpose>-…``, removed at exit unless ``remove`` did it before."""
-    path = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{purpose}-"))
+def temp_dir(purpose: str, parent: str | None = None) -> Path:
+    """A new directory ``pulsar-lb-<purpose>-…`` (in ``parent``, else the temporary directory), removed at exit
+    unless ``remove`` did it before."""
+    path = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{purpose}-", dir=parent))
     with _lock:
         _directories.append(path)
     return path
@@ -127,7 +128,12 @@ def cleanup() -> None:
 
 def finish() -> None:
     """``cleanup``, then every other process this one started, directly or not, still running (SIGTERM, then
-    SIGKILL after the grace period): for the end of the process only — what someone else started ends too."""
+    SIGKILL after the grace period): for the end of the process only — what someone else started ends too.
+
+    The directories are removed once more after those have ended: a JVM stopping under us may still write in
+    one (Spark makes its scratch directories with their parents) after ``cleanup`` removed it."""
+    with _lock:
+        directories = list(_directories)
     cleanup()
     with _handlers(dict.fromkeys(SIGNALS, signal.SIG_IGN)):
         others = _descendants()
@@ -143,6 +149,8 @@ def finish() -> None:
         for pid in others:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        for path in directories:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def quiet() -> None:

@@ -15,6 +15,7 @@ fix instead of PySpark's "Java gateway process exited before sending its port nu
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -23,7 +24,7 @@ import re
 import shutil
 import subprocess
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO
 
@@ -103,16 +104,39 @@ def start_gateway(options: Mapping[str, str]) -> None:
         if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
             return
         require_java()
+        from pulsar_lb_operator import lifecycle  # not at the top: the spark-package artefact runs without it
+
+        # Spark's scratch (``spark-…``, ``blockmgr-…``) in a directory of ours, removed at exit after the JVM
+        # ended: Spark's shutdown hooks remove theirs, but not those a stop during its start-up leaves
+        configured = os.environ.get("SPARK_LOCAL_DIRS", "").split(",")[0].strip()
+        scratch = str(lifecycle.temp_dir("spark", parent=configured or None))
+        java_options = f"{options.get('spark.driver.extraJavaOptions', '')} -Djava.io.tmpdir={scratch}".strip()
         conf = SparkConf(loadDefaults=False).setAll(list(options.items()))
+        conf.set("spark.driver.extraJavaOptions", java_options)
         read_end, write_end = os.pipe()
         reader = os.fdopen(read_end, "rb")
         threading.Thread(target=forward_lines, args=(reader,), name="spark-jvm-output", daemon=True).start()
         try:
             # the JVM (and the launcher scripts before it) write to the pipe; this process keeps only the read end
-            gateway = launch_gateway(conf, popen_kwargs={"stdout": write_end, "stderr": write_end})
+            with _environ("SPARK_LOCAL_DIRS", scratch):  # pyspark gives the JVM a copy of os.environ
+                gateway = launch_gateway(conf, popen_kwargs={"stdout": write_end, "stderr": write_end})
         finally:
             os.close(write_end)
         SparkContext._ensure_initialized(gateway=gateway)
+
+
+@contextlib.contextmanager
+def _environ(name: str, value: str) -> Iterator[None]:
+    """Meanwhile ``os.environ[name]`` is ``value``; as it was after."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
 
 
 def forward_lines(stream: IO[bytes]) -> None:

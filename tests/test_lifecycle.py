@@ -111,6 +111,35 @@ def test_a_child_forked_by_a_short_lived_thread_outlives_that_thread_but_not_the
     assert Path(directory).name.startswith("pulsar-lb-test-")
 
 
+WRITES_WHILE_STOPPING = """
+import subprocess, sys, time
+from pulsar_lb_operator import lifecycle
+scratch, marker = lifecycle.temp_dir("test"), sys.argv[1]
+# a child we did not spawn (as pyspark starts Spark's JVM) that writes in our directory as it stops
+stopping = f"mkdir -p {scratch}/spark-x && touch {marker}; exit 0"
+subprocess.Popen(["sh", "-c", f"trap '{stopping}' TERM; sleep 30 & wait"])
+time.sleep(0.3)
+lifecycle.finish()
+"""
+
+
+def test_a_directory_a_stopping_child_writes_in_is_removed_after_it_ended(tmp_path):
+    """Spark's JVM, stopped during its start-up, can make its scratch directory (with its parents) after
+    ``cleanup`` removed ours: ``finish`` removes our directories again once every child has ended."""
+    tmp, marker = tmp_path / "tmp", tmp_path / "stopped"
+    tmp.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", WRITES_WHILE_STOPPING, str(marker)],
+        env={**os.environ, "TMPDIR": str(tmp)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert marker.exists()  # the child wrote in our directory as it stopped
+    assert list(tmp.iterdir()) == []
+
+
 def test_a_signal_the_command_was_started_ignoring_stays_ignored(tmp_path):
     """``nohup operator simulate …``: SIGHUP stays ignored; SIGTERM still stops it, in order."""
     from tests.builders import operator_script
