@@ -42,8 +42,8 @@ def hits(
     config: LoadBalancerConfig,
     state: StrategyState,
     takers: Set[str],
-    noise: float = 0.0,
-    steady: Mapping[str, float] | None = None,
+    noise: float,
+    steady: Mapping[str, float],
 ) -> tuple[dict[str, int], dict[str, int], set[str], frozenset[str]]:
     """AvgShedder's two hit counters, per broker, on its distance from the mean; the brokers triggered; the brokers
     whose counters this reading held.
@@ -62,21 +62,21 @@ def hits(
     held: under the gap, it is done."""
     high, low = dict(state.avg_hits_high), dict(state.avg_hits_low)
     triggered, dipped = set(), set()
+    settled = settled_gap(config)
     within = [scores[b] for b in takers if b in scores]
-    paired = bool(within) and max(within) - min(within) < 2 * settled_gap(config)
+    paired = bool(within) and max(within) - min(within) < 2 * settled
     for broker, value in scores.items():
         gap = abs(value - mean)
         holdable = (
             broker not in state.predictive_dipped
             and low.get(broker, 0) < config.loadBalancerAvgShedderHitCountLowThreshold
-            and steady is not None
-            and abs(steady.get(broker, mean) - mean) >= settled_gap(config)
+            and abs(steady.get(broker, mean) - mean) >= settled
         )
-        if gap < settled_gap(config) - (min(noise, settled_gap(config) / 2) if holdable else 0.0):
+        if gap < settled - (min(noise, settled / 2) if holdable else 0.0):
             high.pop(broker, None)
             low.pop(broker, None)
             continue
-        if gap < settled_gap(config):
+        if gap < settled:
             dipped.add(broker)
             continue
         low[broker] = low.get(broker, 0) + 1
