@@ -409,28 +409,37 @@ def test_a_source_a_burst_leaves_low_is_the_jitter_columns_business_not_over_unl
     assert cells[OURS.label][6][report.COLUMNS[1]].verdict == "good"  # judged where it belongs: 2 unloads/h
 
 
+def _still_abc(name: str, namespaces: list[dict]) -> SimulatedCluster:
+    """Brokers a, b and c alike (8 cores, a message 0.1 % of a core, no jitter), ``namespaces`` all on a, and
+    nothing that moves or splits a bundle by itself: the test places them."""
+    broker = {"cores": 8, "cost_per_msg": 0.1, "cost_per_mib": 0, "background_cpu": 0.05, "jitter": 0}
+    scenario = parse_scenario(
+        {
+            "name": name,
+            "seed": 3,
+            "duration_minutes": 5,
+            "brokers": [{"name": n, **broker} for n in "abc"],
+            "namespaces": namespaces,
+            "initial_owners": {"a": 1},
+            "config": {"loadBalancerSheddingEnabled": False, "loadBalancerAutoBundleSplitEnabled": False},
+        }
+    )
+    return SimulatedCluster(scenario)
+
+
 def test_the_lower_bound_moves_no_bundle_in_its_grace_period_and_counts_what_a_giver_must_give():
     """a carries two bundles of 10 points and four of 2.5 (35 %), b nothing (5 %), c two of 10 (25 %): balanced
     level 21.7, band 16.7–26.7. With every bundle free, a gives a 10 and b takes two: 2 moves. With a's two 10s
     unloaded onto it within the grace period, no shedder may move them: a must give four 2.5s to get under the
     band, and b, 11.7 short, gets 10 from them and needs one move more (c's 10): 5 — where counting a's moves and
     b's arrivals apart said 4."""
-    broker = {"cores": 8, "cost_per_msg": 0.1, "cost_per_mib": 0, "background_cpu": 0.05, "jitter": 0}
-    scenario = parse_scenario(
-        {
-            "name": "held",
-            "seed": 3,
-            "duration_minutes": 5,
-            "brokers": [{"name": n, **broker} for n in "abc"],
-            "namespaces": [
-                {"name": "t/big", "bundles": 4, "topics": 4, "rate": 400, "msg_size": 100},
-                {"name": "t/small", "bundles": 4, "topics": 4, "rate": 100, "msg_size": 100},
-            ],
-            "initial_owners": {"a": 1},
-            "config": {"loadBalancerSheddingEnabled": False, "loadBalancerAutoBundleSplitEnabled": False},
-        }
+    cluster = _still_abc(
+        "held",
+        [
+            {"name": "t/big", "bundles": 4, "topics": 4, "rate": 400, "msg_size": 100},
+            {"name": "t/small", "bundles": 4, "topics": 4, "rate": 100, "msg_size": 100},
+        ],
     )
-    cluster = SimulatedCluster(scenario)
     ids = {b.name: b.id for b in cluster.brokers.values()}
     big = sorted(b for b in cluster.all_bundles() if b.startswith("t/big/"))
     for bundle in big[2:]:
@@ -449,23 +458,14 @@ def test_a_bundle_that_fits_nowhere_costs_its_receiver_the_moves_that_take_it_un
     15–25. a gives five 1-point bundles; or the 15-point one, which puts b or c at 30, and then that broker must
     give five of its own (the 15-point one is held by the grace period): 6. Counting "one move more" for what
     fits nowhere said 2, where no two moves can balance the cluster."""
-    broker = {"cores": 8, "cost_per_msg": 0.1, "cost_per_mib": 0, "background_cpu": 0.05, "jitter": 0}
     one = {"bundles": 1, "topics": 1, "msg_size": 100}  # 40 msg/s a point: in and out at 0.1 % of a core each
-    scenario = parse_scenario(
-        {
-            "name": "hot",
-            "seed": 3,
-            "duration_minutes": 5,
-            "brokers": [{"name": n, **broker} for n in "abc"],
-            "namespaces": [
-                {"name": "t/hot", "rate": 600, **one},
-                *({"name": f"t/{n}{k}", "rate": 40, **one} for n in "abc" for k in range(10)),
-            ],
-            "initial_owners": {"a": 1},
-            "config": {"loadBalancerSheddingEnabled": False, "loadBalancerAutoBundleSplitEnabled": False},
-        }
+    cluster = _still_abc(
+        "hot",
+        [
+            {"name": "t/hot", "rate": 600, **one},
+            *({"name": f"t/{n}{k}", "rate": 40, **one} for n in "abc" for k in range(10)),
+        ],
     )
-    cluster = SimulatedCluster(scenario)
     ids = {b.name: b.id for b in cluster.brokers.values()}
     for bundle in cluster.all_bundles():
         namespace = bundle.split("/")[1]
