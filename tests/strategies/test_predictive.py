@@ -2,6 +2,7 @@
 the fallback, and the prediction error it reports."""
 
 import random
+import statistics
 from types import MappingProxyType
 
 import pytest
@@ -132,6 +133,22 @@ def test_a_triggered_broker_reading_inside_the_gap_is_cleared_however_noisy():
         {"a:1": 54.5, "b:1": 45.5}, 50, config, StrategyState(avg_hits_low={"a:1": 3}), set(), 1.0, steady
     )
     assert low["a:1"] == 3  # not yet triggered: held
+
+
+def test_trusting_the_samples_after_a_miss_keeps_their_noise():
+    """A broker whose prediction missed has its level set from its latest sample; the scatter of its recent samples
+    around the model is still the samples' noise, so the noise the dip hold and the plan's margins use stays."""
+    residuals = {"a:1": (0.5, -1.0, 1.5), "b:1": (-0.8, 0.9, 0.1), "c:1": (1.2, -0.3, 0.4)}
+    state = StrategyState(predictive_residuals=residuals)
+    load, _, _ = build_load_data(heterogeneous(), {}, {}, ONE_HIT.grace_period_ms)
+    load = load.with_profile(PROFILE)
+    cast = forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state)
+    noise = cast.sigma
+    assert noise > 0.4
+    latest = {b: rs[-1] for b, rs in cast.residuals.items()}
+    cast.trust_samples({"a:1", "b:1", "c:1"})
+    assert {b: statistics.median(rs) for b, rs in cast.residuals.items()} == pytest.approx(latest)
+    assert cast.noise() == pytest.approx(noise)
 
 
 def _pair(a_bundles, b_bundles):

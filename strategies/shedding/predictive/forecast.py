@@ -211,10 +211,14 @@ class Forecast:
     def trust_samples(self, brokers: set[str]) -> None:
         """A broker whose last prediction missed by more than twice the noise: its model does not know its traffic
         as it now is (the fit was made on another mix), so its samples set its level — its departure from the
-        model counts from now on, as if it had lasted ``RESIDUALS`` samples."""
+        model counts from now on, as if it had lasted ``RESIDUALS`` samples. The recent residuals are shifted so
+        their median is the latest, not replaced by copies of it: their scatter is the samples' noise, and copies
+        would tell ``noise`` there is none (the hit counters' dip hold and the plan's margins would lose it)."""
         for b in brokers & set(self.residuals):
-            latest = self.residuals[b][-1]
-            self.residuals[b] = (latest,) * RESIDUALS
+            recent = self.residuals[b]
+            latest, centre = recent[-1], statistics.median(recent)
+            shifted = tuple(r - centre + latest for r in recent)
+            self.residuals[b] = (latest,) * (RESIDUALS - len(recent)) + shifted
             self.points[b][0] = max(self.points[b][0] - self._offset[b] + latest, 0.0)
             self._offset[b] = latest
 
