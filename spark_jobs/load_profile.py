@@ -201,8 +201,10 @@ def broker_profile(brokers: DataFrame, options: ProfileOptions, latest: int | No
     window = brokers.where(F.col("time") > F.lit(latest - max(options.windows_minutes) * 60_000))
     usage = window.select("broker", "time", weighted.alias("usage"))
     short_since = latest - options.short_window_minutes * 60_000
+    # a partition per core, by number: by column, Spark coalesces the day's few MB into one task on one core
+    cores = brokers.sparkSession.sparkContext.defaultParallelism
     return arrow_map(
-        usage.repartition("broker"),
+        usage.repartition(cores, "broker"),
         functools.partial(broker_usage.profile_partition, short_since=short_since),
         broker_usage.SCHEMA,
     )
@@ -379,6 +381,8 @@ def _inputs(
             left[w] = (start_then, start)
         else:  # they are not (a long outage): the window again from its samples
             rebuilt[w] = read_samples(files, "bundle_samples", start, then)
+    # the rows the fold's workers hold: the samples that left a window reach them as histograms per bundle
+    fold_bytes = files.bytes_read() + states.size(generation)
     for w, gone in zip(left, read_spans(files, "bundle_samples", list(left.values()))):
         if gone is not None:
             leaving[w] = gone
@@ -389,7 +393,6 @@ def _inputs(
     brokers_new, window = read_spans(
         files, "broker_samples", [(brokers_then, brokers_latest), (brokers_since, brokers_latest)]
     )
-    partitions = _partitions(spark, files.bytes_read() + states.size(generation))
     return _Inputs(
         _present(new, files, "bundle_samples"),
         _present(recent, files, "bundle_samples"),
@@ -399,7 +402,7 @@ def _inputs(
         _present(window, files, "broker_samples"),
         generation.bundles(spark),
         costs,
-        partitions,
+        _partitions(spark, fold_bytes),
     )
 
 
