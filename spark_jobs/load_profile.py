@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import pyarrow as pa
+from pyspark import InheritableThread
 from pyspark.errors import PythonException
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
@@ -201,8 +202,10 @@ def broker_profile(brokers: DataFrame, options: ProfileOptions, latest: int | No
     window = brokers.where(F.col("time") > F.lit(latest - max(options.windows_minutes) * 60_000))
     usage = window.select("broker", "time", weighted.alias("usage"))
     short_since = latest - options.short_window_minutes * 60_000
+    # a partition per core, by number: by column, Spark coalesces the day's few MB into one task on one core
+    cores = brokers.sparkSession.sparkContext.defaultParallelism
     return arrow_map(
-        usage.repartition("broker"),
+        usage.repartition(cores, "broker"),
         functools.partial(broker_usage.profile_partition, short_since=short_since),
         broker_usage.SCHEMA,
     )
@@ -379,6 +382,8 @@ def _inputs(
             left[w] = (start_then, start)
         else:  # they are not (a long outage): the window again from its samples
             rebuilt[w] = read_samples(files, "bundle_samples", start, then)
+    # the rows the fold's workers hold: the samples that left a window reach them as histograms per bundle
+    fold_bytes = files.bytes_read() + states.size(generation)
     for w, gone in zip(left, read_spans(files, "bundle_samples", list(left.values()))):
         if gone is not None:
             leaving[w] = gone
@@ -389,7 +394,6 @@ def _inputs(
     brokers_new, window = read_spans(
         files, "broker_samples", [(brokers_then, brokers_latest), (brokers_since, brokers_latest)]
     )
-    partitions = _partitions(spark, files.bytes_read() + states.size(generation))
     return _Inputs(
         _present(new, files, "bundle_samples"),
         _present(recent, files, "bundle_samples"),
@@ -399,7 +403,7 @@ def _inputs(
         _present(window, files, "broker_samples"),
         generation.bundles(spark),
         costs,
-        partitions,
+        _partitions(spark, fold_bytes),
     )
 
 
@@ -463,7 +467,79 @@ def _build_profile(
     inputs = _inputs(spark, files, latest, brokers_latest, options, generation, states)
     keep_after = latest - int(options.retention_days * DAY_MS)
 
-    step("folding bundle samples")
+    # the broker profile and the hot bundles take nothing the fold makes: their jobs run beside it, on the cores
+    # the fold's jobs leave idle while the driver plans the next one and reads out the cost models
+    beside = {
+        "broker_profile": lambda: broker_profile(inputs.brokers_window, options, brokers_latest),
+        "hot_bundles": lambda: hot_bundles(inputs.recent, options, latest),
+    }
+    with _Beside(beside, out) as parts_beside:
+        step("folding bundle samples (broker profile and hot bundles beside it)")
+        summary = _fold(spark, options, inputs, states, latest, keep_after, out, history, step)
+        step("waiting for broker_profile and hot_bundles")
+        parts_beside.join()
+    counted, brokers_counted, models, scratch = summary
+    folded = inputs.new.count() if mode == "incremental" else int(counted[0] or 0)
+    states.commit(scratch, latest, counted[2] if counted[2] is not None else latest, brokers_latest)
+    summary_out = {
+        "mode": mode,
+        **({"why": why} if mode == "full" else {}),
+        "latest": latest,
+        "bundle_samples": folded,  # folded in by this run
+        "broker_samples": int(brokers_counted),  # in the cost models' days
+        "bundles": int(counted[1]),
+        "files_read": len(files.read_paths),
+        "generated_from": history,
+        "options": asdict(options),
+        "cost_models": models,
+    }
+    step("done")
+    return summary_out
+
+
+class _Beside:
+    """Parts of the profile written by a thread of their own while the run goes on. An ``InheritableThread``:
+    its jobs are in the run's job group, so a cancel stops them too. Leaving the block waits for the thread
+    (no job of the run outlives it); ``join`` raises what the thread raised."""
+
+    def __init__(self, parts: dict[str, Callable[[], DataFrame]], out: str) -> None:
+        self.error: BaseException | None = None
+        self.thread = InheritableThread(self._write, args=(parts, out))
+
+    def _write(self, parts: dict[str, Callable[[], DataFrame]], out: str) -> None:
+        try:
+            for name, build in parts.items():
+                build().coalesce(1).write.mode("overwrite").parquet(f"{out}/{name}")
+        except BaseException as exc:  # raised in the run's thread, by join
+            self.error = exc
+
+    def __enter__(self) -> _Beside:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.thread.join()
+
+    def join(self) -> None:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+
+def _fold(
+    spark: SparkSession,
+    options: ProfileOptions,
+    inputs: _Inputs,
+    states: StateStore,
+    latest: int,
+    keep_after: int,
+    out: str,
+    history: str,
+    step: Callable[[str], None],
+) -> tuple[Row, int, int, str]:
+    """The fold, the state and the cost sums written to the state's scratch, the views and the cost models to
+    ``out``; returns the state's (samples, bundles, first time), the broker samples, the cost models and the
+    scratch."""
     state = fold.fold(
         options.windows_minutes, latest, inputs.new, inputs.state, inputs.leaving, inputs.rebuilt, inputs.partitions
     )
@@ -479,13 +555,10 @@ def _build_profile(
     costs.where(F.col("day") >= F.lit(keep_after // DAY_MS)).coalesce(1).write.parquet(f"{scratch}/costs")
     costs = spark.read.parquet(f"{scratch}/costs")
 
-    parts = {
-        "bundle_averages": lambda: fold.averages_view(state),
-        "bundle_windows": lambda: fold.windows_view(state, options.windows_minutes),
-        "broker_profile": lambda: broker_profile(inputs.brokers_window, options, brokers_latest),
-        "hot_bundles": lambda: hot_bundles(inputs.recent, options, latest),
-    }
-    for name, build in parts.items():
+    for name, build in (
+        ("bundle_averages", lambda: fold.averages_view(state)),
+        ("bundle_windows", lambda: fold.windows_view(state, options.windows_minutes)),
+    ):
         step(f"computing {name}")
         build().coalesce(1).write.mode("overwrite").parquet(f"{out}/{name}")
     step("fitting cost models")
@@ -496,23 +569,8 @@ def _build_profile(
         models_frame = spark.createDataFrame(pa.Table.from_pylist(models))
         models_frame.coalesce(1).write.mode("overwrite").parquet(f"{out}/cost_model")
     counted = _one(state.agg(F.sum("samples"), F.count("*"), F.min("first_time")))
-    folded = inputs.new.count() if mode == "incremental" else int(counted[0] or 0)
     brokers_counted = sum(r["samples"] for r in summed if r["resource"] == RESOURCES[0])
-    states.commit(scratch, latest, counted[2] if counted[2] is not None else latest, brokers_latest)
-    summary = {
-        "mode": mode,
-        **({"why": why} if mode == "full" else {}),
-        "latest": latest,
-        "bundle_samples": folded,  # folded in by this run
-        "broker_samples": int(brokers_counted),  # in the cost models' days
-        "bundles": int(counted[1]),
-        "files_read": len(files.read_paths),
-        "generated_from": history,
-        "options": asdict(options),
-        "cost_models": len(models),
-    }
-    step("done")
-    return summary
+    return counted, brokers_counted, len(models), scratch
 
 
 def main(argv: list[str] | None = None) -> int:

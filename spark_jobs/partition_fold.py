@@ -1,7 +1,8 @@
 """The fold's per-bundle arithmetic over one partition's rows, in numpy: what runs on the executors.
 
-``fold.fold`` sends every row a bundle's next state needs — its state row, its new samples, the samples
-that left each window, the older samples a rebuilt window needs — to one partition (hashed by bundle), and
+``fold.fold`` sends every row a bundle's next state needs — its state row, its new samples, the histograms
+of the samples that left each window (``leaving_table``, counted before the shuffle), the older samples a
+rebuilt window needs — to one partition (hashed by bundle), and
 ``mapInArrow`` hands each partition's Arrow batches to :func:`fold_partition`. There the rows become numpy
 columns and every bundle of the partition is done at once, whole arrays at a time: one sort by (bundle,
 time), the averages' weights and segment sums (``np.add.reduceat``), each histogram merged with its change
@@ -22,10 +23,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pulsar_lb_operator.spark_jobs.digest import bucket, rank, value_of
 
 RATE, THR = 0, 1  # a histogram's metric: msg rate (in + out), msg throughput (in + out)
+METRICS = ("msg_rate", "msg_throughput")  # by index: RATE, THR
 QUANTILES = (0.5, 0.95)
 AVERAGED = ("msg_rate_in", "msg_rate_out", "msg_throughput_in", "msg_throughput_out")
 PREFIXES = (("short", 10), ("long", 1000))  # TimeAverageMessageData's sample counts
@@ -42,7 +45,7 @@ class Plan:
     kept: tuple[bool, ...]
 
     def leaving(self, i: int) -> int:
-        """The kind of a row that left window i since the last run (taken out of its histogram)."""
+        """The kind of a row of histograms of samples that left window i since the last run (taken out of it)."""
         return 2 + i
 
     def older(self, i: int) -> int:
@@ -93,16 +96,17 @@ class _Packed:
 
 
 def pack(fixed: np.ndarray, histograms: list[_Histograms]) -> pa.Array:
-    """One binary value per row of ``fixed`` (int64, ``_FIXED`` columns) and of every histogram."""
-    n = len(fixed)
-    sizes = 2 * _FIXED + sum(4 + h.length for h in histograms) if histograms else np.full(n, 2 * _FIXED)
+    """One binary value per row of ``fixed`` (int64: ``_FIXED`` columns in a state, none in the histograms of
+    samples leaving a window) and of every histogram."""
+    n, width = fixed.shape
+    sizes = 2 * width + sum(4 + h.length for h in histograms) if histograms else np.full(n, 2 * width)
     ends = np.cumsum(sizes, dtype=np.int64)
     if n and ends[-1] * 4 >= 2**31:  # a binary array's offsets are int32: the fold's partitions keep far below
         raise ValueError(f"{n} bundles' state is over 2 GiB in one partition: spread the fold over more")
     starts = ends - sizes
     words = np.empty(int(ends[-1]) if n else 0, "<i4")
-    words[starts[:, None] + np.arange(2 * _FIXED)] = np.ascontiguousarray(fixed, "<i8").view("<i4")
-    at = starts + 2 * _FIXED
+    words[starts[:, None] + np.arange(2 * width)] = np.ascontiguousarray(fixed, "<i8").view("<i4")
+    at = starts + 2 * width
     for h in histograms:
         words[at[:, None] + np.arange(2)] = np.ascontiguousarray(h.zero, "<i8").reshape(n, 1).view("<i4")
         words[at + 2] = h.low
@@ -113,14 +117,14 @@ def pack(fixed: np.ndarray, histograms: list[_Histograms]) -> pa.Array:
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(words)])
 
 
-def unpack(packed: pa.Array, n_histograms: int) -> _Packed:
-    """``pack``'s values (none null) back into their parts."""
+def unpack(packed: pa.Array, n_histograms: int, width: int = _FIXED) -> _Packed:
+    """``pack``'s values (none null; ``width`` fixed values each) back into their parts."""
     packed = packed.take(pa.array(np.arange(len(packed))))  # its own buffers, from offset 0
     offsets = np.frombuffer(packed.buffers()[1], "<i4", count=len(packed) + 1)
     words = np.frombuffer(packed.buffers()[2], "<i4") if len(packed) else np.zeros(0, "<i4")
     at = offsets[:-1].astype(np.int64) // 4
-    fixed = np.ascontiguousarray(words[at[:, None] + np.arange(2 * _FIXED)]).view("<i8")
-    at += 2 * _FIXED
+    fixed = np.ascontiguousarray(words[at[:, None] + np.arange(2 * width)]).view("<i8")
+    at += 2 * width
     histograms = []
     for _ in range(n_histograms):
         zero = np.ascontiguousarray(words[at[:, None] + np.arange(2)]).view("<i8")[:, 0]
@@ -128,7 +132,7 @@ def unpack(packed: pa.Array, n_histograms: int) -> _Packed:
         counts = words[_ranges(at + 4, length)].astype(np.int64)
         histograms.append(_Histograms(zero.astype(np.int64), words[at + 2].astype(np.int64), length, counts))
         at = at + 4 + length
-    return _Packed(fixed.reshape(len(packed), _FIXED).astype(np.int64), histograms)
+    return _Packed(fixed.reshape(len(packed), width).astype(np.int64), histograms)
 
 
 def _segments(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -153,6 +157,14 @@ class _Rows:
         self.has_state = PACKED in table.column_names and len(self.states) > 0
         if self.has_state:
             self.state = unpack(table.column(PACKED).combine_chunks().take(pa.array(self.states)), n_histograms)
+
+    def histograms(self, kind: int) -> tuple[np.ndarray, list[_Histograms]]:
+        """The rows of ``kind`` that carry packed histograms (``leaving_table``'s): their codes and histograms."""
+        which = np.flatnonzero(self.kind == kind)
+        if PACKED not in self.table.column_names or not len(which):
+            return which, []
+        packed = self.table.column(PACKED).combine_chunks().take(pa.array(which))
+        return self.codes[which], unpack(packed, len(METRICS), width=0).histograms
 
     def column(self, name: str, dtype: type, fill: float = 0) -> np.ndarray:
         return np.asarray(self.table.column(name).fill_null(fill).to_numpy(), dtype=dtype)
@@ -222,12 +234,14 @@ class _Histograms:
         return np.r_[0, np.cumsum(self.length)[:-1]] if len(self.length) else self.length
 
 
-def _base(rows: _Rows, h: _Histograms) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """A histogram of the state rows as entries (code, bucket, count), and its count at 0 per bundle."""
-    zero = np.zeros(rows.n_bundles, np.int64)
-    zero[rows.codes[rows.states]] = h.zero
+def _entries(
+    n_bundles: int, codes: np.ndarray, h: _Histograms, sign: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Histograms of rows (their bundles' ``codes``) as entries (code, bucket, ±count), and ±their count at 0 per
+    bundle (a bundle may have several rows: the histograms of its leaving samples from several partitions)."""
+    zero = np.rint(np.bincount(codes, weights=h.zero, minlength=n_bundles)).astype(np.int64)
     within = np.arange(len(h.counts)) - np.repeat(np.cumsum(h.length) - h.length, h.length)
-    return np.repeat(rows.codes[rows.states], h.length), np.repeat(h.low, h.length) + within, h.counts, zero
+    return np.repeat(codes, h.length), np.repeat(h.low, h.length) + within, sign * h.counts, sign * zero
 
 
 def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -282,35 +296,74 @@ def _read_out(h: _Histograms) -> dict[str, np.ndarray]:
 
 def _window(rows: _Rows, plan: Plan, i: int, m: int, buckets: np.ndarray, zero: np.ndarray) -> _Histograms:
     """Window i's histograms of metric m after this run: the state's (when the window is kept) with the new
-    samples added and those that left it taken out, or rebuilt from the new and older samples inside it."""
+    samples added and the histograms of those that left it taken out, or rebuilt from the new and older
+    samples inside it."""
     if plan.kept[i]:
         adds = rows.kind == NEW
-        subs = rows.kind == plan.leaving(i)
     else:
         adds = ((rows.kind == NEW) & (rows.time > plan.starts[i])) | (rows.kind == plan.older(i))
-        subs = np.zeros(len(adds), bool)
-    sign = adds.astype(np.int64) - subs.astype(np.int64)
-    counted = sign != 0
-    codes = [rows.codes[counted & ~zero]]
-    found = [buckets[counted & ~zero]]
-    counts = [sign[counted & ~zero]]
-    at_zero = np.bincount(rows.codes[counted & zero], weights=sign[counted & zero], minlength=rows.n_bundles)
-    at_zero = np.rint(at_zero).astype(np.int64)
+    codes = [rows.codes[adds & ~zero]]
+    found = [buckets[adds & ~zero]]
+    counts = [np.ones(len(codes[0]), np.int64)]
+    at_zero = np.bincount(rows.codes[adds & zero], minlength=rows.n_bundles).astype(np.int64)
+    parts = []
     if plan.kept[i] and rows.has_state:
-        base_codes, base_buckets, base_counts, base_zero = _base(rows, rows.state.histograms[2 * i + m])
-        codes.append(base_codes)
-        found.append(base_buckets)
-        counts.append(base_counts)
-        at_zero += base_zero
+        parts.append(_entries(rows.n_bundles, rows.codes[rows.states], rows.state.histograms[2 * i + m], 1))
+    if plan.kept[i]:
+        left_codes, left = rows.histograms(plan.leaving(i))
+        if left:
+            parts.append(_entries(rows.n_bundles, left_codes, left[m], -1))
+    for part_codes, part_buckets, part_counts, part_zero in parts:
+        codes.append(part_codes)
+        found.append(part_buckets)
+        counts.append(part_counts)
+        at_zero += part_zero
     return _merged(rows.n_bundles, np.concatenate(codes), np.concatenate(found), np.concatenate(counts), at_zero)
+
+
+# ---------------------------------------------------------------------------------------------- leaving
+
+LEAVING_SCHEMA = pa.schema(
+    [pa.field("bundle", pa.string()), pa.field("kind", pa.int32()), pa.field(PACKED, pa.binary())]
+)
+
+
+def leaving_table(table: pa.Table, kind: int) -> pa.Table:
+    """The histograms (rate, then throughput) per bundle of samples leaving a window, packed, one row per bundle.
+
+    What a window loses when samples slide out of it is their bucket counts, not their rows: counted where
+    the samples are read (``mapInArrow`` on the scan, before the shuffle), the fold receives one row per
+    bundle and scan partition — 15 minutes of samples at 100,000 bundles are 1.5M rows, their histograms
+    100,000 — and subtracts counts. ``table``: bundle, msg_rate and msg_throughput (each in + out, nulls 0,
+    as the fold sums them), so the buckets are those the samples went in with."""
+    encoded = table.column("bundle").combine_chunks().dictionary_encode()
+    codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    n = len(encoded.dictionary)
+    histograms = []
+    for name in METRICS:
+        buckets, zero = bucket(np.asarray(table.column(name).to_numpy(zero_copy_only=False), np.float64))
+        at_zero = np.bincount(codes[zero], minlength=n).astype(np.int64)
+        histograms.append(_merged(n, codes[~zero], buckets[~zero], np.ones(int((~zero).sum()), np.int64), at_zero))
+    columns = [encoded.dictionary, pa.array(np.full(n, kind, np.int32)), pack(np.zeros((n, 0), np.int64), histograms)]
+    return pa.table(columns, schema=LEAVING_SCHEMA)
+
+
+def leaving_partition(batches: Iterator[pa.RecordBatch], kind: int) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow``'s function on the samples leaving a window: their histograms per bundle."""
+    received = [b for b in batches if b.num_rows]
+    if received:
+        yield from leaving_table(pa.Table.from_batches(received), kind).to_batches(max_chunksize=20_000)
+
+
+# ---------------------------------------------------------------------------------------------- fold
 
 
 def fold_table(table: pa.Table, plan: Plan) -> pa.Table:
     """The next state of every bundle with a state row or a new sample among ``table``'s rows."""
-    rows = _Rows(table, 2 * len(plan.windows))
     schema = state_schema(plan.windows)
-    if not (rows.kind <= NEW).any():  # only samples that left a window: no bundle to write
-        return schema.empty_table()
+    if not pc.any(pc.less_equal(table.column("kind"), NEW)).as_py():
+        return schema.empty_table()  # only samples that left a window: no bundle to write
+    rows = _Rows(table, 2 * len(plan.windows))
     columns: dict[str, pa.Array] = {}
     averages = _averages(rows)
     keep = np.zeros(rows.n_bundles, bool)

@@ -4,6 +4,8 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 from pyspark.sql import Row
@@ -12,6 +14,7 @@ from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.scenario import parse_scenario
 from pulsar_lb_operator.spark_jobs import load_profile
 from pulsar_lb_operator.spark_jobs.load_profile import ProfileError, ProfileOptions
+from pulsar_lb_operator.spark_jobs.session import JobGroup
 from pulsar_lb_operator.spark_jobs.sources import HistoryFiles
 from pulsar_lb_operator.store.history import HistoryStore
 from pulsar_lb_operator.strategies.averages import MessageAverage
@@ -162,6 +165,58 @@ def test_the_newest_sample_time_comes_from_the_newest_file_names(spark, cost_his
     shutil.move(newest, f"{newest_hour}/theirs.parquet")
     assert load_profile.newest_time(files, "bundle_samples") == sim.now_ms
     assert files.read_paths and all(p.startswith(newest_hour) for p in files.read_paths)
+
+
+def test_a_cancel_stops_the_parts_written_beside_the_fold_and_their_error_is_the_runs(
+    spark, cost_history, tmp_path, monkeypatch
+):
+    """The broker profile and the hot bundles are written by a thread of their own beside the fold: a cancel
+    stops their jobs too (within seconds, nothing left running, no state committed), and what fails there
+    fails the run."""
+    history, _ = cost_history
+
+    def endless(bundles, options, latest=None):
+        return spark.range(0, 10**13, numPartitions=2).selectExpr("sum(id % 7) as n")  # hours on two cores
+
+    monkeypatch.setattr(load_profile, "hot_bundles", endless)
+    group, steps, failed = JobGroup(spark), [], []
+
+    def run() -> None:
+        with group:
+            try:
+                load_profile.build_profile(
+                    spark,
+                    history,
+                    str(tmp_path / "cancelled"),
+                    ProfileOptions(),
+                    lambda m: (steps.append(m), group.check()),
+                )
+            except BaseException as exc:  # the test looks at it
+                failed.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    tracker = spark.sparkContext.statusTracker()
+    deadline = time.monotonic() + 120
+    while not (any(m.startswith("folding") for m in steps) and tracker.getActiveJobsIds()):
+        assert time.monotonic() < deadline, steps
+        time.sleep(0.05)
+    time.sleep(2.0)  # the endless job well into its tasks
+    stopped = time.monotonic()
+    assert group.cancel_until(stopped + 10)
+    thread.join(10)
+    assert not thread.is_alive() and time.monotonic() - stopped < 10
+    assert len(failed) == 1, failed  # Spark's "job cancelled", or JobCancelled at the next step: the daemon's stop
+    assert not tracker.getActiveJobsIds()
+    assert not any((tmp_path / "cancelled" / "_state").glob("gen-*"))
+
+    def broken(bundles, options, latest=None):
+        raise ProfileError("the hot bundles cannot be computed")
+
+    monkeypatch.setattr(load_profile, "hot_bundles", broken)
+    with pytest.raises(ProfileError, match="hot bundles cannot"):
+        load_profile.build_profile(spark, history, str(tmp_path / "failed"), ProfileOptions())
+    assert not any((tmp_path / "failed" / "_state").glob("gen-*"))
 
 
 def test_empty_history_corrupt_files_and_missing_columns(spark, tmp_path):

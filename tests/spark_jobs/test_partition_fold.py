@@ -13,11 +13,13 @@ import pytest
 from pulsar_lb_operator.spark_jobs import digest
 from pulsar_lb_operator.spark_jobs.partition_fold import (
     AVERAGED,
+    METRICS,
     NEW,
     PACKED,
     STATE,
     Plan,
     fold_table,
+    leaving_table,
     state_schema,
     unpack,
 )
@@ -63,6 +65,13 @@ def exact(values: list[float], q: float) -> float:
 def history():
     rng = np.random.default_rng(7)
     return samples(rng, ["a", "b", "idle", "gone"], range(1, 1101))  # more than the long average's 1000
+
+
+def leaving(gone: pa.Table, kind: int) -> pa.Table:
+    """Samples that left a window as the fold receives them: their histograms per bundle (what the executors
+    that read them count, ``fold._leaving``)."""
+    summed = {m: pa.compute.add(gone[f"{m}_in"], gone[f"{m}_out"]) for m in METRICS}
+    return leaving_table(pa.table({"bundle": gone["bundle"], **summed}), kind)
 
 
 def full_plan(latest: int) -> Plan:
@@ -111,11 +120,8 @@ def test_an_incremental_fold_equals_the_full_one(history):
             pa.compute.greater(time, then - w * MINUTE), pa.compute.less_equal(time, latest - w * MINUTE)
         )
         gone = history.filter(left)
-        parts.append(
-            gone.set_column(
-                gone.schema.get_field_index("kind"), "kind", pa.array(np.full(gone.num_rows, plan.leaving(i), np.int32))
-            )
-        )
+        half = gone.num_rows // 2  # read by two partitions: a bundle's histograms in two rows
+        parts += [leaving(gone.slice(0, half), plan.leaving(i)), leaving(gone.slice(half), plan.leaving(i))]
     own = state.rename_columns(["time" if c == "last_time" else c for c in state.column_names])
     parts.append(own.append_column("kind", pa.array(np.full(own.num_rows, STATE, np.int32))))
     incremental = by_bundle(fold_table(pa.concat_tables(parts, promote_options="default"), plan))
@@ -137,8 +143,5 @@ def test_an_incremental_fold_equals_the_full_one(history):
 
 def test_a_partition_of_leaving_samples_only_writes_no_bundle(history):
     plan = Plan(WINDOWS, tuple(1100 * MINUTE - w * MINUTE for w in WINDOWS), (True, True))
-    gone = history.set_column(
-        history.schema.get_field_index("kind"), "kind", pa.array(np.full(history.num_rows, plan.leaving(0), np.int32))
-    )
-    out = fold_table(gone, plan)
+    out = fold_table(leaving(history, plan.leaving(0)), plan)
     assert out.num_rows == 0 and out.schema == state_schema(WINDOWS)
