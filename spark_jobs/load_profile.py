@@ -26,6 +26,7 @@ percentiles from the same histograms).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -36,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import pyarrow as pa
+from py4j.protocol import Py4JError
 from pyspark import InheritableThread
 from pyspark.errors import PythonException
 from pyspark.sql import DataFrame, Row, SparkSession
@@ -419,7 +421,8 @@ def build_profile(
 
     Incremental from the job's state when it has one of these windows (and ``full`` is not asked for), else
     a full recompute from every sample on disk. Executors whose Python lacks what the fold imports are one
-    clear error, not a worker's traceback."""
+    clear error, not a worker's traceback. What the run cached (``hot_bundles``) is dropped when it ends, however
+    it ends: the daemon keeps its session from one run to the next, and each run's plans differ (its times)."""
     try:
         return _build_profile(spark, history, out, options, progress, full)
     except PythonException as exc:
@@ -430,6 +433,9 @@ def build_profile(
             f"the Spark executors' Python cannot import {missing[1]}: it needs numpy, pyarrow, pandas and the job's "
             "package (operator spark-package; docs/history.md, 'On a cluster')"
         ) from None
+    finally:
+        with contextlib.suppress(Py4JError):  # a JVM that is gone holds no cache; the run's own error stands
+            spark.catalog.clearCache()
 
 
 def _build_profile(

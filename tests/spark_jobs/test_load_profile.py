@@ -152,6 +152,15 @@ def test_cost_models_recover_the_simulators_true_costs_and_find_the_background(s
     assert {r.broker for r in profile} == set(sim.active_ids()) and all(r.usage_p95 >= r.usage_mean for r in profile)
 
 
+def test_runs_in_one_long_lived_session_leave_nothing_cached_in_it(spark, cost_history, tmp_path):
+    history, _ = cost_history
+    cache = spark._jsparkSession.sharedState().cacheManager()
+    for _ in range(2):  # as the daemon runs the job, one run after another in the session it keeps
+        summary = load_profile.build_profile(spark, history, str(tmp_path / "profile"), ProfileOptions(), full=True)
+        assert summary["mode"] == "full"
+        assert cache.isEmpty()  # each run's hot bundles were cached while it ran; none outlives it
+
+
 def test_the_newest_sample_time_comes_from_the_newest_file_names(spark, cost_history, tmp_path):
     history, sim = cost_history
     files = HistoryFiles(spark, history)
