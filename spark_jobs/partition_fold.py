@@ -155,16 +155,21 @@ class _Rows:
         self.time = self.column("time", np.int64)
         self.states = np.flatnonzero(self.kind == STATE)
         self.has_state = PACKED in table.column_names and len(self.states) > 0
+        self._decoded: dict[int, tuple[np.ndarray, list[_Histograms]]] = {}  # ``histograms``' by kind
         if self.has_state:
             self.state = unpack(table.column(PACKED).combine_chunks().take(pa.array(self.states)), n_histograms)
 
     def histograms(self, kind: int) -> tuple[np.ndarray, list[_Histograms]]:
-        """The rows of ``kind`` that carry packed histograms (``leaving_table``'s): their codes and histograms."""
-        which = np.flatnonzero(self.kind == kind)
-        if PACKED not in self.table.column_names or not len(which):
-            return which, []
-        packed = self.table.column(PACKED).combine_chunks().take(pa.array(which))
-        return self.codes[which], unpack(packed, len(METRICS), width=0).histograms
+        """The rows of ``kind`` that carry packed histograms (``leaving_table``'s): their codes and histograms,
+        decoded once (a window asks for each of its metrics)."""
+        if kind not in self._decoded:
+            which = np.flatnonzero(self.kind == kind)
+            if PACKED not in self.table.column_names or not len(which):
+                self._decoded[kind] = which, []
+            else:
+                packed = self.table.column(PACKED).combine_chunks().take(pa.array(which))
+                self._decoded[kind] = self.codes[which], unpack(packed, len(METRICS), width=0).histograms
+        return self._decoded[kind]
 
     def column(self, name: str, dtype: type, fill: float = 0) -> np.ndarray:
         return np.asarray(self.table.column(name).fill_null(fill).to_numpy(), dtype=dtype)
