@@ -3,9 +3,10 @@
 The scale test plans one cycle per shedding strategy (with its default placement, and the split
 trigger) on generated snapshots of 2,500 and 10,000 bundles (benchmarks/decide.py's generator, 100
 brokers so bundles dominate) and compares the times of the same run: four times the bundles may cost
-at most 4 × 1.6 times the time. A cost per unload or per bundle that scans every bundle (quadratic)
-makes it about 16×. CPU time, best of seven samples that alternate between the sizes, so a busy machine
-does not decide.
+at most 8 times the time, the geometric midpoint between linear growth (4×) and quadratic (16×, a cost
+per unload or per bundle that scans every bundle); a fresh CI machine measured 6.7× for a linear
+path. CPU time, best of seven samples that alternate between the sizes, so a busy machine does not
+decide.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from pulsar_lb_operator.strategies.snapshots import SnapshotError, _bundle_stats
 from tests.builders import broker_report, bundle, snapshot, stats
 
 SMALL, LARGE, BROKERS = 2_500, 10_000, 100
-BOUND = 4 * 1.6
+BOUND = math.sqrt(4 * 16)  # midway (geometrically) between linear and quadratic growth
 
 
 @pytest.fixture(scope="module")
