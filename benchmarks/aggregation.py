@@ -199,7 +199,7 @@ def spark_run(history: str, out: str, full: bool) -> dict:
     from pulsar_lb_operator.spark_jobs.load_profile import ProfileOptions, build_profile
     from pulsar_lb_operator.spark_jobs.session import build_session
 
-    spark = build_session("local[2]", "aggregation-benchmark")
+    spark = build_session("local[2]", "aggregation-benchmark", short_lived=not full)  # as operator aggregate
     memory = _Memory()
     memory.start()
     stages: list[tuple[str, float]] = []

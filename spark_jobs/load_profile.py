@@ -590,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
     from pulsar_lb_operator.spark_jobs.session import build_session
 
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started this driver and its JVM
-    spark = build_session(args.master or (None if submitted else "local[2]"))
+    spark = build_session(args.master or (None if submitted else "local[2]"), short_lived=not args.full)
     try:
         summary = build_profile(
             spark,
