@@ -14,7 +14,9 @@ a fresh process:
   under a memory limit; a size it cannot do is reported as such in its row;
 * **compaction**: ``operator compact`` of the closed hours (files a day after it);
 * **incremental**: ``--incremental-minutes`` (15) more minutes of cycles, then the incremental run that
-  reads them, the samples leaving each window and the job's state;
+  reads them, the samples leaving each window and the job's state — as ``operator aggregate`` runs it, in a
+  JVM started for it, and as the daemon runs it every 15 minutes, in the session it keeps (the same run
+  done once before, unmeasured, from the same state);
 * **on disk**: a compacted day (minute samples, the hourly rollup, broker samples), and from it 14 days as
   the store keeps them: ``historyMinuteHours`` (26) of minute samples, the rollups and broker samples for
   ``historyRetentionDays`` (14).
@@ -194,12 +196,22 @@ class _Memory(threading.Thread):
             self.workers_mib = workers if math.isnan(self.workers_mib) else max(self.workers_mib, workers)
 
 
-def spark_run(history: str, out: str, full: bool) -> dict:
-    """One build_profile on local[2], in this (fresh) process: seconds per stage, peak, files read."""
+def spark_run(history: str, out: str, full: bool, warm: bool = False) -> dict:
+    """One build_profile on local[2], in this (fresh) process: seconds per stage, peak, files read.
+
+    ``warm``: as the daemon runs it, whose session (and JVM) ran the job before: the same run is done once
+    unmeasured, the profile and the job's state put back as they were, then measured. Otherwise as
+    ``operator aggregate`` runs it, in a JVM started for it."""
     from pulsar_lb_operator.spark_jobs.load_profile import ProfileOptions, build_profile
     from pulsar_lb_operator.spark_jobs.session import build_session
 
-    spark = build_session("local[2]", "aggregation-benchmark")
+    spark = build_session("local[2]", "aggregation-benchmark", short_lived=not (full or warm))
+    if warm:
+        kept = f"{out}.kept"
+        shutil.copytree(out, kept)
+        build_profile(spark, history, out, ProfileOptions(), full=full)
+        shutil.rmtree(out)
+        os.rename(kept, out)
     memory = _Memory()
     memory.start()
     stages: list[tuple[str, float]] = []
@@ -306,8 +318,11 @@ def measure(bundles: int, minutes: int, brokers: int, incremental_minutes: int, 
         disk = {kind: tree(history, kind) for kind in ("broker_samples", "bundle_samples", "bundle_hours")}
         print(f"  compacted {compacted.hours} hours in {compact_s:.0f} s: {disk}", file=sys.stderr, flush=True)
         write_history(history, bundles, brokers, minutes, minutes + incremental_minutes)
+        shutil.copytree(profile, root / "profile-warm")  # the same state, for the daemon's case
         incremental = in_fresh_process(["--run", "incremental", str(history), str(profile)])
         print(f"  incremental: {json.dumps(incremental)}", file=sys.stderr, flush=True)
+        warm = in_fresh_process(["--run", "warm", str(history), str(root / "profile-warm")])
+        print(f"  incremental, warm session: {json.dumps(warm)}", file=sys.stderr, flush=True)
         per_day = {kind: size / days for kind, (_, size) in disk.items()}
         fourteen_days = per_day["bundle_samples"] * 26 / 24 + 14 * (per_day["bundle_hours"] + per_day["broker_samples"])
         return {
@@ -324,6 +339,7 @@ def measure(bundles: int, minutes: int, brokers: int, incremental_minutes: int, 
             "disk_per_day": per_day,
             "fourteen_days_bytes": fourteen_days,
             "incremental": incremental,
+            "incremental_warm": warm,
         }
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -345,12 +361,13 @@ def report(results: list[dict]) -> str:
         "| bundles × minutes | rows | files | full s | rows/s | JVM peak MiB | Python workers' peak MiB "
         "| files read | stages (s) "
         "| time / first row's | rows / first row's | pandas s | pandas peak MiB | compacted files a day "
-        "| incremental s | its files read | 14 days on disk GiB | load average (full; incremental) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| incremental s | its files read | incremental s, warm session | 14 days on disk GiB "
+        "| load average (full; incremental; warm) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     first = results[0]
     for r in results:
-        full, inc = r["full"], r["incremental"]
+        full, inc, warm = r["full"], r["incremental"], r["incremental_warm"]
         ok = "error" not in full and "error" not in first["full"]
         stages = ", ".join(f"{k} {v}" for k, v in full.get("stages", {}).items() if v >= 0.5) or "—"
         lines.append(
@@ -361,8 +378,9 @@ def report(results: list[dict]) -> str:
             f"| {(full['seconds'] / first['full']['seconds']) if ok else float('nan'):.2f}× "
             f"| {r['rows'] / first['rows']:.2f}× | {_cell(r['pandas'], 'seconds', '.1f')} "
             f"| {_cell(r['pandas'], 'peak_mib', '.0f')} | {r['files_per_day_compacted']:.0f} "
-            f"| {_cell(inc, 'seconds', '.1f')} | {_cell(inc, 'files_read', ',')} "
-            f"| {r['fourteen_days_bytes'] / 1024**3:.1f} | {full.get('load', '—')}; {inc.get('load', '—')} |"
+            f"| {_cell(inc, 'seconds', '.1f')} | {_cell(inc, 'files_read', ',')} | {_cell(warm, 'seconds', '.1f')} "
+            f"| {r['fourteen_days_bytes'] / 1024**3:.1f} "
+            f"| {full.get('load', '—')}; {inc.get('load', '—')}; {warm.get('load', '—')} |"
         )
     return "\n".join(lines)
 
@@ -380,7 +398,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.run:
         kind, *paths = args.run
-        result = pandas_run(paths[0]) if kind == "pandas" else spark_run(paths[0], paths[1], kind == "full")
+        if kind == "pandas":
+            result = pandas_run(paths[0])
+        else:
+            result = spark_run(paths[0], paths[1], kind == "full", warm=kind == "warm")
         print(json.dumps(result))
         return 0
     print(f"{os.cpu_count()} cores; load {os.getloadavg()[0]:.1f}", file=sys.stderr)

@@ -428,7 +428,7 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
         print(f"[{time.monotonic() - started:6.1f}s] {step}", file=sys.stderr, flush=True)
 
     progress(f"starting Spark ({args.master})")
-    spark = build_session(args.master)
+    spark = build_session(args.master, short_lived=not args.full)  # a full recompute runs for minutes
     try:
         summary = build_profile(spark, args.history, args.out, ProfileOptions(), progress, full=args.full)
     finally:

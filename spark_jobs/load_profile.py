@@ -473,18 +473,24 @@ def _build_profile(
     inputs = _inputs(spark, files, latest, brokers_latest, options, generation, states)
     keep_after = latest - int(options.retention_days * DAY_MS)
 
-    # the broker profile and the hot bundles take nothing the fold makes: their jobs run beside it, on the cores
-    # the fold's jobs leave idle while the driver plans the next one and reads out the cost models
-    beside = {
-        "broker_profile": lambda: broker_profile(inputs.brokers_window, options, brokers_latest),
-        "hot_bundles": lambda: hot_bundles(inputs.recent, options, latest),
+    # the broker profile, the hot bundles and the cost models take nothing the fold makes: their jobs run beside
+    # it, on the cores the fold's jobs leave idle while the driver plans the next one and writes the views
+    scratch = states.scratch()
+    lanes: dict[str, Callable[[], Any]] = {
+        "broker_profile and hot_bundles": lambda: _write(
+            out,
+            {
+                "broker_profile": lambda: broker_profile(inputs.brokers_window, options, brokers_latest),
+                "hot_bundles": lambda: hot_bundles(inputs.recent, options, latest),
+            },
+        ),
+        "cost models": lambda: _cost_models(spark, inputs, keep_after, scratch, out, history),
     }
-    with _Beside(beside, out) as parts_beside:
-        step("folding bundle samples (broker profile and hot bundles beside it)")
-        summary = _fold(spark, options, inputs, states, latest, keep_after, out, history, step)
-        step("waiting for broker_profile and hot_bundles")
-        parts_beside.join()
-    counted, brokers_counted, models, scratch = summary
+    with _Beside(lanes) as beside:
+        step("folding bundle samples (broker profile, hot bundles and cost models beside it)")
+        counted = _fold(spark, options, inputs, latest, keep_after, scratch, out, step)
+        step("waiting for broker_profile, hot_bundles and cost models")
+        brokers_counted, models = beside.join()["cost models"]
     folded = inputs.new.count() if mode == "incremental" else int(counted[0] or 0)
     states.commit(scratch, latest, counted[2] if counted[2] is not None else latest, brokers_latest)
     summary_out = {
@@ -504,55 +510,49 @@ def _build_profile(
 
 
 class _Beside:
-    """Parts of the profile written by a thread of their own while the run goes on. An ``InheritableThread``:
-    its jobs are in the run's job group, so a cancel stops them too. Leaving the block waits for the thread
-    (no job of the run outlives it); ``join`` raises what the thread raised."""
+    """Lanes of work done by threads of their own while the run goes on, each an ``InheritableThread``: their
+    jobs are in the run's job group, so a cancel stops them too. Leaving the block waits for every thread (no
+    job of the run outlives it); ``join`` returns what each lane returned, or raises what one raised."""
 
-    def __init__(self, parts: dict[str, Callable[[], DataFrame]], out: str) -> None:
-        self.error: BaseException | None = None
-        self.thread = InheritableThread(self._write, args=(parts, out))
+    def __init__(self, lanes: dict[str, Callable[[], Any]]) -> None:
+        self.results: dict[str, Any] = {}
+        self.errors: list[BaseException] = []
+        self.threads = [InheritableThread(self._run, args=(name, lane)) for name, lane in lanes.items()]
 
-    def _write(self, parts: dict[str, Callable[[], DataFrame]], out: str) -> None:
+    def _run(self, name: str, lane: Callable[[], Any]) -> None:
         try:
-            for name, build in parts.items():
-                build().coalesce(1).write.mode("overwrite").parquet(f"{out}/{name}")
+            self.results[name] = lane()
         except BaseException as exc:  # raised in the run's thread, by join
-            self.error = exc
+            self.errors.append(exc)
 
     def __enter__(self) -> _Beside:
-        self.thread.start()
+        for thread in self.threads:
+            thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.thread.join()
+        for thread in self.threads:
+            thread.join()
 
-    def join(self) -> None:
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
+    def join(self) -> dict[str, Any]:
+        for thread in self.threads:
+            thread.join()
+        if self.errors:
+            raise self.errors[0]
+        return self.results
 
 
-def _fold(
-    spark: SparkSession,
-    options: ProfileOptions,
-    inputs: _Inputs,
-    states: StateStore,
-    latest: int,
-    keep_after: int,
-    out: str,
-    history: str,
-    step: Callable[[str], None],
-) -> tuple[Row, int, int, str]:
-    """The fold, the state and the cost sums written to the state's scratch, the views and the cost models to
-    ``out``; returns the state's (samples, bundles, first time), the broker samples, the cost models and the
-    scratch."""
-    state = fold.fold(
-        options.windows_minutes, latest, inputs.new, inputs.state, inputs.leaving, inputs.rebuilt, inputs.partitions
-    )
-    scratch = states.scratch()
-    # a bundle past the retention has no sample left in any window (windows are shorter): it goes
-    state.where(F.col("last_time") > F.lit(keep_after)).write.parquet(f"{scratch}/bundles")
-    state = read_bundles(spark, f"{scratch}/bundles", options.windows_minutes)  # the views read what was written
+def _write(out: str, parts: dict[str, Callable[[], DataFrame]]) -> None:
+    """Each part of the profile to ``out``, one after the other."""
+    for name, build in parts.items():
+        build().coalesce(1).write.mode("overwrite").parquet(f"{out}/{name}")
+
+
+def _cost_models(
+    spark: SparkSession, inputs: _Inputs, keep_after: int, scratch: str, out: str, history: str
+) -> tuple[int, int]:
+    """The cost sums (the state's, plus the new broker samples') written to the state's scratch and the cost models
+    solved from them to ``out``; returns the broker samples in the sums and the number of models."""
     costs = inputs.costs
     if inputs.brokers_new is not None:
         costs = add_sums(cost_model_sums(inputs.brokers_new), inputs.costs)
@@ -560,23 +560,40 @@ def _fold(
         raise ProfileError(f"no history at {history}/broker_samples")
     costs.where(F.col("day") >= F.lit(keep_after // DAY_MS)).coalesce(1).write.parquet(f"{scratch}/costs")
     costs = spark.read.parquet(f"{scratch}/costs")
-
-    for name, build in (
-        ("bundle_averages", lambda: fold.averages_view(state)),
-        ("bundle_windows", lambda: fold.windows_view(state, options.windows_minutes)),
-    ):
-        step(f"computing {name}")
-        build().coalesce(1).write.mode("overwrite").parquet(f"{out}/{name}")
-    step("fitting cost models")
     summed = [r.asDict() for r in totals(costs).collect()]
     models = [solve_cost_model(r) for r in summed]
     if models:
         # from Arrow: a list of dicts would go through a Python worker, row by row
         models_frame = spark.createDataFrame(pa.Table.from_pylist(models))
         models_frame.coalesce(1).write.mode("overwrite").parquet(f"{out}/cost_model")
-    counted = _one(state.agg(F.sum("samples"), F.count("*"), F.min("first_time")))
-    brokers_counted = sum(r["samples"] for r in summed if r["resource"] == RESOURCES[0])
-    return counted, brokers_counted, len(models), scratch
+    return sum(r["samples"] for r in summed if r["resource"] == RESOURCES[0]), len(models)
+
+
+def _fold(
+    spark: SparkSession,
+    options: ProfileOptions,
+    inputs: _Inputs,
+    latest: int,
+    keep_after: int,
+    scratch: str,
+    out: str,
+    step: Callable[[str], None],
+) -> Row:
+    """The fold and the state written to the state's scratch, the views to ``out``; returns the state's
+    (samples, bundles, first time)."""
+    state = fold.fold(
+        options.windows_minutes, latest, inputs.new, inputs.state, inputs.leaving, inputs.rebuilt, inputs.partitions
+    )
+    # a bundle past the retention has no sample left in any window (windows are shorter): it goes
+    state.where(F.col("last_time") > F.lit(keep_after)).write.parquet(f"{scratch}/bundles")
+    state = read_bundles(spark, f"{scratch}/bundles", options.windows_minutes)  # the views read what was written
+    for name, build in (
+        ("bundle_averages", lambda: fold.averages_view(state)),
+        ("bundle_windows", lambda: fold.windows_view(state, options.windows_minutes)),
+    ):
+        step(f"computing {name}")
+        build().coalesce(1).write.mode("overwrite").parquet(f"{out}/{name}")
+    return _one(state.agg(F.sum("samples"), F.count("*"), F.min("first_time")))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -590,7 +607,7 @@ def main(argv: list[str] | None = None) -> int:
     from pulsar_lb_operator.spark_jobs.session import build_session
 
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started this driver and its JVM
-    spark = build_session(args.master or (None if submitted else "local[2]"))
+    spark = build_session(args.master or (None if submitted else "local[2]"), short_lived=not args.full)
     try:
         summary = build_profile(
             spark,

@@ -109,3 +109,22 @@ def test_the_daemon_without_java_logs_the_same_line_and_goes_on(tmp_path):
     assert first["level"] == "warning" and "Spark needs Java" in first["reason"] and FIX in first["reason"]
     assert not [r for r in records if r["level"] == "error" or "exception" in r]
     assert [r for r in records[started:] if r["event"] == "plan"], "the cycles go on"
+
+
+JVM_ARGUMENTS = """
+import sys
+from pulsar_lb_operator.spark_jobs.session import build_session
+spark = build_session("local[1]", "jit-test", short_lived=True)
+print(list(spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()))
+spark.stop()
+"""
+
+
+def test_a_short_lived_session_compiles_with_c1_only_and_the_long_lived_one_with_c2(spark):
+    """``operator aggregate`` (an incremental run, tens of seconds) asks for C1 alone; the daemon's session, kept from
+    run to run, and a full recompute keep C2's faster code (the tests' session is built as theirs is)."""
+    arguments = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()
+    assert "-XX:TieredStopAtLevel=1" not in list(arguments)
+    done = subprocess.run([sys.executable, "-c", JVM_ARGUMENTS], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "-XX:TieredStopAtLevel=1" in done.stdout.splitlines()[-1]

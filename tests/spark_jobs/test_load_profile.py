@@ -279,7 +279,7 @@ def test_the_operator_reads_the_profile_and_aggregate_runs_from_the_cli(spark, c
     code = cli.main(["aggregate", "--history", history, "--out", str(out)])
     captured = capsys.readouterr()
     assert code == 0 and '"broker_samples": 1080' in captured.out
-    assert "computing bundle_averages" in captured.err and "fitting cost models" in captured.err
+    assert "computing bundle_averages" in captured.err and "cost models beside it" in captured.err
     profile = read_profile(str(out))
     assert len(profile.long_term) == 18 and profile.long_term[next(iter(profile.long_term))].num_samples == 360
     big = sim.by_name("big").id
