@@ -535,8 +535,7 @@ class _Beside:
             thread.join()
 
     def join(self) -> dict[str, Any]:
-        for thread in self.threads:
-            thread.join()
+        self.__exit__()
         if self.errors:
             raise self.errors[0]
         return self.results

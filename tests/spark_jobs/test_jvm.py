@@ -112,7 +112,6 @@ def test_the_daemon_without_java_logs_the_same_line_and_goes_on(tmp_path):
 
 
 JVM_ARGUMENTS = """
-import sys
 from pulsar_lb_operator.spark_jobs.session import build_session
 spark = build_session("local[1]", "jit-test", short_lived=True)
 print(list(spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()))
