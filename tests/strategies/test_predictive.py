@@ -147,8 +147,26 @@ def test_trusting_the_samples_after_a_miss_keeps_their_noise():
     assert noise > 0.4
     latest = {b: rs[-1] for b, rs in cast.residuals.items()}
     cast.trust_samples({"a:1", "b:1", "c:1"})
-    assert {b: statistics.median(rs) for b, rs in cast.residuals.items()} == pytest.approx(latest)
+    assert {b: statistics.median(rs[-forecast.RESIDUALS :]) for b, rs in cast.residuals.items()} == pytest.approx(
+        latest
+    )
     assert cast.noise() == pytest.approx(noise)
+
+
+def test_a_broker_departing_from_its_model_within_its_own_noise_keeps_its_model():
+    """a's samples jitter by points (its departures from its model swing ±3), b's by hundredths; both have last
+    read 1.4 and 1.6 above their models and now 0. For b that is a lasting change the model does not know: its
+    level counts it. For a it is its jitter, though twice the pooled noise (the quiet brokers' hundredths) is far
+    less: its level stays its model's."""
+    quiet = (0.02, -0.03, 0.01, -0.02, 0.03, -0.01)
+    residuals = {"a:1": (-3.0, 3.0, -2.5, 2.8, -3.1, 1.4, 1.6), "b:1": (*quiet, 1.4, 1.6), "c:1": (*quiet, 0.0, 0.0)}
+    state = StrategyState(predictive_residuals=residuals)
+    load, _, _ = build_load_data(heterogeneous(), {}, {}, ONE_HIT.grace_period_ms)
+    load = load.with_profile(PROFILE)
+    cast = forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state)
+    assert cast.sigma < 0.1
+    assert cast.usage("a:1") == pytest.approx(10.0)  # its model: 5 + one bundle of 5 points
+    assert cast.usage("b:1") == pytest.approx(50.0 + 1.4)
 
 
 def _pair(a_bundles, b_bundles):
