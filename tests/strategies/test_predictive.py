@@ -169,6 +169,14 @@ def test_a_broker_departing_from_its_model_within_its_own_noise_keeps_its_model(
     assert cast.usage("b:1") == pytest.approx(50.0 + 1.4)
 
 
+def test_traffic_near_the_largest_float_refines_a_borrowed_slope_without_an_error():
+    """A report's traffic near the largest float: the least-squares sums overflow to infinity, which the state
+    does not keep (``_finite``), where squaring the prediction with ``**`` raised OverflowError and failed the cycle."""
+    slope = forecast.Slope((1.0, 0.0, 0.0), 0.0, 0.0, True)
+    _, products, squares, count = forecast._learn(None, 0.0, 1.0, slope, (1e300, 0.0, 0.0))
+    assert (products, squares, count) == (1e300, float("inf"), 1)
+
+
 def _pair(a_bundles, b_bundles):
     """a and b, 5 % background each; a's bundles numbered from 9 down, b's from 0 up."""
     return snapshot(

@@ -343,7 +343,7 @@ def _learn(
     predicted = slope.delta(traffic)[0] / learned_scale(learned)  # the cluster's per-core slope, unrefined
     background, products, squares, count = learned if learned else (base, 0.0, 0.0, 0)
     if predicted > 0:
-        products, squares, count = products + (cpu - background) * predicted, squares + predicted**2, count + 1
+        products, squares, count = products + (cpu - background) * predicted, squares + predicted * predicted, count + 1
     return background, products, squares, count
 
 
