@@ -500,6 +500,23 @@ def _three(b_bundles):
 THREE = LoadProfile(cost_models=MappingProxyType({(b, "cpu"): model(5) for b in ("a:1", "b:1", "c:1")}))
 
 
+def test_the_spread_that_holds_the_trigger_back_is_the_steady_levels_not_the_samples():
+    """b's samples read 10.5 points over a's, but the brokers' steady levels (their models, what the plan moves)
+    are 6 apart: one noisy reading is no imbalance the target sees, and b is not acted on; it is where its steady
+    level is 12 points from a's."""
+    config = cfg()
+    count = config.loadBalancerAvgShedderHitCountLowThreshold
+    scores, steady = {"a:1": 45.0, "b:1": 55.5}, {"a:1": 47.0, "b:1": 53.0}
+    takers = {"a:1", "b:1"}
+
+    def triggered(low_hits, levels=steady):
+        state = StrategyState(avg_hits_low={"b:1": low_hits})
+        return debounce.hits(scores, 50, config, state, takers, 0.5, levels)[2]
+
+    assert "b:1" not in triggered(count - 1)
+    assert "b:1" in triggered(count - 1, {"a:1": 44.0, "b:1": 56.0})
+
+
 def test_a_broker_past_the_gap_is_left_alone_while_the_spread_is_under_twice_it():
     """b 6 points above the mean is past the gap (5: a third of AvgShedder's low gap); but no broker is 10 points
     below it, the spread the target asks for: moving a bundle would only carry the gap elsewhere."""
