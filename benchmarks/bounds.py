@@ -105,8 +105,8 @@ def balance_needs(
     count in their owner's usage but are no move's bundle.
 
     Each broker above the band must give away its largest bundles (at what each costs it) until under it — those
-    another broker can take without ending above the band (``_fits_somewhere``), or any, and then the broker that
-    received one that fits nowhere must give its own until under it (``_receiver_gives``); each
+    another broker can take without ending above the band (``_fits_somewhere``), or its fewest that include one
+    that fits nowhere, and then that one's receiver must give its own until under it (``_receiver_gives``); each
     broker below it must receive at least the fewest bundles whose costs there add up to its gap; and together the
     brokers below it must receive at least their total gap, which takes at least as many moves as the fewest
     bundles (of brokers not below the band, each at the most it costs on any of them, and none giving more than
@@ -142,11 +142,13 @@ def balance_needs(
         sizes = contributions[name]
         fitting = [sizes[b] for b in sizes if b in fits]
         given = _fewest_reaching(fitting, usage[name] - high)
-        unfitting = [k for k, b in enumerate(stats[name]) if b in sizes and b not in fits]
-        if unfitting:  # or its fewest of any, one that fits nowhere among them, and what its receiver must give
-            arriving = traffic[name][unfitting]
-            receiver = _receiver_gives(lines, traffic, contributions, forced, name, arriving, takers, high)
-            through = forced[name] + receiver
+        unfitting = {  # each bundle that fits nowhere: what its receiver must give
+            b: _receiver_gives(lines, traffic, contributions, forced, name, traffic[name][[k]], takers, high)
+            for k, b in enumerate(stats[name])
+            if b in sizes and b not in fits
+        }
+        if unfitting:  # or its fewest with some that fit nowhere, and what the receiver that must give most gives
+            through = min(_fewest_with(sizes, fits, unfitting, b, usage[name] - high) for b in unfitting)
             given = through if sum(fitting) < usage[name] - high else min(given, through)
         give += given
         most = max(most, given)
@@ -230,6 +232,16 @@ def _fewest_filling(
         heads[best] += 1
         moves += 1
     return int(moves)
+
+
+def _fewest_with(sizes: dict[str, float], fits: set[str], unfitting: dict[str, int], most: str, total: float) -> int:
+    """The fewest moves of a giver's bundles (``sizes``) adding up to ``total`` that include ``most``, one that fits
+    nowhere, and none whose receiver must give more than its receiver (``unfitting``: what each such receiver must
+    give), with those gives: the receiver of each bundle that fits nowhere gives at least its own count, so a set
+    of them costs at least the largest (``most``'s) — the largest others first."""
+    others = [size for b, size in sizes.items() if b != most and (b in fits or unfitting[b] <= unfitting[most])]
+    left = total - sizes[most]
+    return 1 + unfitting[most] + (_fewest_reaching(others, left) if left > 0 else 0)
 
 
 def _mean(usage: dict[str, float], names: set[str]) -> float:

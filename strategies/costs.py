@@ -31,7 +31,7 @@ def solve(sums: Mapping[str, float]) -> CostModel:
     beta = beta_scaled / scale
     n = sums["samples"]
     sse = sums["yy"] - 2 * beta @ xy + beta @ xx @ beta
-    sst = sums["yy"] - sums["y_sum"] ** 2 / n if n else 0.0
+    sst = sums["yy"] - sums["y_sum"] * sums["y_sum"] / n if n else 0.0  # a float product overflows to inf, ** raises
     r2 = 1 - sse / sst if sst > 1e-9 else (1.0 if sse <= 1e-9 else 0.0)
     return CostModel(
         float(beta[0]), float(beta[1]), float(beta[2]), float(beta[3]), float(max(min(r2, 1.0), -1.0)), int(n)

@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import struct
+from collections.abc import Sequence
 
 import pytest
 
@@ -409,16 +410,45 @@ def test_a_source_a_burst_leaves_low_is_the_jitter_columns_business_not_over_unl
     assert cells[OURS.label][6][report.COLUMNS[1]].verdict == "good"  # judged where it belongs: 2 unloads/h
 
 
-def _still_abc(name: str, namespaces: list[dict]) -> SimulatedCluster:
-    """Brokers a, b and c alike (8 cores, a message 0.1 % of a core, no jitter), ``namespaces`` all on a, and
-    nothing that moves or splits a bundle by itself: the test places them."""
+def test_a_bundle_that_fits_nowhere_is_counted_with_its_own_receiver():
+    """a carries a 20-point bundle, an 8-point one and four of 1 point (37 %); r1–r5 fifteen of 1 point each (20 %):
+    level 22.8, band 17.8–27.8. a must give 9.2 points: the 8-point bundle puts its receiver 0.2 over the band and
+    the 20-point one 12.2, so neither fits; its four small ones are 4 points. The fewest moves: the 8 and two 1s,
+    then the 8's receiver gives a 1: 4. Counting a's fewest of any (the 20) with the 8's receiver said 2, where a
+    plan that moves the 20 needs 13 more."""
+    one = {"bundles": 1, "topics": 1, "msg_size": 100}  # 40 msg/s a point: in and out at 0.1 % of a core each
+    receivers = [f"r{k}" for k in range(1, 6)]
+    cluster = _still_abc(
+        "two-unfitting",
+        [
+            {"name": "t/hot", "rate": 800, **one},
+            {"name": "t/mid", "rate": 320, **one},
+            *({"name": f"t/a{k}", "rate": 40, **one} for k in range(4)),
+            *({"name": f"t/{r}x{k}", "rate": 40, **one} for r in receivers for k in range(15)),
+        ],
+        ["a", *receivers],
+    )
+    ids = {b.name: b.id for b in cluster.brokers.values()}
+    for bundle in cluster.all_bundles():
+        namespace = bundle.split("/")[1]
+        cluster.ownership[bundle] = ids[namespace.split("x")[0] if "x" in namespace else "a"]
+    assert {b.name: round(cluster.true_usage(b.id), 6) for b in cluster.brokers.values()} == {
+        "a": 37.0,
+        **{r: 20.0 for r in receivers},
+    }
+    assert balance_needs(cluster)[0] == 4
+
+
+def _still_abc(name: str, namespaces: list[dict], names: Sequence[str] = "abc") -> SimulatedCluster:
+    """Brokers a, b and c (or ``names``) alike (8 cores, a message 0.1 % of a core, no jitter), ``namespaces`` all
+    on a, and nothing that moves or splits a bundle by itself: the test places them."""
     broker = {"cores": 8, "cost_per_msg": 0.1, "cost_per_mib": 0, "background_cpu": 0.05, "jitter": 0}
     scenario = parse_scenario(
         {
             "name": name,
             "seed": 3,
             "duration_minutes": 5,
-            "brokers": [{"name": n, **broker} for n in "abc"],
+            "brokers": [{"name": n, **broker} for n in names],
             "namespaces": namespaces,
             "initial_owners": {"a": 1},
             "config": {"loadBalancerSheddingEnabled": False, "loadBalancerAutoBundleSplitEnabled": False},

@@ -147,8 +147,34 @@ def test_trusting_the_samples_after_a_miss_keeps_their_noise():
     assert noise > 0.4
     latest = {b: rs[-1] for b, rs in cast.residuals.items()}
     cast.trust_samples({"a:1", "b:1", "c:1"})
-    assert {b: statistics.median(rs) for b, rs in cast.residuals.items()} == pytest.approx(latest)
+    assert {b: statistics.median(rs[-forecast.RESIDUALS :]) for b, rs in cast.residuals.items()} == pytest.approx(
+        latest
+    )
     assert cast.noise() == pytest.approx(noise)
+
+
+def test_a_broker_departing_from_its_model_within_its_own_noise_keeps_its_model():
+    """a's samples jitter by points (its departures from its model swing ±3), b's by hundredths; both have last
+    read 1.4 and 1.6 above their models and now 0. For b that is a lasting change the model does not know: its
+    level counts it. For a it is its jitter, though twice the pooled noise (the quiet brokers' hundredths) is far
+    less: its level stays its model's."""
+    quiet = (0.02, -0.03, 0.01, -0.02, 0.03, -0.01)
+    residuals = {"a:1": (-3.0, 3.0, -2.5, 2.8, -3.1, 1.4, 1.6), "b:1": (*quiet, 1.4, 1.6), "c:1": (*quiet, 0.0, 0.0)}
+    state = StrategyState(predictive_residuals=residuals)
+    load, _, _ = build_load_data(heterogeneous(), {}, {}, ONE_HIT.grace_period_ms)
+    load = load.with_profile(PROFILE)
+    cast = forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state)
+    assert cast.sigma < 0.1
+    assert cast.usage("a:1") == pytest.approx(10.0)  # its model: 5 + one bundle of 5 points
+    assert cast.usage("b:1") == pytest.approx(50.0 + 1.4)
+
+
+def test_traffic_near_the_largest_float_refines_a_borrowed_slope_without_an_error():
+    """A report's traffic near the largest float: the least-squares sums overflow to infinity, which the state
+    does not keep (``_finite``), where squaring the prediction with ``**`` raised OverflowError and failed the cycle."""
+    slope = forecast.Slope((1.0, 0.0, 0.0), 0.0, 0.0, True)
+    _, products, squares, count = forecast._learn(None, 0.0, 1.0, slope, (1e300, 0.0, 0.0))
+    assert (products, squares, count) == (1e300, float("inf"), 1)
 
 
 def _pair(a_bundles, b_bundles):
@@ -472,6 +498,23 @@ def _three(b_bundles):
 
 
 THREE = LoadProfile(cost_models=MappingProxyType({(b, "cpu"): model(5) for b in ("a:1", "b:1", "c:1")}))
+
+
+def test_the_spread_that_holds_the_trigger_back_is_the_steady_levels_not_the_samples():
+    """b's samples read 10.5 points over a's, but the brokers' steady levels (their models, what the plan moves)
+    are 6 apart: one noisy reading is no imbalance the target sees, and b is not acted on; it is where its steady
+    level is 12 points from a's."""
+    config = cfg()
+    count = config.loadBalancerAvgShedderHitCountLowThreshold
+    scores, steady = {"a:1": 45.0, "b:1": 55.5}, {"a:1": 47.0, "b:1": 53.0}
+    takers = {"a:1", "b:1"}
+
+    def triggered(low_hits, levels=steady):
+        state = StrategyState(avg_hits_low={"b:1": low_hits})
+        return debounce.hits(scores, 50, config, state, takers, 0.5, levels)[2]
+
+    assert "b:1" not in triggered(count - 1)
+    assert "b:1" in triggered(count - 1, {"a:1": 44.0, "b:1": 56.0})
 
 
 def test_a_broker_past_the_gap_is_left_alone_while_the_spread_is_under_twice_it():

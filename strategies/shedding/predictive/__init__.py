@@ -5,10 +5,10 @@ so they over-place; rate-based ones ignore background load (the 10/50/70 co-tena
 broker (``forecast``) both are predictable. Each cycle:
 
 1. **When** (``debounce``): brokers are scored as AvgShedder scores them and debounced with its hit counters
-   (no history EMA, so nothing is unloaded twice), and none is acted on while the spread is within the target;
-   a broker that carries nothing — one that joined or came back — is acted on without hits; after a broker
-   leaves or a new one joins, or someone else splits a bundle, the shedder waits until every broker has reported
-   since.
+   (no history EMA, so nothing is unloaded twice), and none is acted on while the spread of their steady levels
+   is within the target; a broker that carries nothing — one that joined or came back — is acted on without hits;
+   after a broker leaves or a new one joins, or someone else splits a bundle, the shedder waits until every
+   broker has reported since.
 2. **Where to** (``endstate``): the balanced level every broker that can take load would share, each at its own
    cost, and the plan that brings every broker into the band around it with the fewest moves, then topics.
 3. **This cycle's moves** (``endstate.EndState.this_cycle``): as much of the plan as the rails let through, the

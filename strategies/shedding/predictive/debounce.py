@@ -51,7 +51,10 @@ def hits(
     None of the ``takers`` (brokers that can take load) is acted on while their spread — the hottest less the
     coolest, the pair AvgShedder compares — is under twice the gap: a broker just past the gap on one side, with
     none as far on the other, is as balanced as the target asks, and moving it would only carry the gap elsewhere.
-    Its counters go on counting: one noisy sample that puts the spread under twice the gap clears nothing.
+    The spread is read on their ``steady`` levels (what a plan moves), not on the samples: the hottest and coolest
+    of a dozen noisy samples are further apart than the brokers are, and one noisy reading put a receiver that
+    had just been filled past the target and had it give back. Its counters go on counting: one sample that
+    puts the spread under twice the gap clears nothing.
 
     A single sample under the gap by less than the samples' ``noise`` (their standard deviation, in points) is held:
     the broker's counters neither count nor clear. A broker whose steady level sits just past the gap dips under it
@@ -63,7 +66,7 @@ def hits(
     high, low = dict(state.avg_hits_high), dict(state.avg_hits_low)
     triggered, dipped = set(), set()
     settled = settled_gap(config)
-    within = [scores[b] for b in takers if b in scores]
+    within = [steady.get(b, scores[b]) for b in takers if b in scores]
     paired = bool(within) and max(within) - min(within) < 2 * settled
     for broker, value in scores.items():
         gap = abs(value - mean)

@@ -10,13 +10,16 @@ Bandwidth is exact: a bundle's bytes over the NIC's limit.
 
 A CPU sample is noisy (a point or more on a busy broker: as large as a bundle), so plans are made on each
 broker's **steady** level: its model's prediction, plus the median of its last ``RESIDUALS`` departures from the
-model when that median is beyond twice the samples' noise (one noisy sample moves a median of three by nothing;
-something the model does not know — another process starting on the machine — moves it in two samples). The
-noise is measured from the departures themselves.
+model when that median is beyond twice the broker's own samples' noise (one noisy sample moves a median of three
+by nothing; something the model does not know — another process starting on the machine — moves it in two
+samples). The noise is measured from the departures themselves: each broker's from its last ``NOISE_WINDOW``
+(machines jitter differently, and a noisy one's jitter is no lasting change), pooled for the plan's margins.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -34,6 +37,7 @@ from pulsar_lb_operator.strategies.state import PendingMove, StrategyState
 MIN_R2 = 0.8  # a cost model explaining less of its CPU than this is not trusted: the cluster's slope is used
 MIN_SAMPLES = 10  # nor one fitted on fewer samples (the Spark job's windows hold hundreds)
 RESIDUALS = 3  # the steady level's median: one outlier among three is ignored, a lasting change is seen at two
+NOISE_WINDOW = 10  # departures kept per broker: its own samples' noise is measured over the last ten
 KBIT_PER_BYTE = 8 / 1000  # LocalBrokerData's bandwidth is in kbit/s
 MAD_TO_SIGMA = 1.4826  # the median absolute deviation of normal noise times this is its standard deviation
 Traffic = tuple[float, float, float]  # msg rate in + out, throughput in, throughput out
@@ -197,15 +201,15 @@ class Forecast:
             models[b] = base + slope[b].delta(report.traffic)[0]
             if (scale := slope[b].scale) is not None:
                 self.scales[b] = scale
-            self.residuals[b] = (*state.predictive_residuals.get(b, ())[-(RESIDUALS - 1) :], cpu - models[b])
+            self.residuals[b] = (*state.predictive_residuals.get(b, ())[-(NOISE_WINDOW - 1) :], cpu - models[b])
         self.sigma = self.noise()
         self._offset: dict[str, float] = {}
         for b, model in models.items():
-            recent = self.residuals[b]
+            recent = self.residuals[b][-RESIDUALS:]
             offset = statistics.median(recent) if len(recent) == RESIDUALS else 0.0
-            # a lasting departure beyond twice the noise (a sample's noise does that one time in twenty) is
-            # something the model does not know, such as another process on the machine: it counts
-            self._offset[b] = offset if abs(offset) > 2 * self.sigma else 0.0
+            # a lasting departure beyond twice the broker's noise (a sample's noise does that one time in twenty)
+            # is something the model does not know, such as another process on the machine: it counts
+            self._offset[b] = offset if abs(offset) > 2 * self.broker_noise(b) else 0.0
             self.points[b][0] = max(model + self._offset[b], 0.0)
 
     def trust_samples(self, brokers: set[str]) -> None:
@@ -216,23 +220,36 @@ class Forecast:
         would tell ``noise`` there is none (the hit counters' dip hold and the plan's margins would lose it)."""
         for b in brokers & set(self.residuals):
             recent = self.residuals[b]
-            latest, centre = recent[-1], statistics.median(recent)
+            latest, centre = recent[-1], statistics.median(recent[-RESIDUALS:])
             shifted = tuple(r - centre + latest for r in recent)
             self.residuals[b] = (latest,) * (RESIDUALS - len(recent)) + shifted
             self.points[b][0] = max(self.points[b][0] - self._offset[b] + latest, 0.0)
             self._offset[b] = latest
 
     def noise(self) -> float:
-        """The CPU samples' noise in points: the spread of each broker's departures from the model around their own
-        median, pooled (median absolute deviation, as a standard deviation); before the brokers have two samples,
-        the spread of this cycle's departures across brokers; 0 with fewer than three brokers to tell."""
-        deviations = [abs(r - statistics.median(rs)) for rs in self.residuals.values() if len(rs) > 1 for r in rs]
+        """The CPU samples' noise in points: the spread of each broker's last ``RESIDUALS`` departures from the model
+        around their own median, pooled (median absolute deviation, as a standard deviation); before the brokers
+        have two samples, the spread of this cycle's departures across brokers; 0 with fewer than three brokers to
+        tell."""
+        recent = [rs[-RESIDUALS:] for rs in self.residuals.values()]
+        deviations = [abs(r - statistics.median(rs)) for rs in recent if len(rs) > 1 for r in rs]
         if not deviations:
             latest = [rs[-1] for rs in self.residuals.values()]
             if len(latest) < 3:
                 return 0.0
             deviations = [abs(r - statistics.median(latest)) for r in latest]
         return MAD_TO_SIGMA * statistics.median(deviations)
+
+    def broker_noise(self, broker: str) -> float:
+        """The broker's own CPU samples' noise in points: machines differ (a busier or older one jitters more), and
+        the pooled noise would read a noisy broker's jitter as a lasting change. From the differences of its
+        successive departures from its model (a lasting change is one large difference, which their median
+        ignores), once it has four; the pooled noise until then."""
+        recent = self.residuals.get(broker, ())
+        steps = [abs(later - earlier) for earlier, later in itertools.pairwise(recent)]
+        if len(steps) < RESIDUALS:
+            return self.sigma
+        return MAD_TO_SIGMA * statistics.median(steps) / math.sqrt(2)
 
     def usage(self, broker: str, points: Sequence[float] | None = None) -> float:
         p = self.points[broker] if points is None else points
@@ -326,7 +343,7 @@ def _learn(
     predicted = slope.delta(traffic)[0] / learned_scale(learned)  # the cluster's per-core slope, unrefined
     background, products, squares, count = learned if learned else (base, 0.0, 0.0, 0)
     if predicted > 0:
-        products, squares, count = products + (cpu - background) * predicted, squares + predicted**2, count + 1
+        products, squares, count = products + (cpu - background) * predicted, squares + predicted * predicted, count + 1
     return background, products, squares, count
 
 
