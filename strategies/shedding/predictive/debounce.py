@@ -52,9 +52,9 @@ def hits(
     coolest, the pair AvgShedder compares — is under twice the gap: a broker just past the gap on one side, with
     none as far on the other, is as balanced as the target asks, and moving it would only carry the gap elsewhere.
     The spread is read on their ``steady`` levels (what a plan moves), not on the samples: the hottest and coolest
-    of a dozen noisy samples are further apart than the brokers are, and one noisy reading put a receiver that
-    had just been filled past the target and had it give back. Its counters go on counting: one sample that
-    puts the spread under twice the gap clears nothing.
+    of a dozen noisy samples are further apart than the brokers are, and a receiver just filled would be read
+    past the target by one noisy sample and give back. Its counters go on counting: one sample that puts the
+    spread under twice the gap clears nothing.
 
     A single sample under the gap by less than the samples' ``noise`` (their standard deviation, in points) is held:
     the broker's counters neither count nor clear. A broker whose steady level sits just past the gap dips under it

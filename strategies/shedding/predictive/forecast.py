@@ -247,7 +247,7 @@ class Forecast:
         ignores), once it has four; the pooled noise until then."""
         recent = self.residuals.get(broker, ())
         steps = [abs(later - earlier) for earlier, later in itertools.pairwise(recent)]
-        if len(steps) < RESIDUALS:
+        if len(recent) < 4:  # three differences: the fewest a median can ignore one of
             return self.sigma
         return MAD_TO_SIGMA * statistics.median(steps) / math.sqrt(2)
 
