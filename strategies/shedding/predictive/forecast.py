@@ -246,9 +246,9 @@ class Forecast:
         successive departures from its model (a lasting change is one large difference, which their median
         ignores), once it has four; the pooled noise until then."""
         recent = self.residuals.get(broker, ())
-        steps = [abs(later - earlier) for earlier, later in itertools.pairwise(recent)]
         if len(recent) < 4:  # three differences: the fewest a median can ignore one of
             return self.sigma
+        steps = [abs(later - earlier) for earlier, later in itertools.pairwise(recent)]
         return MAD_TO_SIGMA * statistics.median(steps) / math.sqrt(2)
 
     def usage(self, broker: str, points: Sequence[float] | None = None) -> float:
