@@ -172,10 +172,11 @@ def test_a_broker_that_jitters_more_than_the_rest_is_not_read_off_its_level():
 
 
 def test_a_broker_a_point_past_the_gap_is_balanced_though_its_samples_dip_well_under_it():
-    """scale-in#27 (a development run): after the leave, a broker sits a point past the 5-point gap; a sample is a
-    point or more off, and so is the mean it is compared with, so every few cycles one read it 2 points inside the
-    gap, beyond the noise the dip hold allowed, and cleared its low hit count: balanced 17 cycles after the leave,
-    where the rails' floor is 8. Its model's level says it is past the gap: one reading under it is held."""
+    """scale-in#27 (a development run): after the leave, a broker's steady level sits under a point past the 5-point
+    gap; a sample is a point or more off, and so is the mean it is compared with, so every few cycles one read it 2
+    points inside the gap, beyond the noise the dip hold allowed, and cleared its low hit count: balanced 17 cycles
+    after the leave, where the rails' floor is 8. Its model's level says it is past the gap: one reading under it is
+    held."""
     result = run(families.generate("scale-in", 27), OURS)
     (event,) = [p for p in result.metrics["segments"] if p["kind"] == "event"]
     assert event["cycles"] is not None and event["cycles"] <= event["floor"] + 2, event
@@ -183,7 +184,7 @@ def test_a_broker_a_point_past_the_gap_is_balanced_though_its_samples_dip_well_u
 
 
 def test_a_spread_over_the_target_is_seen_through_a_fit_a_point_or_two_off():
-    """mixed#26 (a development run): after a scale-in, one broker's fit is 1.6 points under its true level, within
+    """mixed#26 (a development run): after a traffic change, one broker's fit is 1.6 points under its true level, within
     twice its noise, so its steady level stayed its model's: the spread of 10.3 points read as 8.8 and held every
     broker for 13 cycles past the floor, though its samples counted past the gap all along; after the scale-out
     that follows, 21. The trigger reads the bias its departures show."""

@@ -168,10 +168,10 @@ def test_a_broker_departing_from_its_model_within_its_own_noise_keeps_its_model(
 
 
 def test_the_trigger_reads_a_bias_the_departures_show_since_the_last_lasting_change():
-    """a's fit is about 1.9 points low: its departures swing ±1 around that, so no three of them are beyond twice its
-    noise and its steady level (what plans move) stays its model's, but their mean is beyond twice its standard
-    error, and the level the trigger reads counts it. b's departures were 20 points while another process ran on its
-    machine, and are nothing since it stopped: only those since count, and b has no bias."""
+    """a's fit is about 1.9 points low: its departures swing ±1 around that, the median of its last three is within
+    twice its noise and its steady level (what plans move) stays its model's, but their mean is beyond twice its
+    standard error, and the level the trigger reads counts it. b's departures were 20 points while another process
+    ran on its machine, and are nothing since it stopped: only those since count, and b has no bias."""
     residuals = {
         "a:1": (3.0, 1.0, 3.1, 0.9, 2.9, 1.1, 3.0, 1.0, 2.5),
         "b:1": (20.0, 20.1, 19.9, 20.0, 0.1, -0.1, 0.2, -0.2, 0.1),
