@@ -6,9 +6,9 @@ broker (``forecast``) both are predictable. Each cycle:
 
 1. **When** (``debounce``): brokers are scored as AvgShedder scores them and debounced with its hit counters
    (no history EMA, so nothing is unloaded twice), and none is acted on while the spread of their steady levels
-   is within the target; a broker that carries nothing — one that joined or came back — is acted on without hits;
-   after a broker leaves or a new one joins, or someone else splits a bundle, the shedder waits until every
-   broker has reported since.
+   (less the bias their samples show) is within the target; a broker that carries nothing — one that joined or
+   came back — is acted on without hits; after a broker leaves or a new one joins, or someone else splits a
+   bundle, the shedder waits until every broker has reported since.
 2. **Where to** (``endstate``): the balanced level every broker that can take load would share, each at its own
    cost, and the plan that brings every broker into the band around it with the fewest moves, then topics.
 3. **This cycle's moves** (``endstate.EndState.this_cycle``): as much of the plan as the rails let through, the
@@ -100,8 +100,7 @@ class _Cycle:
             config,
             state,
             self.takers,
-            self.forecast.sigma,
-            {b: self.forecast.usage(b) for b in scores},
+            {b: self.forecast.unbiased(b) for b in scores},
         )
         self.empty = debounce.empty(load) & self.takers
         sheddable = load.sheddable_bundles()

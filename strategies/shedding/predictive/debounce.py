@@ -42,7 +42,6 @@ def hits(
     config: LoadBalancerConfig,
     state: StrategyState,
     takers: Set[str],
-    noise: float,
     steady: Mapping[str, float],
 ) -> tuple[dict[str, int], dict[str, int], set[str], frozenset[str]]:
     """AvgShedder's two hit counters, per broker, on its distance from the mean; the brokers triggered; the brokers
@@ -51,18 +50,20 @@ def hits(
     None of the ``takers`` (brokers that can take load) is acted on while their spread — the hottest less the
     coolest, the pair AvgShedder compares — is under twice the gap: a broker just past the gap on one side, with
     none as far on the other, is as balanced as the target asks, and moving it would only carry the gap elsewhere.
-    The spread is read on their ``steady`` levels (what a plan moves), not on the samples: the hottest and coolest
+    The spread is read on their ``steady`` levels (their models', less a bias their departures show:
+    ``forecast.Forecast.unbiased``), not on the samples: the hottest and coolest
     of a dozen noisy samples are further apart than the brokers are, and a receiver just filled would be read
     past the target by one noisy sample and give back. Its counters go on counting: one sample that puts the
     spread under twice the gap clears nothing.
 
-    A single sample under the gap by less than the samples' ``noise`` (their standard deviation, in points) is held:
-    the broker's counters neither count nor clear. A broker whose steady level sits just past the gap dips under it
-    now and then, and clearing on each dip restarted its low hit count, so it waited many times the count. Two
-    readings under the gap in a row clear, as does one under it by more than the noise (at most half the gap, so a
-    broker at the mean always clears): a broker whose traffic jitters around the mean crosses the gap and comes
-    back, and must not add up its crossings into a trigger. A broker already triggered (one being balanced) is not
-    held: under the gap, it is done."""
+    A single reading under the gap, where the broker's ``steady`` level is past it, is held: the broker's counters
+    neither count nor clear. A sample is a point or more off the broker's level, the mean it is compared with moves by
+    as much, and a broker whose level sits a point past the gap reads under it every few cycles: clearing on each such
+    dip would restart its low hit count, and it would wait many times the count. Where the steady level says it is past
+    the gap, one reading under it, however deep, is a sample's error, not the broker's. Two readings under the gap in a
+    row clear, as does any where the steady level is inside the gap too: a broker whose traffic jitters around the mean
+    crosses the gap and comes back, and must not add up its crossings into a trigger. A broker already triggered (one
+    being balanced) is not held: under the gap, it is done."""
     high, low = dict(state.avg_hits_high), dict(state.avg_hits_low)
     triggered, dipped = set(), set()
     settled = settled_gap(config)
@@ -75,7 +76,7 @@ def hits(
             and low.get(broker, 0) < config.loadBalancerAvgShedderHitCountLowThreshold
             and abs(steady.get(broker, mean) - mean) >= settled
         )
-        if gap < settled - (min(noise, settled / 2) if holdable else 0.0):
+        if gap < settled and not holdable:
             high.pop(broker, None)
             low.pop(broker, None)
             continue

@@ -13,7 +13,9 @@ broker's **steady** level: its model's prediction, plus the median of its last `
 model when that median is beyond twice the broker's own samples' noise (one noisy sample moves a median of three
 by nothing; something the model does not know — another process starting on the machine — moves it in two
 samples). The noise is measured from the departures themselves: each broker's from its last ``NOISE_WINDOW``
-(machines jitter differently, and a noisy one's jitter is no lasting change), pooled for the plan's margins.
+(machines jitter differently, and a noisy one's jitter is no lasting change), pooled for the plan's margins. The
+trigger reads each level less the bias its departures show (``Forecast.unbiased``): a fit a point off is within
+the noise of any one sample, not of their mean.
 """
 
 from __future__ import annotations
@@ -250,6 +252,25 @@ class Forecast:
             return self.sigma
         steps = [abs(later - earlier) for earlier, later in itertools.pairwise(recent)]
         return MAD_TO_SIGMA * statistics.median(steps) / math.sqrt(2)
+
+    def unbiased(self, broker: str) -> float:
+        """The broker's usage at its steady level, less its model's bias where its departures show one: what the trigger
+        reads (``debounce.hits``). A fit a point or two off a broker's true level departs by less than twice its noise,
+        which the steady level leaves alone, and the trigger would read a spread just over the target as under it for as
+        long as the fit lasts. The bias is the mean of its departures since the last lasting change (those within three
+        times its noise of the last three's median, newest first), counted where no lasting change is counted already
+        and the mean is beyond twice its standard error (noise ÷ √count). Plans are not made on it: after a move the
+        departures kept are of the traffic the broker no longer carries."""
+        kept, own = self.residuals.get(broker, ()), self.broker_noise(broker)
+        if self._offset.get(broker) or len(kept) < 4:
+            return self.usage(broker)
+        centre = statistics.median(kept[-RESIDUALS:])
+        since = list(itertools.takewhile(lambda r: abs(r - centre) <= 3 * own, reversed(kept)))
+        bias = sum(since) / len(since) if since else 0.0
+        if len(since) < 4 or abs(bias) <= 2 * own / math.sqrt(len(since)):
+            return self.usage(broker)
+        cpu, *rest = self.points[broker]
+        return self.usage(broker, [max(cpu + bias, 0.0), *rest])
 
     def usage(self, broker: str, points: Sequence[float] | None = None) -> float:
         p = self.points[broker] if points is None else points
