@@ -132,7 +132,8 @@ def sigkill_and_restart(scenario: Scenario) -> Tally:
             code2, text2 = _finish(second, signal.SIGTERM)
             if code2 != 0:
                 tally.daemon_crashes += 1
-                tally.notes.append(f"restarted process exited {code2}")
+                last = [line[:300] for line in text2.splitlines()[-3:]]  # where it was when it had to be killed
+                tally.notes.append(f"restarted process exited {code2}; its last lines: {last}")
             text += text2
         finally:
             clock.stop.set()
