@@ -51,10 +51,9 @@ def hits(
     coolest, the pair AvgShedder compares — is under twice the gap: a broker just past the gap on one side, with
     none as far on the other, is as balanced as the target asks, and moving it would only carry the gap elsewhere.
     The spread is read on their ``steady`` levels (their models', less a bias their departures show:
-    ``forecast.Forecast.unbiased``), not on the samples: the hottest and coolest
-    of a dozen noisy samples are further apart than the brokers are, and a receiver just filled would be read
-    past the target by one noisy sample and give back. Its counters go on counting: one sample that puts the
-    spread under twice the gap clears nothing.
+    ``forecast.Forecast.unbiased``), not on the samples: the hottest and coolest of a dozen noisy samples are further
+    apart than the brokers are, and a receiver just filled would be read past the target by one noisy sample and
+    give back. Its counters go on counting: one sample that puts the spread under twice the gap clears nothing.
 
     A single reading under the gap, where the broker's ``steady`` level is past it, is held: the broker's counters
     neither count nor clear. A sample is a point or more off the broker's level, the mean it is compared with moves by

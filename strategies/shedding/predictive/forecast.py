@@ -40,6 +40,7 @@ MIN_R2 = 0.8  # a cost model explaining less of its CPU than this is not trusted
 MIN_SAMPLES = 10  # nor one fitted on fewer samples (the Spark job's windows hold hundreds)
 RESIDUALS = 3  # the steady level's median: one outlier among three is ignored, a lasting change is seen at two
 NOISE_WINDOW = 10  # departures kept per broker: its own samples' noise is measured over the last ten
+OWN_NOISE_FROM = 4  # departures before a broker's own noise is measured: three differences, a median ignores one
 KBIT_PER_BYTE = 8 / 1000  # LocalBrokerData's bandwidth is in kbit/s
 MAD_TO_SIGMA = 1.4826  # the median absolute deviation of normal noise times this is its standard deviation
 Traffic = tuple[float, float, float]  # msg rate in + out, throughput in, throughput out
@@ -248,7 +249,7 @@ class Forecast:
         successive departures from its model (a lasting change is one large difference, which their median
         ignores), once it has four; the pooled noise until then."""
         recent = self.residuals.get(broker, ())
-        if len(recent) < 4:  # three differences: the fewest a median can ignore one of
+        if len(recent) < OWN_NOISE_FROM:
             return self.sigma
         steps = [abs(later - earlier) for earlier, later in itertools.pairwise(recent)]
         return MAD_TO_SIGMA * statistics.median(steps) / math.sqrt(2)
@@ -261,13 +262,15 @@ class Forecast:
         times its noise of the last three's median, newest first), counted where no lasting change is counted already
         and the mean is beyond twice its standard error (noise ÷ √count). Plans are not made on it: after a move the
         departures kept are of the traffic the broker no longer carries."""
-        kept, own = self.residuals.get(broker, ()), self.broker_noise(broker)
-        if self._offset.get(broker) or len(kept) < 4:
+        kept = self.residuals.get(broker, ())
+        if self._offset.get(broker) or len(kept) < OWN_NOISE_FROM:
             return self.usage(broker)
-        centre = statistics.median(kept[-RESIDUALS:])
+        own, centre = self.broker_noise(broker), statistics.median(kept[-RESIDUALS:])
         since = list(itertools.takewhile(lambda r: abs(r - centre) <= 3 * own, reversed(kept)))
-        bias = sum(since) / len(since) if since else 0.0
-        if len(since) < 4 or abs(bias) <= 2 * own / math.sqrt(len(since)):
+        if len(since) < OWN_NOISE_FROM:  # as many as the broker's own noise needs
+            return self.usage(broker)
+        bias = sum(since) / len(since)
+        if abs(bias) <= 2 * own / math.sqrt(len(since)):
             return self.usage(broker)
         cpu, *rest = self.points[broker]
         return self.usage(broker, [max(cpu + bias, 0.0), *rest])
