@@ -504,6 +504,32 @@ def test_the_exact_program_finds_the_plan_the_greedy_packing_misses():
     assert len(rows) == 2  # each giver's 6: the greedy's choice, which no packing lands in the band
 
 
+def test_of_plans_as_short_the_exact_program_keeps_the_one_that_leaves_the_brokers_closest():
+    """A receiver 9 points under the level needs two 2.5-point bundles (a band of 4.5). A giver a point over the
+    level could give both — its bundles disconnect one topic each, the others' three — and end 4 under, with two
+    brokers left 4 over: a spread of 8, within the band, which estimates a few tenths off may read as the target.
+    One bundle from each of the two brokers 4 over leaves a spread of 5.5 in as many moves: kept, before topics."""
+    sizes = {"g1:1": (36.0, 1.0, 1), "g2:1": (36.0, 4.0, 3), "g3:1": (36.0, 4.0, 3)}  # level, over it, topics
+    reports = {}
+    for name, (fixed, over, topics) in sizes.items():
+        parts = {bundle(f"t/{name[:2]}", 0): fixed + over - 10.0} | {bundle(f"u/{name[:2]}", i): 2.5 for i in range(2)}
+        topic_counts = {b: 1 if b.startswith("t/") else topics for b in parts}
+        stats_ = {b: stats(p * 50, p * 50, topics=topic_counts[b]) for b, p in parts.items()}
+        used = (5.0 + sum(parts.values())) / 100 * CPU
+        reports[name] = broker_report(cpu=(used, CPU), bw_in=(0, NIC), bw_out=(0, NIC), bundles=stats_)
+    reports["r:1"] = broker(5, {bundle("t/r", 0): 36.0 - 9.0 - 5.0})
+    snap = snapshot(reports)
+    profile = LoadProfile(cost_models=MappingProxyType({(b, "cpu"): model(5) for b in reports}))
+    load = build_load_data(snap, {}, {}, ONE_HIT.grace_period_ms)[0].with_profile(profile)
+    state = StrategyState()
+    prediction = forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state)
+    movable = {b: sorted(x for x in r.lastStats if x.startswith("u/")) for b, r in snap.brokers.items()}
+    plan = endstate.plan(load, prediction, movable, set(snap.brokers), 4.5, ONE_HIT, {}, {}, {"r:1"})
+    assert plan.target == pytest.approx(36.0) and plan.outside() == set() and len(plan.moves) == 2
+    assert sorted(giver for giver, _, _ in plan.moves) == ["g2:1", "g3:1"]
+    assert plan.spread() == pytest.approx(5.5)
+
+
 def _three(b_bundles):
     """a, b and c, 5 % background each, 3-point bundles and a 1-point one; a and c at 42, b with ``b_bundles``."""
     return snapshot(
