@@ -5,6 +5,7 @@ import random
 import statistics
 from types import MappingProxyType
 
+import numpy as np
 import pytest
 
 from pulsar_lb_operator.strategies import StrategyState, plan_cycle
@@ -186,12 +187,15 @@ def test_the_trigger_reads_a_bias_the_departures_show_since_the_last_lasting_cha
     assert cast.unbiased("b:1") == pytest.approx(50.0)
 
 
-def test_traffic_near_the_largest_float_refines_a_borrowed_slope_without_an_error():
-    """A report's traffic near the largest float: the least-squares sums overflow to infinity, which the state
-    does not keep (``_finite``), where squaring the prediction with ``**`` raised OverflowError and failed the cycle."""
-    slope = forecast.Slope((1.0, 0.0, 0.0), 0.0, 0.0, True)
-    _, products, squares, count = forecast._learn(None, 0.0, 1.0, slope, (1e300, 0.0, 0.0))
-    assert (products, squares, count) == (1e300, float("inf"), 1)
+def test_a_prediction_near_the_largest_float_refines_a_borrowed_slope_without_an_error():
+    """A prediction near the largest float (a cost model far out of range priced the traffic): the least-squares
+    sums overflow to infinity, which the state does not keep (``_finite``), where squaring the prediction with ``**``
+    raised OverflowError and failed the cycle."""
+    report = broker_report(cpu=(8.0, CPU), bw_in=(0, NIC), bw_out=(0, NIC), bundles={bundle("t/ns", 0): stats(1.0)})
+    loaded = snapshot({"new:1": report}).brokers["new:1"]
+    learned = forecast._learned_now((0.0, 0.0, 0.0, 0), loaded, np.array([1e300, 0.0, 0.0]))
+    assert learned is not None and learned[1:] == (1e300, float("inf"), 1)
+    assert forecast.learned_scale(learned) == 1.0  # infinity over infinity: nothing learned
 
 
 def _pair(a_bundles, b_bundles):
@@ -457,7 +461,9 @@ def test_the_balanced_level_shares_traffic_by_capacity():
 
 def test_a_new_broker_is_known_from_its_capacity_and_refined_from_its_samples():
     """No model for ``new``: its slope is the cluster's per-core cost over its CPU limit; as its samples show its
-    traffic costing it twice that, its scale moves toward 2 (the capacity's estimate counting as one sample)."""
+    traffic costing it twice that, its scale moves toward 2 (the capacity's estimate counting as one sample) — from
+    the first report that shows it, so the cycle that reads it plans on it (a second fill after a first that fell
+    short is not planned on the estimate that made it fall short)."""
 
     def report(used, bundles, at):
         stats_ = {b: stats(points * 50, points * 50) for b, points in bundles.items()}
@@ -476,6 +482,8 @@ def test_a_new_broker_is_known_from_its_capacity_and_refined_from_its_samples():
         slope = forecast.slopes(load, state)
         if k == 0:
             assert slope["new:1"].borrowed and slope["new:1"].cpu[0] == pytest.approx(0.01)
+        if k == 1:  # its first sample with traffic: twice, with the capacity's 1 as a sample of its own
+            assert slope["new:1"].cpu[0] == pytest.approx(0.01 * (2 + 1) / (1 + 1))
         prediction = forecast.Forecast(load, ONE_HIT, slope, state)
         state = state.evolve(predictive_learned=prediction.learned)
     # background 5 (seen empty), then 10 points for what the cluster's slope says costs 5: twice, twice
