@@ -459,6 +459,26 @@ def test_the_balanced_level_shares_traffic_by_capacity():
     assert endstate.balanced_level(prediction, {"small:1", "big:1"}) == pytest.approx(5 + 12)
 
 
+def test_a_balanced_level_outside_the_brokers_usage_is_not_planned_toward():
+    """Traffic moved from the hottest broker to the coolest lowers the one and raises the other until they meet, so
+    the balanced level lies between them. Brokers alike in cores and NIC but not in what they pay get one pooled
+    cost, and the level the models' shares give can fall outside (a run of the heterogeneous family planned
+    toward a level above every broker and moved nothing at a spread of 22 points): their mean usage stands in."""
+
+    class Models:  # two brokers whose models price the whole cluster's mix at 10 points, where they use 35 and 55
+        def __init__(self):
+            self.traffic = {"a:1": (1.0, 0.0, 0.0), "b:1": (1.0, 0.0, 0.0)}
+            self.levels = {"a:1": 40.0, "b:1": 60.0}
+
+        def linear(self, broker):
+            return np.array([5.0, 0.0, 0.0]), np.array([[5.0, 0.0, 0.0], [0.0] * 3, [0.0] * 3]), 0.0
+
+        def usage(self, broker):
+            return self.levels[broker]
+
+    assert endstate.balanced_level(Models(), {"a:1", "b:1"}) == pytest.approx(50.0)
+
+
 def test_a_new_broker_is_known_from_its_capacity_and_refined_from_its_samples():
     """No model for ``new``: its slope is the cluster's per-core cost over its CPU limit; as its samples show its
     traffic costing it twice that, its scale moves toward 2 (the capacity's estimate counting as one sample) — from

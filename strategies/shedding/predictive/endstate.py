@@ -125,12 +125,16 @@ def balanced_level(forecast: Forecast, takers: set[str]) -> float:
     """The usage the ``takers`` would all have carrying their traffic together, each a share of the same mix at its
     own cost: the level where their shares add up to the whole (one whose background alone is above it holds
     none). On alike brokers, their mean usage; their mean usage too where the models give no such level (a model
-    far out of range: ``shed`` runs under ``np.errstate``, so its overflows are no warnings)."""
+    far out of range: ``shed`` runs under ``np.errstate``, so its overflows are no warnings), or one outside the
+    coolest and the hottest broker's usage now: traffic moved from the hottest to the coolest lowers the one and
+    raises the other until they meet, so a level outside them says the models price a share of the cluster's mix
+    other than what each broker's own mix costs it (brokers alike in cores and NIC but not in what they pay)."""
     names = sorted(takers)
     if not names:
         return 0.0
     level = _level_of_shares([forecast.linear(b) for b in names], np.sum([forecast.traffic[b] for b in names], axis=0))
-    return float(np.mean([forecast.usage(b) for b in names])) if level is None else level
+    usage = [forecast.usage(b) for b in names]
+    return float(np.mean(usage)) if level is None or not min(usage) <= level <= max(usage) else level
 
 
 def _level_of_shares(lines: list[tuple[np.ndarray, np.ndarray, float]], whole: np.ndarray) -> float | None:
