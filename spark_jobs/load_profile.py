@@ -12,7 +12,8 @@ Output, each a small Parquet dataset under ``<out>``:
     bundle_averages   per bundle: short (10) and long (1000) sample averages, Pulsar's TimeAverageMessageData
     bundle_windows    per bundle and window: samples, p50/p95/max of msg rate and throughput (within 1%)
     broker_profile    per broker: mean/p95 of weighted max usage over the window, std and CV over the short window
-    cost_model        per broker and resource: usage% = intercept + a·msg rate + b·throughput in + c·throughput out
+    cost_model        per broker and resource: usage% = intercept + a·msg rate + b·throughput in + c·throughput out,
+                      and the fit's sums about its means (``centred``: alike brokers' fits are pooled from them)
     hot_bundles       bundles over the split thresholds in a sustained share of recent samples
 
 **Incremental.** The job keeps its state beside the profile (``state.py``): per bundle the averages and

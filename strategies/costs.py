@@ -4,11 +4,19 @@ usage% = intercept + a·(msg rate in + out) + b·throughput in + c·throughput o
 from the sums of the normal equations, so the Spark job (spark_jobs/load_profile.py) can compute the
 sums over any amount of history and solve here on the driver, and ``CostLearner`` can keep the same
 sums in process. The intercept is the broker's background usage.
+
+One broker's fit is exact for traffic mixed as its own is, but its tenants' traffic rises and falls nearly
+together, so it cannot tell what a message costs from what a byte does: its slopes trade a large negative cost of
+one for a large positive other, and a bundle of another tenant's mix is mispredicted (by half on some machines).
+Brokers of one machine type pay the same for a message and a byte, each with a background of its own, and
+carry different tenants' shares: ``pooled`` fits them together, from each fit's sums about its own means, with no
+cost below zero (a message or a byte never frees CPU).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import itertools
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
 import numpy as np
@@ -26,16 +34,62 @@ def solve(sums: Mapping[str, float]) -> CostModel:
         for j in range(i, N):
             xx[i, j] = xx[j, i] = sums[f"xx_{i}_{j}"]
     xy = np.array([sums[f"xy_{i}"] for i in range(N)])
-    scale = np.sqrt(np.maximum(np.diag(xx), 1e-12))  # column scaling keeps the system well conditioned
-    beta_scaled, *_ = np.linalg.lstsq(xx / np.outer(scale, scale), xy / scale, rcond=1e-10)
-    beta = beta_scaled / scale
+    beta = _least_squares(xx, xy)
     n = sums["samples"]
     sse = sums["yy"] - 2 * beta @ xy + beta @ xx @ beta
     sst = sums["yy"] - sums["y_sum"] * sums["y_sum"] / n if n else 0.0  # a float product overflows to inf, ** raises
     r2 = 1 - sse / sst if sst > 1e-9 else (1.0 if sse <= 1e-9 else 0.0)
+    # about the means: Σxxᵀ − Σx Σxᵀ / n and Σxy − Σx Σy / n (xx[0] holds n and Σx, xy[0] Σy)
+    centred_xx = xx[1:, 1:] - np.outer(xx[0, 1:], xx[0, 1:]) / n if n else np.zeros((N - 1, N - 1))
+    centred_xy = xy[1:] - xx[0, 1:] * xy[0] / n if n else np.zeros(N - 1)
+    upper = [float(centred_xx[i, j]) for i in range(N - 1) for j in range(i, N - 1)]
     return CostModel(
-        float(beta[0]), float(beta[1]), float(beta[2]), float(beta[3]), float(max(min(r2, 1.0), -1.0)), int(n)
+        float(beta[0]),
+        float(beta[1]),
+        float(beta[2]),
+        float(beta[3]),
+        float(max(min(r2, 1.0), -1.0)),
+        int(n),
+        (*upper, *(float(v) for v in centred_xy)),
     )
+
+
+def _least_squares(xx: np.ndarray, xy: np.ndarray) -> np.ndarray:
+    """β minimising the squares whose normal equations are xx·β = xy."""
+    scale = np.sqrt(np.maximum(np.diag(xx), 1e-12))  # column scaling keeps the system well conditioned
+    beta_scaled, *_ = np.linalg.lstsq(xx / np.outer(scale, scale), xy / scale, rcond=1e-10)
+    return np.asarray(beta_scaled / scale)
+
+
+def pooled(fits: Iterable[tuple[CostModel, float]]) -> np.ndarray | None:
+    """The traffic's cost shared by ``fits`` of alike brokers, each with its own intercept — (msg rate, throughput
+    in, throughput out) in usage % × the weight given with each fit (its CPU limit: the cost per core) — with no
+    cost below zero; None when a fit carries no ``centred`` sums (a profile written before they were kept) or they
+    give nothing finite.
+
+    Non-negative least squares over three costs: each subset of them held at zero is solved, and the one with the
+    least squares among those with no negative cost is kept (eight small solves)."""
+    xx, xy = np.zeros((N - 1, N - 1)), np.zeros(N - 1)
+    rows, columns = np.triu_indices(N - 1)
+    for model, weight in fits:
+        if len(model.centred) != len(rows) + N - 1:
+            return None
+        upper = np.zeros((N - 1, N - 1))
+        upper[rows, columns] = model.centred[: len(rows)]
+        xx += upper + np.triu(upper, 1).T
+        xy += weight * np.array(model.centred[len(rows) :])
+    if not (np.isfinite(xx).all() and np.isfinite(xy).all()) or not xx.any():
+        return None
+    best: tuple[float, np.ndarray] | None = None
+    for free in itertools.product((False, True), repeat=N - 1):
+        beta = np.zeros(N - 1)
+        keep = np.array(free)
+        if keep.any():
+            beta[keep] = _least_squares(xx[np.ix_(keep, keep)], xy[keep])
+        loss = float(beta @ xx @ beta - 2 * beta @ xy)  # the squares, less what no β changes
+        if (beta >= 0).all() and np.isfinite(loss) and (best is None or loss < best[0]):
+            best = (loss, beta)
+    return None if best is None else best[1]
 
 
 class CostLearner:

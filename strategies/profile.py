@@ -16,7 +16,11 @@ from pulsar_lb_operator.strategies.averages import MessageAverage
 
 @dataclass(frozen=True)
 class CostModel:
-    """usage% = intercept + per_msg_rate·msg/s + per_byte_in·B/s in + per_byte_out·B/s out."""
+    """usage% = intercept + per_msg_rate·msg/s + per_byte_in·B/s in + per_byte_out·B/s out.
+
+    ``centred``: the fit's sums about its samples' means — Σ(x − x̄)(x − x̄)ᵀ's upper triangle (6 values, row by
+    row) then Σ(x − x̄)(y − ȳ) (3), x the traffic and y the usage % — from which the fits of alike brokers are
+    pooled into one (``costs.pooled``); empty in a profile written before they were kept."""
 
     intercept: float
     per_msg_rate: float
@@ -24,6 +28,7 @@ class CostModel:
     per_byte_out: float
     r2: float
     samples: int
+    centred: tuple[float, ...] = ()
 
     def predict(self, msg_rate: float, throughput_in: float, throughput_out: float) -> float:
         return (

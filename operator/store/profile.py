@@ -53,7 +53,13 @@ def read_profile(uri: str) -> LoadProfile | None:
         cost_models=MappingProxyType(
             {
                 (r["broker"], r["resource"]): CostModel(
-                    r["intercept"], r["per_msg_rate"], r["per_byte_in"], r["per_byte_out"], r["r2"], r["samples"]
+                    r["intercept"],
+                    r["per_msg_rate"],
+                    r["per_byte_in"],
+                    r["per_byte_out"],
+                    r["r2"],
+                    r["samples"],
+                    tuple(r.get("centred") or ()),  # a profile written before the sums were kept has none
                 )
                 for r in models
             }

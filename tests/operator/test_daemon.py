@@ -7,6 +7,7 @@ import signal
 import subprocess
 import threading
 import time
+import types
 
 import pytest
 import requests
@@ -221,6 +222,20 @@ def write_profile(root, models):
     pq.write_table(
         pa.table({c: pa.array([], pa.float64()) for c in ("bundle", "hot_share", "boundary")}), root / "hot_bundles"
     )
+
+
+def test_a_profile_keeps_the_cost_sums_and_one_written_before_them_still_loads(tmp_path):
+    """The sums alike brokers' fits are pooled from round-trip through the profile's Parquet; a profile an earlier
+    version wrote has no such column, and its models load without them (the shedder then averages the fits)."""
+    from pulsar_lb_operator.store.profile import read_profile
+    from pulsar_lb_operator.strategies import CostModel
+
+    model = CostModel(5.0, 0.002, 2e-7, 1e-7, 0.99, 48, tuple(float(v) for v in range(9)))
+    write_profile(tmp_path / "now", {("b1", "cpu"): model})
+    assert read_profile(str(tmp_path / "now")).cost_models[("b1", "cpu")] == model
+    old = {k: v for k, v in vars(model).items() if k != "centred"}
+    write_profile(tmp_path / "before", {("b1", "cpu"): types.SimpleNamespace(**old)})
+    assert read_profile(str(tmp_path / "before")).cost_models[("b1", "cpu")].centred == ()
 
 
 @pytest.mark.parametrize("served", ["heterogeneous-10-50-70"], indirect=True)

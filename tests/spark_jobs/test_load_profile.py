@@ -284,6 +284,7 @@ def test_the_operator_reads_the_profile_and_aggregate_runs_from_the_cli(spark, c
     assert len(profile.long_term) == 18 and profile.long_term[next(iter(profile.long_term))].num_samples == 360
     big = sim.by_name("big").id
     assert profile.cost_models[(big, "cpu")].per_msg_rate > 0
+    assert len(profile.cost_models[(big, "cpu")].centred) == 9  # the sums alike brokers' fits are pooled from
     assert cli.main(["aggregate", "--history", str(tmp_path / "none"), "--out", str(out)]) == 2
     assert "no history at" in capsys.readouterr().err
 

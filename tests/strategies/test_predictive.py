@@ -5,6 +5,7 @@ import random
 import statistics
 from types import MappingProxyType
 
+import numpy as np
 import pytest
 
 from pulsar_lb_operator.strategies import StrategyState, plan_cycle
@@ -186,12 +187,15 @@ def test_the_trigger_reads_a_bias_the_departures_show_since_the_last_lasting_cha
     assert cast.unbiased("b:1") == pytest.approx(50.0)
 
 
-def test_traffic_near_the_largest_float_refines_a_borrowed_slope_without_an_error():
-    """A report's traffic near the largest float: the least-squares sums overflow to infinity, which the state
-    does not keep (``_finite``), where squaring the prediction with ``**`` raised OverflowError and failed the cycle."""
-    slope = forecast.Slope((1.0, 0.0, 0.0), 0.0, 0.0, True)
-    _, products, squares, count = forecast._learn(None, 0.0, 1.0, slope, (1e300, 0.0, 0.0))
-    assert (products, squares, count) == (1e300, float("inf"), 1)
+def test_a_prediction_near_the_largest_float_refines_a_borrowed_slope_without_an_error():
+    """A prediction near the largest float (a cost model far out of range priced the traffic): the least-squares
+    sums overflow to infinity, which the state does not keep (``_finite``), where squaring the prediction with ``**``
+    raised OverflowError and failed the cycle."""
+    report = broker_report(cpu=(8.0, CPU), bw_in=(0, NIC), bw_out=(0, NIC), bundles={bundle("t/ns", 0): stats(1.0)})
+    loaded = snapshot({"new:1": report}).brokers["new:1"]
+    learned = forecast._learned_now((0.0, 0.0, 0.0, 0), loaded, np.array([1e300, 0.0, 0.0]))
+    assert learned is not None and learned[1:] == (1e300, float("inf"), 1)
+    assert forecast.learned_scale(learned) == 1.0  # infinity over infinity: nothing learned
 
 
 def _pair(a_bundles, b_bundles):
@@ -455,9 +459,31 @@ def test_the_balanced_level_shares_traffic_by_capacity():
     assert endstate.balanced_level(prediction, {"small:1", "big:1"}) == pytest.approx(5 + 12)
 
 
+def test_a_balanced_level_outside_the_brokers_usage_is_not_planned_toward():
+    """Traffic moved from the hottest broker to the coolest lowers the one and raises the other until they meet, so
+    the balanced level lies between them. Brokers alike in cores and NIC but not in what they pay get one pooled
+    cost, and the level the models' shares give can fall outside (a run of the heterogeneous family planned
+    toward a level above every broker and moved nothing at a spread of 22 points): their mean usage stands in."""
+
+    class Models:  # two brokers whose models price the whole cluster's mix at 10 points, where they use 35 and 55
+        def __init__(self):
+            self.traffic = {"a:1": (1.0, 0.0, 0.0), "b:1": (1.0, 0.0, 0.0)}
+            self.levels = {"a:1": 40.0, "b:1": 60.0}
+
+        def linear(self, broker):
+            return np.array([5.0, 0.0, 0.0]), np.array([[5.0, 0.0, 0.0], [0.0] * 3, [0.0] * 3]), 0.0
+
+        def usage(self, broker):
+            return self.levels[broker]
+
+    assert endstate.balanced_level(Models(), {"a:1", "b:1"}) == pytest.approx(50.0)
+
+
 def test_a_new_broker_is_known_from_its_capacity_and_refined_from_its_samples():
     """No model for ``new``: its slope is the cluster's per-core cost over its CPU limit; as its samples show its
-    traffic costing it twice that, its scale moves toward 2 (the capacity's estimate counting as one sample)."""
+    traffic costing it twice that, its scale moves toward 2 (the capacity's estimate counting as one sample) — from
+    the first report that shows it, so the cycle that reads it plans on it (a second fill after a first that fell
+    short is not planned on the estimate that made it fall short)."""
 
     def report(used, bundles, at):
         stats_ = {b: stats(points * 50, points * 50) for b, points in bundles.items()}
@@ -476,6 +502,8 @@ def test_a_new_broker_is_known_from_its_capacity_and_refined_from_its_samples():
         slope = forecast.slopes(load, state)
         if k == 0:
             assert slope["new:1"].borrowed and slope["new:1"].cpu[0] == pytest.approx(0.01)
+        if k == 1:  # its first sample with traffic: twice, with the capacity's 1 as a sample of its own
+            assert slope["new:1"].cpu[0] == pytest.approx(0.01 * (2 + 1) / (1 + 1))
         prediction = forecast.Forecast(load, ONE_HIT, slope, state)
         state = state.evolve(predictive_learned=prediction.learned)
     # background 5 (seen empty), then 10 points for what the cluster's slope says costs 5: twice, twice
@@ -502,6 +530,32 @@ def test_the_exact_program_finds_the_plan_the_greedy_packing_misses():
     assert all(abs(end - 45.0) < 2.0 for end in plan.ends.values())
     rows = endstate._fewest(endstate._items(load, prediction, movable, plan.level, 45.0, 2.0, {}, {}), plan)
     assert len(rows) == 2  # each giver's 6: the greedy's choice, which no packing lands in the band
+
+
+def test_of_plans_as_short_the_exact_program_keeps_the_one_that_leaves_the_brokers_closest():
+    """A receiver 9 points under the level needs two 2.5-point bundles (a band of 4.5). A giver a point over the
+    level could give both — its bundles disconnect one topic each, the others' three — and end 4 under, with two
+    brokers left 4 over: a spread of 8, within the band, which estimates a few tenths off may read as the target.
+    One bundle from each of the two brokers 4 over leaves a spread of 5.5 in as many moves: kept, before topics."""
+    sizes = {"g1:1": (36.0, 1.0, 1), "g2:1": (36.0, 4.0, 3), "g3:1": (36.0, 4.0, 3)}  # level, over it, topics
+    reports = {}
+    for name, (fixed, over, topics) in sizes.items():
+        parts = {bundle(f"t/{name[:2]}", 0): fixed + over - 10.0} | {bundle(f"u/{name[:2]}", i): 2.5 for i in range(2)}
+        topic_counts = {b: 1 if b.startswith("t/") else topics for b in parts}
+        stats_ = {b: stats(p * 50, p * 50, topics=topic_counts[b]) for b, p in parts.items()}
+        used = (5.0 + sum(parts.values())) / 100 * CPU
+        reports[name] = broker_report(cpu=(used, CPU), bw_in=(0, NIC), bw_out=(0, NIC), bundles=stats_)
+    reports["r:1"] = broker(5, {bundle("t/r", 0): 36.0 - 9.0 - 5.0})
+    snap = snapshot(reports)
+    profile = LoadProfile(cost_models=MappingProxyType({(b, "cpu"): model(5) for b in reports}))
+    load = build_load_data(snap, {}, {}, ONE_HIT.grace_period_ms)[0].with_profile(profile)
+    state = StrategyState()
+    prediction = forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state)
+    movable = {b: sorted(x for x in r.lastStats if x.startswith("u/")) for b, r in snap.brokers.items()}
+    plan = endstate.plan(load, prediction, movable, set(snap.brokers), 4.5, ONE_HIT, {}, {}, {"r:1"})
+    assert plan.target == pytest.approx(36.0) and plan.outside() == set() and len(plan.moves) == 2
+    assert sorted(giver for giver, _, _ in plan.moves) == ["g2:1", "g3:1"]
+    assert plan.spread() == pytest.approx(5.5)
 
 
 def _three(b_bundles):

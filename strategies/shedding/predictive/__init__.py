@@ -10,7 +10,8 @@ broker (``forecast``) both are predictable. Each cycle:
    came back — is acted on without hits; after a broker leaves or a new one joins, or someone else splits a
    bundle, the shedder waits until every broker has reported since.
 2. **Where to** (``endstate``): the balanced level every broker that can take load would share, each at its own
-   cost, and the plan that brings every broker into the band around it with the fewest moves, then topics.
+   cost, and the plan that brings every broker into the band around it with the fewest moves, then the
+   narrowest spread, then topics.
 3. **This cycle's moves** (``endstate.EndState.this_cycle``): as much of the plan as the rails let through, the
    moves that lead fastest to the end state first; what the plan cannot fix, one best move at a time
    (``pairing``), splitting a bundle too big to move (``splits``, with the split trigger's splits).

@@ -5,13 +5,15 @@ to equalise it, each broker at its own cost (``balanced_level``): moving load on
 lowers the cluster's mean, so the mean of today's usage is not where the brokers end.
 
 **The plan** brings every broker into the band around it — the band where the hit counters leave a broker alone
-(``debounce.settled_gap``), less the forecast's measured error — with the fewest moves, then the fewest topics
-disconnected: an optimisation over which bundle goes where. Each giver's fewest bundles that land it in the band
-are packed onto the receivers (``packing``: largest first onto the lowest, then a bounded search); where that
-leaves a broker out of the band, or uses more moves than the givers' and receivers' own counts need, the whole
-choice is made again as a mixed-integer program (HiGHS, through ``scipy.optimize.milp``) — bundles of any broker
-above the level, receivers below it, within the namespace policies and under the overload threshold — with a
-deterministic node budget, and kept when it is better.
+(``debounce.settled_gap``), less the forecast's measured error — with the fewest moves, then the narrowest spread
+(the hottest broker that can take load less the coolest, where the trigger holds and the target is judged), then the
+fewest topics disconnected: an optimisation over which bundle goes where. Each giver's fewest bundles that land it
+in the band are packed onto the receivers (``packing``: largest first onto the lowest, then a bounded search); where
+that leaves a broker out of the band, lands the brokers within the noise of twice the band apart (estimates a few
+tenths off cannot tell such a spread from the target), or uses more moves than the givers' and receivers' own counts
+need, the whole choice is made again as a mixed-integer program (HiGHS, through ``scipy.optimize.milp``) — bundles
+of any broker above the level, receivers below it, within the namespace policies and under the overload threshold —
+with a deterministic node budget, and kept when it is better.
 
 **This cycle's moves**, when the rails' caps spread the plan over cycles: first what each giver must give now for
 the plan to take no more cycles than it needs (a giver with more moves than the per-broker cap allows in the
@@ -66,6 +68,12 @@ class EndState:
         for another (the trigger's own gap: just past the band by its steady level, it may be inside in truth)."""
         return self.band if broker in self.triggered else self.band + self.noise
 
+    def spread(self) -> float:
+        """The hottest less the coolest broker that can take load, where the plan leaves them: the spread the trigger
+        holds at (``debounce.hits``) and the target is judged on."""
+        ends = [self.ends[b] for b in self.takers if b in self.ends]
+        return max(ends) - min(ends) if ends else 0.0
+
     def outside(self) -> set[str]:
         """Brokers the plan leaves beyond their tolerance: any that can take load, and one that cannot (a
         co-tenant) above."""
@@ -117,12 +125,16 @@ def balanced_level(forecast: Forecast, takers: set[str]) -> float:
     """The usage the ``takers`` would all have carrying their traffic together, each a share of the same mix at its
     own cost: the level where their shares add up to the whole (one whose background alone is above it holds
     none). On alike brokers, their mean usage; their mean usage too where the models give no such level (a model
-    far out of range: ``shed`` runs under ``np.errstate``, so its overflows are no warnings)."""
+    far out of range: ``shed`` runs under ``np.errstate``, so its overflows are no warnings), or one outside the
+    coolest and the hottest broker's usage now: traffic moved from the hottest to the coolest lowers the one and
+    raises the other until they meet, so a level outside them says the models price a share of the cluster's mix
+    other than what each broker's own mix costs it (brokers alike in cores and NIC but not in what they pay)."""
     names = sorted(takers)
     if not names:
         return 0.0
     level = _level_of_shares([forecast.linear(b) for b in names], np.sum([forecast.traffic[b] for b in names], axis=0))
-    return float(np.mean([forecast.usage(b) for b in names])) if level is None else level
+    usage = [forecast.usage(b) for b in names]
+    return float(np.mean(usage)) if level is None or not min(usage) <= level <= max(usage) else level
 
 
 def _level_of_shares(lines: list[tuple[np.ndarray, np.ndarray, float]], whole: np.ndarray) -> float | None:
@@ -286,12 +298,14 @@ def _state(found: _Candidates, chosen: list[tuple[int, int]], base: EndState, so
     return replace(base, moves=tuple(sorted(moves)), drops=drops, ends=ends, solver=solver)
 
 
-def _score(state: EndState, found: _Candidates) -> tuple[int, float, int, int]:
-    """Lower is better: brokers out of the band, points out of it, then moves, then topics disconnected."""
+def _score(state: EndState, found: _Candidates) -> tuple[int, float, int, float, int]:
+    """Lower is better: brokers out of the band, points out of it, then moves, then the spread, then topics
+    disconnected."""
     outside = state.outside()
     out = sum(abs(state.ends[b] - state.target) - state.tolerance(b) for b in outside)
     topics = {bundle: count for _, bundle, _, _, count in found.items}
-    return (len(outside), round(out, 6), len(state.moves), sum(topics[bundle] for _, bundle, _ in state.moves))
+    moved = sum(topics[bundle] for _, bundle, _ in state.moves)
+    return (len(outside), round(out, 6), len(state.moves), round(state.spread(), 6), moved)
 
 
 def _greedy(found: _Candidates, chosen: list[int], base: EndState, config: LoadBalancerConfig) -> EndState:
@@ -305,10 +319,12 @@ def _greedy(found: _Candidates, chosen: list[int], base: EndState, config: LoadB
 
 
 def _may_pay(greedy: EndState, found: _Candidates) -> bool:
-    """Whether the exact program can do better than the greedy plan: it leaves a broker out of the band, or it
-    makes more moves than the givers' and receivers' own counts need (each giver's fewest largest bundles that take
-    it to the band, each receiver's fewest largest arrivals that bring it there)."""
-    if greedy.outside():
+    """Whether the exact program can do better than the greedy plan: it leaves a broker out of the band; it leaves
+    the brokers further apart than twice the band less the noise (a spread a few tenths off the trigger's, which
+    the estimates cannot tell from it: as few moves may land them closer); or it makes more moves than the givers'
+    and receivers' own counts need (each giver's fewest largest bundles that take it to the band, each receiver's
+    fewest largest arrivals that bring it there)."""
+    if greedy.outside() or greedy.spread() > 2 * (greedy.band - greedy.noise):
         return True
     level, target = greedy.level, greedy.target
     need_give = need_take = 0
@@ -334,8 +350,9 @@ def _milp(found: _Candidates, base: EndState) -> EndState | None:
     """The plan as a mixed-integer program: x[item, receiver] ∈ {0, 1}, each item to one receiver at most; every
     broker involved ends within the band (within the tolerance if it starts there) or pays for each hundredth of a
     point outside it more than every candidate move costs
-    together; each move costs 1, plus its topics as a fraction of a move (so topics only break ties between plans
-    of as many moves). None when HiGHS does not finish within its budgets."""
+    together; each move costs 1, plus the spread of the takers' ends and its topics, each less than a move in all
+    (so they only break ties between plans of as many moves). None when HiGHS does not finish within its
+    budgets."""
     # imported here: the rest of the strategies (the Spark job's cost fits among them) needs numpy only
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import coo_matrix
@@ -345,10 +362,15 @@ def _milp(found: _Candidates, base: EndState) -> EndState | None:
     brokers = sorted({found.items[row][0] for row in found.rows} | set(found.receivers))
     index = {b: k for k, b in enumerate(brokers)}
     most_topics = max(found.items[row][4] for row in found.rows) + 1
+    level, target = base.level, base.target
+    # the spread of the takers' ends, hottest (u) less coolest (l): those the program leaves bound them
+    left = [level[b] for b in base.takers - set(brokers)]
+    span = max(level.values()) - min(level.values()) + 1.0  # more than any plan's spread but one far off the band
     costs = np.concatenate(
         [
-            1 + np.array([found.items[found.rows[k]][4] for k, _ in pairs]) / (most_topics * (count + 1)),
+            1 + np.array([found.items[found.rows[k]][4] for k, _ in pairs]) / (2 * most_topics * (count + 1)),
             np.full(2 * len(brokers), (count + 1.0) / STRICTLY),  # a point above or below the band
+            [0.5 / span, -0.5 / span],  # u − l: less than a move in all, as are the topics
         ]
     )
     rows, columns, values = [], [], []
@@ -369,7 +391,21 @@ def _milp(found: _Candidates, base: EndState) -> EndState | None:
         giver, _, _, drop, _ = found.items[found.rows[row]]
         effect[index[giver]].append((k, -drop))
         effect[index[found.receivers[column]]].append((k, float(found.rise[row, column])))
-    level, target = base.level, base.target
+    spread_u, spread_l = count + 2 * len(brokers), count + 2 * len(brokers) + 1
+    for b, name in enumerate(brokers):
+        if name not in base.takers:
+            continue
+        for side, extreme in ((+1, spread_u), (-1, spread_l)):  # side · end ≤ side · (u or l)
+            for k, v in effect[b]:
+                rows.append(constraint)
+                columns.append(k)
+                values.append(side * v)
+            rows.append(constraint)
+            columns.append(extreme)
+            values.append(-float(side))
+            lower.append(-np.inf)
+            upper.append(-side * level[name])
+            constraint += 1
     for b, name in enumerate(brokers):
         tolerance = base.tolerance(name)
         width = (tolerance if abs(level[name] - target) <= tolerance else base.band) - STRICTLY
@@ -384,10 +420,13 @@ def _milp(found: _Candidates, base: EndState) -> EndState | None:
             lower.append(-np.inf)
             upper.append(side * (bound - level[name]))
             constraint += 1
-    size = count + 2 * len(brokers)
+    size = count + 2 * len(brokers) + 2
     matrix = coo_matrix((values, (rows, columns)), shape=(constraint, size)).tocsr()
-    integrality = np.concatenate([np.ones(count), np.zeros(2 * len(brokers))])
-    bounds = Bounds(np.zeros(size), np.concatenate([np.ones(count), np.full(2 * len(brokers), np.inf)]))
+    integrality = np.concatenate([np.ones(count), np.zeros(2 * len(brokers) + 2)])
+    bounds = Bounds(
+        np.concatenate([np.zeros(count + 2 * len(brokers)), [max(left, default=-np.inf), -np.inf]]),
+        np.concatenate([np.ones(count), np.full(2 * len(brokers), np.inf), [np.inf, min(left, default=np.inf)]]),
+    )
     started = time.monotonic()
     result = milp(
         costs,

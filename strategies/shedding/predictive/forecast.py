@@ -1,12 +1,13 @@
 """What each broker's usage is, and what moving a bundle will do to it: per-broker cost models over the snapshot.
 
-A broker's CPU is ``background + slope · traffic`` (traffic: msg rate in + out, throughput in, throughput out).
-The slope is the cluster's per-core cost of traffic, from the good fits of the brokers' cost models
-(``spark_jobs/load_profile.py``), over the broker's own capacity (its CPU limit, 100 × cores), scaled to what its
-own traffic costs it by its fit (``slopes``); the background is its fit's intercept. A broker with no good fit —
-one that just joined has no history at all — is known from its capacity alone, its scale refined from its samples
-as they arrive (against what it used when it carried nothing: a broker joins empty); its samples are its level.
-Bandwidth is exact: a bundle's bytes over the NIC's limit.
+A broker's CPU is ``background + slope · traffic`` (traffic: msg rate in + out, throughput in, throughput out). The
+slope is the per-core cost of traffic of the broker's kind of machine, the good fits of the brokers' cost models
+(``spark_jobs/load_profile.py``) of that kind pooled into one (``costs.pooled``), over its own capacity (its CPU
+limit, 100 × cores), scaled to what its own traffic costs it by its fit (``slopes``); the background is its fit's
+intercept. A broker with no good fit — one that just joined has no history at all — is known from its capacity
+alone, its scale refined from its samples as they arrive, the latest included (against what it used when it carried
+nothing: a broker joins empty); its samples are its level. Bandwidth is exact: a bundle's bytes over the NIC's
+limit.
 
 A CPU sample is noisy (a point or more on a busy broker: as large as a bundle), so plans are made on each
 broker's **steady** level: its model's prediction, plus the median of its last ``RESIDUALS`` departures from the
@@ -30,6 +31,7 @@ from typing import TypeGuard
 import numpy as np
 
 from pulsar_lb_operator.strategies import bundles as bundle_names
+from pulsar_lb_operator.strategies import costs
 from pulsar_lb_operator.strategies.config import LoadBalancerConfig
 from pulsar_lb_operator.strategies.loaddata import LoadData
 from pulsar_lb_operator.strategies.profile import CostModel
@@ -61,6 +63,7 @@ class Slope:
     bandwidth_out: float
     borrowed: bool  # the broker's own fit was poor or missing: the cluster's per-core slope over its capacity
     scale: tuple[float, float] | None = None  # a fitted broker's ``fitted_scale``, kept from cycle to cycle
+    learned: tuple[float, float, float, int] | None = None  # a borrowed one's ``learned_scale`` sums, this sample in
 
     def delta(self, traffic: Traffic) -> tuple[float, float, float]:
         cpu = sum(c * t for c, t in zip(self.cpu, traffic))
@@ -77,10 +80,11 @@ def slopes(load: LoadData, state: StrategyState) -> dict[str, Slope] | None:
     A broker's fit is exact for traffic mixed as its own is (it was fitted on it), but a tenant's traffic moves its
     message rate and bytes together, so the fit cannot always tell what a message costs from what a byte does, and
     may say a bundle of another mix costs less than nothing. So each broker's slope is the per-core cost of traffic
-    of its kind (``_kind``: the good fits' slopes × their CPU limit, pooled by samples, none below zero; the whole
-    cluster's for a kind with no good fit) over its own CPU limit, scaled so that its own traffic costs what its fit
-    says (``fitted_scale``: a machine slower per core pays more); a broker with no good fit is scaled by what its
-    samples say (``learned_scale``), 1 until they do."""
+    of its kind (``_kind``: the good fits of alike brokers pooled into one, whose different tenants' shares tell
+    the costs apart, none below zero — ``costs.pooled``; the whole cluster's for a kind with no good fit) over its
+    own CPU limit, scaled so that its own traffic costs what its fit says (``fitted_scale``: a machine slower per
+    core pays more); a broker with no good fit is scaled by what its samples say (``learned_scale``), 1 until they
+    do."""
     brokers = load.snapshot.brokers
     models = {b: load.cost_models.get((b, "cpu")) for b in brokers}
     fitted = {b: m for b, m in models.items() if good(m) and brokers[b].cpu.limit > 0}
@@ -98,17 +102,18 @@ def slopes(load: LoadData, state: StrategyState) -> dict[str, Slope] | None:
     for b, report in brokers.items():
         kind = per_kind.get(_kind(report))
         per_core = (pooled if kind is None else kind) / (report.cpu.limit or 1.0)
-        kept = None
+        kept, learned = None, None
         if b in fitted:
             carried = report.traffic if any(report.traffic) else mix  # an empty broker: the cluster's mix
             kept = fitted_scale(fitted[b], per_core, state.predictive_scales.get(b), carried)
             scale = kept[0]
         else:
-            scale = learned_scale(state.predictive_learned.get(b))
+            learned = _learned_now(state.predictive_learned.get(b), report, per_core)
+            scale = learned_scale(learned)
         nic_in = report.bandwidthIn.limit or float("inf")
         nic_out = report.bandwidthOut.limit or float("inf")
         cpu: Traffic = tuple(float(v) for v in per_core * scale)  # type: ignore[assignment]
-        out[b] = Slope(cpu, KBIT_PER_BYTE * 100 / nic_in, KBIT_PER_BYTE * 100 / nic_out, b not in fitted, kept)
+        out[b] = Slope(cpu, KBIT_PER_BYTE * 100 / nic_in, KBIT_PER_BYTE * 100 / nic_out, b not in fitted, kept, learned)
     return out
 
 
@@ -118,18 +123,21 @@ def _kind(report: BrokerLoad) -> tuple[float, float]:
 
 
 def _per_core(fitted: Mapping[str, CostModel], brokers: Mapping[str, BrokerLoad]) -> np.ndarray | None:
-    """The fits' slopes × their CPU limit (core-percent per unit of traffic), pooled by samples, none below zero;
-    None when there is no fit or it says traffic costs nothing."""
+    """The fits pooled into one cost per core (core-percent per unit of traffic, none below zero: ``costs.pooled``);
+    from a profile that keeps no sums to pool, the fits' slopes × their CPU limit averaged by samples. None when
+    there is no fit or it says traffic costs nothing."""
     weight = sum(m.samples for m in fitted.values())
     if not weight:
         return None
-    pooled = np.maximum(
-        [
-            sum(getattr(m, f) * brokers[b].cpu.limit * m.samples for b, m in fitted.items()) / weight
-            for f in ("per_msg_rate", "per_byte_in", "per_byte_out")
-        ],
-        0.0,
-    )
+    pooled = costs.pooled((m, brokers[b].cpu.limit) for b, m in fitted.items())
+    if pooled is None:
+        pooled = np.maximum(
+            [
+                sum(getattr(m, f) * brokers[b].cpu.limit * m.samples for b, m in fitted.items()) / weight
+                for f in ("per_msg_rate", "per_byte_in", "per_byte_out")
+            ],
+            0.0,
+        )
     return pooled if pooled.any() else None
 
 
@@ -154,7 +162,8 @@ def learned_scale(learned: tuple[float, float, float, int] | None) -> float:
         return 1.0
     _, products, squares, count = learned
     prior = squares / count  # one typical sample's weight, saying "as the cluster"
-    return max((products + prior) / (squares + prior), 0.0) or 1.0
+    scale = (products + prior) / (squares + prior)
+    return max(scale, 0.0) or 1.0 if math.isfinite(scale) else 1.0
 
 
 def background(load: LoadData, state: StrategyState, broker: str, slope: Slope) -> float | None:
@@ -199,7 +208,7 @@ class Forecast:
             if base is None:
                 continue
             if slope[b].borrowed:  # its samples are its level; they refine its slope
-                self.learned[b] = _learn(state.predictive_learned.get(b), base, cpu, slope[b], report.traffic)
+                self.learned[b] = slope[b].learned or (base, 0.0, 0.0, 0)
                 continue
             models[b] = base + slope[b].delta(report.traffic)[0]
             if (scale := slope[b].scale) is not None:
@@ -359,15 +368,21 @@ def _carries_traffic(report: BrokerLoad) -> bool:
     return any(not bundle_names.is_system_bundle(b) and s.traffic != NO_TRAFFIC for b, s in report.lastStats.items())
 
 
-def _learn(
-    learned: tuple[float, float, float, int] | None, base: float, cpu: float, slope: Slope, traffic: Traffic
-) -> tuple[float, float, float, int]:
-    """One sample for a borrowed slope's refinement: what the traffic cost (the sample less the background) against
-    what the unrefined slope predicted, added to the least-squares sums; the background as first seen."""
-    predicted = slope.delta(traffic)[0] / learned_scale(learned)  # the cluster's per-core slope, unrefined
-    background, products, squares, count = learned if learned else (base, 0.0, 0.0, 0)
-    if predicted > 0:
-        products, squares, count = products + (cpu - background) * predicted, squares + predicted * predicted, count + 1
+def _learned_now(
+    learned: tuple[float, float, float, int] | None, report: BrokerLoad, per_core: np.ndarray
+) -> tuple[float, float, float, int] | None:
+    """A borrowed slope's least-squares sums with this report's sample in them (``learned_scale``): what the
+    traffic cost (the sample less the background first seen) against what the cluster's per-core slope over the
+    broker's capacity (``per_core``) predicted. This cycle's plan is made on them: a broker filled last cycle tells
+    what its bundles cost in its first report since, and the next fill is planned on it. None until the background
+    is known (the broker's first report, empty)."""
+    if learned is None:
+        return None
+    background, products, squares, count = learned
+    predicted = float(per_core @ np.array(report.traffic))
+    if predicted > 0 and math.isfinite(predicted):
+        cost = report.cpu.percent_usage() - background
+        products, squares, count = products + cost * predicted, squares + predicted * predicted, count + 1
     return background, products, squares, count
 
 
