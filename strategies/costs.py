@@ -7,8 +7,8 @@ sums in process. The intercept is the broker's background usage.
 
 One broker's fit is exact for traffic mixed as its own is, but its tenants' traffic rises and falls nearly
 together, so it cannot tell what a message costs from what a byte does: its slopes trade a large negative cost of
-one for a large positive other, and a bundle of another tenant's mix is mispredicted (by half on some machines).
-Brokers of one machine type pay the same for a message and a byte, each with a background of its own, and
+one for a large positive other, and a bundle of another tenant's mix is mispredicted (by a fifth or more).
+Brokers of one machine type pay about the same for a message and a byte, each with a background of its own, and
 carry different tenants' shares: ``pooled`` fits them together, from each fit's sums about its own means, with no
 cost below zero (a message or a byte never frees CPU).
 """

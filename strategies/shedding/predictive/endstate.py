@@ -391,35 +391,31 @@ def _milp(found: _Candidates, base: EndState) -> EndState | None:
         giver, _, _, drop, _ = found.items[found.rows[row]]
         effect[index[giver]].append((k, -drop))
         effect[index[found.receivers[column]]].append((k, float(found.rise[row, column])))
+
+    def end_row(b: int, side: int, variable: int, coefficient: float, bound: float) -> None:
+        """side · (broker b's end − its level now) + coefficient · variable ≤ bound."""
+        nonlocal constraint
+        for k, v in effect[b]:
+            rows.append(constraint)
+            columns.append(k)
+            values.append(side * v)
+        rows.append(constraint)
+        columns.append(variable)
+        values.append(coefficient)
+        lower.append(-np.inf)
+        upper.append(bound)
+        constraint += 1
+
     spread_u, spread_l = count + 2 * len(brokers), count + 2 * len(brokers) + 1
     for b, name in enumerate(brokers):
-        if name not in base.takers:
-            continue
-        for side, extreme in ((+1, spread_u), (-1, spread_l)):  # side · end ≤ side · (u or l)
-            for k, v in effect[b]:
-                rows.append(constraint)
-                columns.append(k)
-                values.append(side * v)
-            rows.append(constraint)
-            columns.append(extreme)
-            values.append(-float(side))
-            lower.append(-np.inf)
-            upper.append(-side * level[name])
-            constraint += 1
+        if name in base.takers:  # its end ≤ u and ≥ l
+            end_row(b, +1, spread_u, -1.0, -level[name])
+            end_row(b, -1, spread_l, +1.0, level[name])
     for b, name in enumerate(brokers):
         tolerance = base.tolerance(name)
         width = (tolerance if abs(level[name] - target) <= tolerance else base.band) - STRICTLY
-        for side, slack, bound in ((+1, count + b, target + width), (-1, count + len(brokers) + b, target - width)):
-            for k, v in effect[b]:
-                rows.append(constraint)
-                columns.append(k)
-                values.append(side * v)
-            rows.append(constraint)
-            columns.append(slack)
-            values.append(-1.0)
-            lower.append(-np.inf)
-            upper.append(side * (bound - level[name]))
-            constraint += 1
+        end_row(b, +1, count + b, -1.0, target + width - level[name])  # above the band: its slack pays
+        end_row(b, -1, count + len(brokers) + b, -1.0, level[name] - (target - width))
     size = count + 2 * len(brokers) + 2
     matrix = coo_matrix((values, (rows, columns)), shape=(constraint, size)).tocsr()
     integrality = np.concatenate([np.ones(count), np.zeros(2 * len(brokers) + 2)])
