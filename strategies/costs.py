@@ -25,6 +25,7 @@ from pulsar_lb_operator.strategies.profile import CostModel
 
 RESOURCES = ("cpu", "bandwidthIn", "bandwidthOut")
 N = 4  # 1, msg rate, throughput in, throughput out
+UPPER = np.triu_indices(N - 1)  # ``CostModel.centred``'s first six: the traffic's sums about its means, row by row
 
 
 def solve(sums: Mapping[str, float]) -> CostModel:
@@ -42,7 +43,7 @@ def solve(sums: Mapping[str, float]) -> CostModel:
     # about the means: Σxxᵀ − Σx Σxᵀ / n and Σxy − Σx Σy / n (xx[0] holds n and Σx, xy[0] Σy)
     centred_xx = xx[1:, 1:] - np.outer(xx[0, 1:], xx[0, 1:]) / n if n else np.zeros((N - 1, N - 1))
     centred_xy = xy[1:] - xx[0, 1:] * xy[0] / n if n else np.zeros(N - 1)
-    upper = [float(centred_xx[i, j]) for i in range(N - 1) for j in range(i, N - 1)]
+    upper = [float(v) for v in centred_xx[UPPER]]
     return CostModel(
         float(beta[0]),
         float(beta[1]),
@@ -70,14 +71,14 @@ def pooled(fits: Iterable[tuple[CostModel, float]]) -> np.ndarray | None:
     Non-negative least squares over three costs: each subset of them held at zero is solved, and the one with the
     least squares among those with no negative cost is kept (eight small solves)."""
     xx, xy = np.zeros((N - 1, N - 1)), np.zeros(N - 1)
-    rows, columns = np.triu_indices(N - 1)
+    sums = len(UPPER[0])
     for model, weight in fits:
-        if len(model.centred) != len(rows) + N - 1:
+        if len(model.centred) != sums + N - 1:
             return None
         upper = np.zeros((N - 1, N - 1))
-        upper[rows, columns] = model.centred[: len(rows)]
+        upper[UPPER] = model.centred[:sums]
         xx += upper + np.triu(upper, 1).T
-        xy += weight * np.array(model.centred[len(rows) :])
+        xy += weight * np.array(model.centred[sums:])
     if not (np.isfinite(xx).all() and np.isfinite(xy).all()) or not xx.any():
         return None
     best: tuple[float, np.ndarray] | None = None

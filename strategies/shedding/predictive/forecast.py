@@ -163,7 +163,7 @@ def learned_scale(learned: tuple[float, float, float, int] | None) -> float:
     _, products, squares, count = learned
     prior = squares / count  # one typical sample's weight, saying "as the cluster"
     scale = (products + prior) / (squares + prior)
-    return max(scale, 0.0) or 1.0 if math.isfinite(scale) else 1.0
+    return (max(scale, 0.0) or 1.0) if math.isfinite(scale) else 1.0
 
 
 def background(load: LoadData, state: StrategyState, broker: str, slope: Slope) -> float | None:
