@@ -134,6 +134,28 @@ def test_a_triggered_broker_reading_inside_the_gap_is_cleared_however_noisy():
     assert low["a:1"] == 3  # not yet triggered: held
 
 
+def test_a_broker_its_moves_were_to_leave_past_the_gap_is_not_released_by_one_reading_inside():
+    """b took bundles last cycle, but the rails' caps ended the plan's cycle with b predicted 7 points under the mean
+    (``state.predictions``). Its first reading since is 4 under: one noisy sample of a broker with no model of its
+    own, so it stays being balanced (neither cleared nor counted); a second reading inside clears it, and one past the
+    gap acts on it at once. A broker whose moves were to leave it inside the gap is released by the one reading,
+    as before."""
+    config = cfg()
+    count = config.loadBalancerAvgShedderHitCountLowThreshold
+    state = StrategyState(avg_hits_low={"b:1": count}, predictions={"b:1": (43.0, NOW - 60_000)})
+
+    def read(state, distance):
+        high, low, triggered, dipped = debounce.hits({"a:1": 50.0, "b:1": 50 - distance}, 50, config, state, set(), {})
+        return state.evolve(avg_hits_high=high, avg_hits_low=low, predictive_dipped=dipped), triggered
+
+    held, triggered = read(state, 4.0)
+    assert held.avg_hits_low["b:1"] == count and not triggered
+    assert "b:1" not in read(held, 4.0)[0].avg_hits_low
+    assert read(held, 7.0)[1] == {"b:1"}
+    done = state.evolve(predictions={"b:1": (47.0, NOW - 60_000)})
+    assert "b:1" not in read(done, 4.0)[0].avg_hits_low
+
+
 def test_trusting_the_samples_after_a_miss_keeps_their_noise():
     """A broker whose prediction missed has its level set from its latest sample; the scatter of its recent samples
     around the model is still the samples' noise, so the noise the dip hold and the plan's margins use stays."""
@@ -556,6 +578,34 @@ def test_of_plans_as_short_the_exact_program_keeps_the_one_that_leaves_the_broke
     assert plan.target == pytest.approx(36.0) and plan.outside() == set() and len(plan.moves) == 2
     assert sorted(giver for giver, _, _ in plan.moves) == ["g2:1", "g3:1"]
     assert plan.spread() == pytest.approx(5.5)
+
+
+def test_a_broker_with_no_model_of_its_own_is_landed_a_samples_noise_further_inside_the_band():
+    """n has no model (it joined): its level is its latest sample, a noise off. Two givers 5.67 points over the level
+    (41.33) with 1.5-point bundles, n 11.33 under it, a band of 4 and a noise of 1. A broker with a model is filled
+    to within the band: five bundles, 3.83 under. n is filled to within 3 (the band less the noise): six, 2.33
+    under, so that a landing as far off as its sample is still inside the band."""
+    reports = {
+        g: broker(5, {bundle(f"t/{g[:2]}", 0): 36.0} | {bundle(f"u/{g[:2]}", i): 1.5 for i in range(4)})
+        for g in ("g1:1", "g2:1")
+    }
+    reports["n:1"] = broker(5, {bundle("t/n", 0): 25.0})
+    snap = snapshot(reports)
+    movable = {b: sorted(x for x in r.lastStats if x.startswith("u/")) for b, r in snap.brokers.items()}
+
+    def plan(modelled):
+        profile = LoadProfile(cost_models=MappingProxyType({(b, "cpu"): model(5) for b in modelled}))
+        load = build_load_data(snap, {}, {}, ONE_HIT.grace_period_ms)[0].with_profile(profile)
+        state = StrategyState()
+        prediction = forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state)
+        prediction.sigma = 1.0
+        return endstate.plan(load, prediction, movable, set(snap.brokers), 4.0, ONE_HIT, {}, {}, set(snap.brokers))
+
+    modelled, joined = plan(reports), plan({"g1:1", "g2:1"})
+    assert modelled.target == pytest.approx(41 + 1 / 3) and joined.target == pytest.approx(modelled.target)
+    assert len(modelled.moves) == 5 and modelled.ends["n:1"] == pytest.approx(37.5)
+    assert len(joined.moves) == 6 and joined.ends["n:1"] == pytest.approx(39.0)
+    assert joined.outside() == set()
 
 
 def _three(b_bundles):

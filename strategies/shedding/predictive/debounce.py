@@ -62,7 +62,11 @@ def hits(
     the gap, one reading under it, however deep, is a sample's error, not the broker's. Two readings under the gap in a
     row clear, as does any where the steady level is inside the gap too: a broker whose traffic jitters around the mean
     crosses the gap and comes back, and must not add up its crossings into a trigger. A broker already triggered (one
-    being balanced) is not held: under the gap, it is done."""
+    being balanced) is not held: under the gap, it is done — unless the moves it was in left it past the gap by their
+    own prediction (``state.predictions``: the rails' caps ended the plan's cycle before it was done, or the plan
+    left it for one move at a time). Its first reading since is one sample, and for a broker with no model of its
+    own (one that just joined) its only measure: one under the gap is the sample's error, as above, and the next
+    cycle goes on with it."""
     high, low = dict(state.avg_hits_high), dict(state.avg_hits_low)
     triggered, dipped = set(), set()
     settled = settled_gap(config)
@@ -70,10 +74,13 @@ def hits(
     paired = bool(within) and max(within) - min(within) < 2 * settled
     for broker, value in scores.items():
         gap = abs(value - mean)
-        holdable = (
-            broker not in state.predictive_dipped
-            and low.get(broker, 0) < config.loadBalancerAvgShedderHitCountLowThreshold
-            and abs(steady.get(broker, mean) - mean) >= settled
+        predicted = state.predictions.get(broker)  # where last cycle's moves were to leave it
+        holdable = broker not in state.predictive_dipped and (
+            (
+                low.get(broker, 0) < config.loadBalancerAvgShedderHitCountLowThreshold
+                and abs(steady.get(broker, mean) - mean) >= settled
+            )
+            or (predicted is not None and abs(predicted[0] - mean) >= settled)
         )
         if gap < settled and not holdable:
             high.pop(broker, None)
