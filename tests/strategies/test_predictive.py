@@ -108,13 +108,16 @@ def _low_hits(distances, steady=5.5):
 
 def test_a_dip_under_the_gap_where_the_steady_level_is_past_it_holds_the_low_hits():
     """A broker whose steady level sits just past the gap (5 points) reads under it now and then: one such reading,
-    however deep (a sample is a point or more off, and so is the mean it is compared with), neither counts nor
-    clears, so the low hit count (8) is reached in 8 readings past the gap, not 8 in a row. Where the steady level
-    is inside the gap too, or there is no model to say, a reading under the gap clears as AvgShedder's does; so
-    do two readings under the gap in a row (traffic jittering around the mean: its crossings do not add up)."""
+    however deep (a sample is a point or more off, and so is the mean it is compared with), does not clear, and
+    counts as the hit the steady level says it is, so the low hit count (8) is reached in 8 readings, not 8 past
+    the gap in a row. But a dip never completes the count: the broker is triggered on a reading past the gap. Where
+    the steady level is inside the gap too, or there is no model to say, a reading under the gap clears as
+    AvgShedder's does; so do two readings under the gap in a row (traffic jittering around the mean: its crossings
+    do not add up)."""
     readings = [5.5, 5.5, 5.5, 4.6, 5.5, 5.5, 4.5, 5.5, 5.5, 5.5]
-    assert _low_hits(readings) == 8
-    assert _low_hits([5.5, 5.5, 5.5, 2.0, 5.5]) == 4  # deep, but one reading against the model's level
+    assert _low_hits(readings[:8]) == 8
+    assert _low_hits([5.5, 5.5, 5.5, 2.0, 5.5]) == 5  # deep, but one reading against the model's level
+    assert _low_hits([5.5] * 7 + [4.6]) == 7 and _low_hits([5.5] * 7 + [4.6, 5.5]) == 8
     assert _low_hits(readings, steady=4.0) == 3
     assert _low_hits(readings, steady=None) == 3
     assert _low_hits([5.5, 5.5, 5.5, 4.6, 4.6, 5.5]) == 1
@@ -131,7 +134,7 @@ def test_a_triggered_broker_reading_inside_the_gap_is_cleared_however_noisy():
     _, low, _, _ = debounce.hits(
         {"a:1": 54.5, "b:1": 45.5}, 50, config, StrategyState(avg_hits_low={"a:1": 3}), set(), steady
     )
-    assert low["a:1"] == 3  # not yet triggered: held
+    assert low["a:1"] == 4  # not yet triggered: held, and counted
 
 
 def test_a_broker_its_moves_were_to_leave_past_the_gap_is_not_released_by_one_reading_inside():
