@@ -123,6 +123,28 @@ def test_a_dip_under_the_gap_where_the_steady_level_is_past_it_holds_the_low_hit
     assert _low_hits([5.5, 5.5, 5.5, 4.6, 4.6, 5.5]) == 1
 
 
+def test_a_reading_under_the_high_gap_where_the_steady_level_is_past_it_counts_but_does_not_trigger():
+    """A tenant's surge puts a broker 21 points over the mean by its steady level, just past the high hits' gap
+    (20: half AvgShedder's high pair gap); its samples read 19.5 and 21 by turns. A reading under the high gap
+    counts as the high hit its steady level says it is, so the second reading past the gap triggers it (high hit
+    count 2), not the second past it in a row; but a reading under the gap never completes the count."""
+    config = cfg()
+    steady = {"a:1": 71.0, "b:1": 29.0}
+    state = StrategyState()
+    fired = []
+    for distance in (21.0, 19.5, 19.5, 21.0):
+        high, low, triggered, dipped = debounce.hits(
+            {"a:1": 50 + distance, "b:1": 50 - distance}, 50, config, state, set(), steady
+        )
+        state = state.evolve(avg_hits_high=high, avg_hits_low=low, predictive_dipped=dipped)
+        fired.append("a:1" in triggered)
+    assert fired == [False, False, False, True]
+    _, _, triggered, _ = debounce.hits({"a:1": 71.0, "b:1": 29.0}, 50, config, StrategyState(), set(), steady)
+    assert not triggered  # one reading past the gap is one hit
+    high, _, _, _ = debounce.hits({"a:1": 69.5, "b:1": 30.5}, 50, config, StrategyState(), set(), {})
+    assert "a:1" not in high  # no steady level past the gap: cleared, as AvgShedder's
+
+
 def test_a_triggered_broker_reading_inside_the_gap_is_cleared_however_noisy():
     """One being balanced (its low hits at the count): a reading under the gap says it is done, though its model's
     steady level is still past the gap and the dip is within the noise."""
