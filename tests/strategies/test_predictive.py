@@ -108,16 +108,41 @@ def _low_hits(distances, steady=5.5):
 
 def test_a_dip_under_the_gap_where_the_steady_level_is_past_it_holds_the_low_hits():
     """A broker whose steady level sits just past the gap (5 points) reads under it now and then: one such reading,
-    however deep (a sample is a point or more off, and so is the mean it is compared with), neither counts nor
-    clears, so the low hit count (8) is reached in 8 readings past the gap, not 8 in a row. Where the steady level
-    is inside the gap too, or there is no model to say, a reading under the gap clears as AvgShedder's does; so
-    do two readings under the gap in a row (traffic jittering around the mean: its crossings do not add up)."""
+    however deep (a sample is a point or more off, and so is the mean it is compared with), does not clear, and
+    counts as the hit the steady level says it is, so the low hit count (8) is reached in 8 readings, not 8 past
+    the gap in a row. But a dip never completes the count: the broker is triggered on a reading past the gap. Where
+    the steady level is inside the gap too, or there is no model to say, a reading under the gap clears as
+    AvgShedder's does; so do two readings under the gap in a row (traffic jittering around the mean: its crossings
+    do not add up)."""
     readings = [5.5, 5.5, 5.5, 4.6, 5.5, 5.5, 4.5, 5.5, 5.5, 5.5]
-    assert _low_hits(readings) == 8
-    assert _low_hits([5.5, 5.5, 5.5, 2.0, 5.5]) == 4  # deep, but one reading against the model's level
+    assert _low_hits(readings[:8]) == 8
+    assert _low_hits([5.5, 5.5, 5.5, 2.0, 5.5]) == 5  # deep, but one reading against the model's level
+    assert _low_hits([5.5] * 7 + [4.6]) == 7 and _low_hits([5.5] * 7 + [4.6, 5.5]) == 8
     assert _low_hits(readings, steady=4.0) == 3
     assert _low_hits(readings, steady=None) == 3
     assert _low_hits([5.5, 5.5, 5.5, 4.6, 4.6, 5.5]) == 1
+
+
+def test_a_reading_under_the_high_gap_where_the_steady_level_is_past_it_counts_but_does_not_trigger():
+    """A tenant's surge puts a broker 21 points over the mean by its steady level, just past the high hits' gap
+    (20: half AvgShedder's high pair gap); its samples read 19.5 and 21 by turns. A reading under the high gap
+    counts as the high hit its steady level says it is, so the second reading past the gap triggers it (high hit
+    count 2), not the second past it in a row; but a reading under the gap never completes the count."""
+    config = cfg()
+    steady = {"a:1": 71.0, "b:1": 29.0}
+    state = StrategyState()
+    fired = []
+    for distance in (21.0, 19.5, 19.5, 21.0):
+        high, low, triggered, dipped = debounce.hits(
+            {"a:1": 50 + distance, "b:1": 50 - distance}, 50, config, state, set(), steady
+        )
+        state = state.evolve(avg_hits_high=high, avg_hits_low=low, predictive_dipped=dipped)
+        fired.append("a:1" in triggered)
+    assert fired == [False, False, False, True]
+    _, _, triggered, _ = debounce.hits({"a:1": 71.0, "b:1": 29.0}, 50, config, StrategyState(), set(), steady)
+    assert not triggered  # one reading past the gap is one hit
+    high, _, _, _ = debounce.hits({"a:1": 69.5, "b:1": 30.5}, 50, config, StrategyState(), set(), {})
+    assert "a:1" not in high  # no steady level past the gap: cleared, as AvgShedder's
 
 
 def test_a_triggered_broker_reading_inside_the_gap_is_cleared_however_noisy():
@@ -131,7 +156,29 @@ def test_a_triggered_broker_reading_inside_the_gap_is_cleared_however_noisy():
     _, low, _, _ = debounce.hits(
         {"a:1": 54.5, "b:1": 45.5}, 50, config, StrategyState(avg_hits_low={"a:1": 3}), set(), steady
     )
-    assert low["a:1"] == 3  # not yet triggered: held
+    assert low["a:1"] == 4  # not yet triggered: held, and counted
+
+
+def test_a_broker_its_moves_were_to_leave_past_the_gap_is_not_released_by_one_reading_inside():
+    """b took bundles last cycle, but the rails' caps ended the plan's cycle with b predicted 7 points under the mean
+    (``state.predictions``). Its first reading since is 4 under: one noisy sample of a broker with no model of its
+    own, so it stays being balanced (neither cleared nor counted); a second reading inside clears it, and one past the
+    gap acts on it at once. A broker whose moves were to leave it inside the gap is released by the one reading,
+    as before."""
+    config = cfg()
+    count = config.loadBalancerAvgShedderHitCountLowThreshold
+    state = StrategyState(avg_hits_low={"b:1": count}, predictions={"b:1": (43.0, NOW - 60_000)})
+
+    def read(state, distance):
+        high, low, triggered, dipped = debounce.hits({"a:1": 50.0, "b:1": 50 - distance}, 50, config, state, set(), {})
+        return state.evolve(avg_hits_high=high, avg_hits_low=low, predictive_dipped=dipped), triggered
+
+    held, triggered = read(state, 4.0)
+    assert held.avg_hits_low["b:1"] == count and not triggered
+    assert "b:1" not in read(held, 4.0)[0].avg_hits_low
+    assert read(held, 7.0)[1] == {"b:1"}
+    done = state.evolve(predictions={"b:1": (47.0, NOW - 60_000)})
+    assert "b:1" not in read(done, 4.0)[0].avg_hits_low
 
 
 def test_trusting_the_samples_after_a_miss_keeps_their_noise():
@@ -556,6 +603,34 @@ def test_of_plans_as_short_the_exact_program_keeps_the_one_that_leaves_the_broke
     assert plan.target == pytest.approx(36.0) and plan.outside() == set() and len(plan.moves) == 2
     assert sorted(giver for giver, _, _ in plan.moves) == ["g2:1", "g3:1"]
     assert plan.spread() == pytest.approx(5.5)
+
+
+def test_a_broker_with_no_model_of_its_own_is_landed_a_samples_noise_further_inside_the_band():
+    """n has no model (it joined): its level is its latest sample, a noise off. Two givers 5.67 points over the level
+    (41.33) with 1.5-point bundles, n 11.33 under it, a band of 4 and a noise of 1. A broker with a model is filled
+    to within the band: five bundles, 3.83 under. n is filled to within 3 (the band less the noise): six, 2.33
+    under, so that a landing as far off as its sample is still inside the band."""
+    reports = {
+        g: broker(5, {bundle(f"t/{g[:2]}", 0): 36.0} | {bundle(f"u/{g[:2]}", i): 1.5 for i in range(4)})
+        for g in ("g1:1", "g2:1")
+    }
+    reports["n:1"] = broker(5, {bundle("t/n", 0): 25.0})
+    snap = snapshot(reports)
+    movable = {b: sorted(x for x in r.lastStats if x.startswith("u/")) for b, r in snap.brokers.items()}
+
+    def plan(modelled):
+        profile = LoadProfile(cost_models=MappingProxyType({(b, "cpu"): model(5) for b in modelled}))
+        load = build_load_data(snap, {}, {}, ONE_HIT.grace_period_ms)[0].with_profile(profile)
+        state = StrategyState()
+        prediction = forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state)
+        prediction.sigma = 1.0
+        return endstate.plan(load, prediction, movable, set(snap.brokers), 4.0, ONE_HIT, {}, {}, set(snap.brokers))
+
+    modelled, joined = plan(reports), plan({"g1:1", "g2:1"})
+    assert modelled.target == pytest.approx(41 + 1 / 3) and joined.target == pytest.approx(modelled.target)
+    assert len(modelled.moves) == 5 and modelled.ends["n:1"] == pytest.approx(37.5)
+    assert len(joined.moves) == 6 and joined.ends["n:1"] == pytest.approx(39.0)
+    assert joined.outside() == set()
 
 
 def _three(b_bundles):

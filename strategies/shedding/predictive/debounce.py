@@ -55,25 +55,36 @@ def hits(
     apart than the brokers are, and a receiver just filled would be read past the target by one noisy sample and
     give back. Its counters go on counting: one sample that puts the spread under twice the gap clears nothing.
 
-    A single reading under the gap, where the broker's ``steady`` level is past it, is held: the broker's counters
-    neither count nor clear. A sample is a point or more off the broker's level, the mean it is compared with moves by
-    as much, and a broker whose level sits a point past the gap reads under it every few cycles: clearing on each such
-    dip would restart its low hit count, and it would wait many times the count. Where the steady level says it is past
-    the gap, one reading under it, however deep, is a sample's error, not the broker's. Two readings under the gap in a
-    row clear, as does any where the steady level is inside the gap too: a broker whose traffic jitters around the mean
-    crosses the gap and comes back, and must not add up its crossings into a trigger. A broker already triggered (one
-    being balanced) is not held: under the gap, it is done."""
+    A single reading under the gap, where the broker's ``steady`` level is past it, is held: it does not clear the
+    broker's counters, and counts as the low hit its steady level says it is. A sample is a point or more off the
+    broker's level, the mean it is compared with moves by as much, and a broker whose level sits a point past the
+    gap reads under it every few cycles: clearing on each such dip would restart its low hit count, and it would
+    wait many times the count; not counting it would add a cycle for each. Where the steady level says it is past
+    the gap, one reading under it, however deep, is a sample's error, not the broker's. But such a reading never
+    completes the count: a broker is triggered on a reading of its own past the gap (a model lagging traffic that
+    jitters reads past the gap where the broker is not). So too for a reading between the two gaps where the steady
+    level is past the high one: it counts as a high hit, but never the one that triggers. Two readings under the gap
+    in a row clear, as does any where the steady level is inside the gap too: a broker whose traffic jitters around
+    the mean crosses the gap and comes back, and must not add up its crossings into a trigger. A broker already
+    triggered (one being balanced) is not held: under the gap, it is done — unless the moves it was in left it past
+    the gap by their own prediction (``state.predictions``: the rails' caps ended the plan's cycle before it was
+    done, or the plan left it for one move at a time). Its first reading since is one sample, and for a broker with
+    no model of its own (one that just joined) its only measure: one under the gap is the sample's error, as above,
+    and the next cycle goes on with it."""
     high, low = dict(state.avg_hits_high), dict(state.avg_hits_low)
     triggered, dipped = set(), set()
     settled = settled_gap(config)
     within = [steady.get(b, scores[b]) for b in takers if b in scores]
     paired = bool(within) and max(within) - min(within) < 2 * settled
+    count = config.loadBalancerAvgShedderHitCountLowThreshold
+    high_gap = config.loadBalancerAvgShedderHighThreshold / 2
+    high_count = config.loadBalancerAvgShedderHitCountHighThreshold
     for broker, value in scores.items():
         gap = abs(value - mean)
-        holdable = (
-            broker not in state.predictive_dipped
-            and low.get(broker, 0) < config.loadBalancerAvgShedderHitCountLowThreshold
-            and abs(steady.get(broker, mean) - mean) >= settled
+        predicted = state.predictions.get(broker)  # where last cycle's moves were to leave it
+        past = low.get(broker, 0) < count and abs(steady.get(broker, mean) - mean) >= settled
+        holdable = broker not in state.predictive_dipped and (
+            past or (predicted is not None and abs(predicted[0] - mean) >= settled)
         )
         if gap < settled and not holdable:
             high.pop(broker, None)
@@ -81,16 +92,17 @@ def hits(
             continue
         if gap < settled:
             dipped.add(broker)
+            if past:  # the hit its steady level says it is, but never the one that triggers it
+                low[broker] = min(low.get(broker, 0) + 1, count - 1)
             continue
         low[broker] = low.get(broker, 0) + 1
-        if gap >= config.loadBalancerAvgShedderHighThreshold / 2:
+        if gap >= high_gap:
             high[broker] = high.get(broker, 0) + 1
+        elif abs(steady.get(broker, mean) - mean) >= high_gap and high.get(broker, 0) < high_count:
+            high[broker] = min(high.get(broker, 0) + 1, high_count - 1)  # as a dip under the low gap counts
         else:
             high.pop(broker, None)
-        if (
-            high.get(broker, 0) >= config.loadBalancerAvgShedderHitCountHighThreshold
-            or low[broker] >= config.loadBalancerAvgShedderHitCountLowThreshold
-        ):
+        if high.get(broker, 0) >= high_count or low[broker] >= count:
             triggered.add(broker)
     if paired:
         triggered -= takers

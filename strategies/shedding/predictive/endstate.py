@@ -5,15 +5,16 @@ to equalise it, each broker at its own cost (``balanced_level``): moving load on
 lowers the cluster's mean, so the mean of today's usage is not where the brokers end.
 
 **The plan** brings every broker into the band around it — the band where the hit counters leave a broker alone
-(``debounce.settled_gap``), less the forecast's measured error — with the fewest moves, then the narrowest spread
-(the hottest broker that can take load less the coolest, where the trigger holds and the target is judged), then the
-fewest topics disconnected: an optimisation over which bundle goes where. Each giver's fewest bundles that land it
-in the band are packed onto the receivers (``packing``: largest first onto the lowest, then a bounded search); where
-that leaves a broker out of the band, lands the brokers within the noise of twice the band apart (estimates a few
-tenths off cannot tell such a spread from the target), or uses more moves than the givers' and receivers' own counts
-need, the whole choice is made again as a mixed-integer program (HiGHS, through ``scipy.optimize.milp``) — bundles
-of any broker above the level, receivers below it, within the namespace policies and under the overload threshold —
-with a deterministic node budget, and kept when it is better.
+(``debounce.settled_gap``), less the samples' measured noise (twice for a broker with no model of its own, whose
+level is one sample) — with the fewest moves, then the narrowest spread (the hottest broker that can take load less
+the coolest, where the trigger holds and the target is judged), then the fewest topics disconnected: an optimisation
+over which bundle goes where. Each giver's fewest bundles that land it in the band are packed onto the receivers
+(``packing``: largest first onto the lowest, then a bounded search); where that leaves a broker out of the band,
+lands the brokers within the noise of twice the band apart (estimates a few tenths off cannot tell such a spread
+from the target), or uses more moves than the givers' and receivers' own counts need, the whole choice is made again
+as a mixed-integer program (HiGHS, through ``scipy.optimize.milp``) — bundles of any broker above the level,
+receivers below it, within the namespace policies and under the overload threshold — with a deterministic node
+budget, and kept when it is better.
 
 **This cycle's moves**, when the rails' caps spread the plan over cycles: first what each giver must give now for
 the plan to take no more cycles than it needs (a giver with more moves than the per-broker cap allows in the
@@ -62,11 +63,16 @@ class EndState:
     solver: str
     takers: frozenset[str] = frozenset()
     triggered: frozenset[str] = frozenset()  # brokers the trigger acts on: the band holds for them exactly
+    # brokers with no model of their own (one that just joined): their level is one sample, as far off as its noise,
+    # and their bundles' costs are the cluster's scaled by a few samples, so the plan lands them that much further in
+    sampled: frozenset[str] = frozenset()
 
     def tolerance(self, broker: str) -> float:
         """Beyond which the broker needs moving: the band for a triggered broker; the band and the samples' noise
-        for another (the trigger's own gap: just past the band by its steady level, it may be inside in truth)."""
-        return self.band if broker in self.triggered else self.band + self.noise
+        for another (the trigger's own gap: just past the band by its steady level, it may be inside in truth); a
+        sample's noise less for one whose level is its latest sample (``sampled``)."""
+        untriggered = 0.0 if broker in self.triggered else self.noise
+        return max(self.band + untriggered - (self.noise if broker in self.sampled else 0.0), 0.0)
 
     def spread(self) -> float:
         """The hottest less the coolest broker that can take load, where the plan leaves them: the spread the trigger
@@ -192,7 +198,17 @@ def plan(
     if not (math.isfinite(target) and all(math.isfinite(v) for v in level.values())):
         return EndState(level, target, band, forecast.sigma, (), {}, dict(level), "none")  # a model far out of range
     nothing = EndState(
-        level, target, band, forecast.sigma, (), {}, dict(level), "none", frozenset(takers), frozenset(triggered)
+        level,
+        target,
+        band,
+        forecast.sigma,
+        (),
+        {},
+        dict(level),
+        "none",
+        frozenset(takers),
+        frozenset(triggered),
+        frozenset(b for b in takers if forecast.slope[b].borrowed),
     )
     if not nothing.outside():
         return nothing
@@ -413,7 +429,7 @@ def _milp(found: _Candidates, base: EndState) -> EndState | None:
             end_row(b, -1, spread_l, +1.0, level[name])
     for b, name in enumerate(brokers):
         tolerance = base.tolerance(name)
-        width = (tolerance if abs(level[name] - target) <= tolerance else base.band) - STRICTLY
+        width = (tolerance if abs(level[name] - target) <= tolerance else min(tolerance, base.band)) - STRICTLY
         end_row(b, +1, count + b, -1.0, target + width - level[name])  # above the band: its slack pays
         end_row(b, -1, count + len(brokers) + b, -1.0, level[name] - (target - width))
     size = count + 2 * len(brokers) + 2
