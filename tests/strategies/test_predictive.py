@@ -92,18 +92,20 @@ def test_a_broker_whose_arrival_one_report_has_shown_gives_none_back_yet():
 def _low_hits(distances, steady=5.5):
     """The low hit count of a broker whose samples read ``distances`` from the mean, one cycle each, its model's
     steady level ``steady`` from it (None: it has no model, its samples are its level)."""
-    config, state = cfg(), StrategyState()
+    state = StrategyState()
     for distance in distances:
-        high, low, _, dipped = debounce.hits(
-            {"a:1": 50 + distance, "b:1": 50 - distance},
-            50,
-            config,
-            state,
-            set(),
-            {} if steady is None else {"a:1": 50 + steady, "b:1": 50 - steady},
-        )
-        state = state.evolve(avg_hits_high=high, avg_hits_low=low, predictive_dipped=dipped)
+        state, _ = _read(state, distance, None if steady is None else {"a:1": 50 + steady, "b:1": 50 - steady})
     return state.avg_hits_low.get("a:1", 0)
+
+
+def _read(state, distance, steady=None):
+    """One reading of the hit counters: a 50 + ``distance`` and b 50 − ``distance`` about a mean of 50 (their
+    steady levels ``steady``; none: no model), folded into the state as the shedder folds it; (the state, the
+    brokers triggered)."""
+    high, low, triggered, dipped = debounce.hits(
+        {"a:1": 50 + distance, "b:1": 50 - distance}, 50, cfg(), state, set(), steady or {}
+    )
+    return state.evolve(avg_hits_high=high, avg_hits_low=low, predictive_dipped=dipped), triggered
 
 
 def test_a_dip_under_the_gap_where_the_steady_level_is_past_it_holds_the_low_hits():
@@ -128,21 +130,17 @@ def test_a_reading_under_the_high_gap_where_the_steady_level_is_past_it_counts_b
     (20: half AvgShedder's high pair gap); its samples read 19.5 and 21 by turns. A reading under the high gap
     counts as the high hit its steady level says it is, so the second reading past the gap triggers it (high hit
     count 2), not the second past it in a row; but a reading under the gap never completes the count."""
-    config = cfg()
     steady = {"a:1": 71.0, "b:1": 29.0}
     state = StrategyState()
     fired = []
     for distance in (21.0, 19.5, 19.5, 21.0):
-        high, low, triggered, dipped = debounce.hits(
-            {"a:1": 50 + distance, "b:1": 50 - distance}, 50, config, state, set(), steady
-        )
-        state = state.evolve(avg_hits_high=high, avg_hits_low=low, predictive_dipped=dipped)
+        state, triggered = _read(state, distance, steady)
         fired.append("a:1" in triggered)
     assert fired == [False, False, False, True]
-    _, _, triggered, _ = debounce.hits({"a:1": 71.0, "b:1": 29.0}, 50, config, StrategyState(), set(), steady)
-    assert not triggered  # one reading past the gap is one hit
-    high, _, _, _ = debounce.hits({"a:1": 69.5, "b:1": 30.5}, 50, config, StrategyState(), set(), {})
-    assert "a:1" not in high  # no steady level past the gap: cleared, as AvgShedder's
+    assert not _read(StrategyState(), 21.0, steady)[1]  # one reading past the gap is one hit
+    assert (
+        "a:1" not in _read(StrategyState(), 19.5)[0].avg_hits_high
+    )  # no steady level past it: cleared, as AvgShedder's
 
 
 def test_a_triggered_broker_reading_inside_the_gap_is_cleared_however_noisy():
@@ -165,20 +163,14 @@ def test_a_broker_its_moves_were_to_leave_past_the_gap_is_not_released_by_one_re
     own, so it stays being balanced (neither cleared nor counted); a second reading inside clears it, and one past the
     gap acts on it at once. A broker whose moves were to leave it inside the gap is released by the one reading,
     as before."""
-    config = cfg()
-    count = config.loadBalancerAvgShedderHitCountLowThreshold
+    count = cfg().loadBalancerAvgShedderHitCountLowThreshold
     state = StrategyState(avg_hits_low={"b:1": count}, predictions={"b:1": (43.0, NOW - 60_000)})
-
-    def read(state, distance):
-        high, low, triggered, dipped = debounce.hits({"a:1": 50.0, "b:1": 50 - distance}, 50, config, state, set(), {})
-        return state.evolve(avg_hits_high=high, avg_hits_low=low, predictive_dipped=dipped), triggered
-
-    held, triggered = read(state, 4.0)
+    held, triggered = _read(state, 4.0)
     assert held.avg_hits_low["b:1"] == count and not triggered
-    assert "b:1" not in read(held, 4.0)[0].avg_hits_low
-    assert read(held, 7.0)[1] == {"b:1"}
+    assert "b:1" not in _read(held, 4.0)[0].avg_hits_low
+    assert _read(held, 7.0)[1] == {"b:1"}
     done = state.evolve(predictions={"b:1": (47.0, NOW - 60_000)})
-    assert "b:1" not in read(done, 4.0)[0].avg_hits_low
+    assert "b:1" not in _read(done, 4.0)[0].avg_hits_low
 
 
 def test_trusting_the_samples_after_a_miss_keeps_their_noise():
