@@ -12,9 +12,11 @@ shows them (the parser, about 240 lines); each command's body is a few lines cal
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import random
+import signal
 import sys
 import threading
 from collections.abc import Sequence
@@ -631,6 +633,8 @@ def _admin_error(exc: AdminError, args: argparse.Namespace | None) -> str:
 
 
 def run() -> NoReturn:
+    # `kill -USR1 <pid>` prints every thread's stack on stderr and the command goes on: a hang can be diagnosed
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     sys.exit(main())
 
 

@@ -196,12 +196,44 @@ def exit_on_signals(stop: threading.Event | None = None) -> Iterator[None]:
     raise ``Interrupted`` (SIGINT: KeyboardInterrupt) in the main thread, so every ``finally`` runs. In another
     thread nothing changes. A signal the process was started ignoring stays ignored (``nohup`` ignores SIGHUP; a
     shell starts a background job ignoring SIGINT)."""
-    if stop is not None:
-        wanted: dict[int, Any] = dict.fromkeys(SIGNALS, lambda *_: stop.set())
-    else:
-        wanted = {s: signal.default_int_handler if s == signal.SIGINT else _interrupt for s in SIGNALS}
-    with _handlers({s: handler for s, handler in wanted.items() if signal.getsignal(s) != signal.SIG_IGN}):
+    with contextlib.ExitStack() as stack:
+        if stop is not None:
+            wanted: dict[int, Any] = dict.fromkeys(SIGNALS, stack.enter_context(relayed(stop.set)))
+        else:
+            wanted = {s: signal.default_int_handler if s == signal.SIGINT else _interrupt for s in SIGNALS}
+        stack.enter_context(_handlers({s: h for s, h in wanted.items() if signal.getsignal(s) != signal.SIG_IGN}))
         yield
+
+
+@contextlib.contextmanager
+def relayed(action: Callable[[], None]) -> Iterator[Callable[[int, Any], None]]:
+    """Meanwhile, a signal handler that has ``action`` run on a thread of its own, once per signal.
+
+    A Python signal handler runs in the main thread between two of its bytecodes, wherever it is. One that sets
+    an Event itself waits forever when the main thread was inside that Event's ``wait(timeout)``, holding its
+    lock, at that moment: from then on the process hears no signal at all, until a SIGKILL ends it. This
+    handler takes no lock: it writes a byte to a pipe, and the thread reading the pipe does the rest."""
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+
+    def pass_on() -> None:
+        while os.read(read, 1):  # b"" once ``write`` is closed
+            action()
+
+    thread = threading.Thread(target=pass_on, name="pulsar-lb-signals", daemon=True)
+    thread.start()
+
+    def handler(_signum: int, _frame: Any) -> None:
+        with contextlib.suppress(OSError):  # the pipe is full: enough signals are on their way already
+            os.write(write, b"!")
+
+    try:
+        yield handler
+    finally:
+        os.close(write)
+        thread.join(5.0)
+        if not thread.is_alive():  # else the thread still reads it: a leaked descriptor, never a reused one
+            os.close(read)
 
 
 def _interrupt(signum: int, _frame: Any) -> None:

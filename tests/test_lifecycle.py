@@ -174,3 +174,61 @@ def test_operator_benchmark_leaves_no_worker_behind(signum, tmp_path):
     workers = lambda output, others: len(others.split()) >= 2  # noqa: E731
     args = ["benchmark", "--seeds", "3", "--jobs", "2", "--no-plots", "--out", str(tmp_path / "report")]
     assert_nothing_left(left_behind(args, signum, up_for(2.0, workers), 130))
+
+
+WAITS_WITH_ITS_STOP = """
+import sys, threading
+from pulsar_lb_operator import lifecycle
+from pulsar_lb_operator.run import shutdown
+
+stop = threading.Event()
+hears = lifecycle.exit_on_signals if sys.argv[1] == "exit_on_signals" else shutdown.on_signals
+with hears(stop):
+    print("ready", flush=True)
+    while not stop.wait(0):  # the main thread inside the Event's lock as often as a loop can be
+        pass
+print("stopped", flush=True)
+"""
+
+
+@pytest.mark.parametrize("hears", ["exit_on_signals", "on_signals"])
+def test_a_signal_is_heard_while_the_main_thread_waits_on_the_event_it_sets(hears):
+    """A handler that set the Event itself waited forever on the Event's own lock in about half of these starts
+    (CPython 3.11, 2 cores): the command ignored SIGTERM until it was killed."""
+    for _ in range(12):
+        proc = subprocess.Popen([sys.executable, "-c", WAITS_WITH_ITS_STOP, hears], stdout=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+            time.sleep(0.05)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(10) == 0
+            assert proc.stdout.read() == "stopped\n"
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()
+
+
+def test_sigusr1_prints_where_every_thread_is_and_the_command_goes_on(tmp_path):
+    from tests.builders import operator_script
+
+    proc = subprocess.Popen(
+        [operator_script(), "simulate", "demo"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        while "Ctrl-C stops" not in proc.stdout.readline():
+            assert proc.poll() is None
+        proc.send_signal(signal.SIGUSR1)
+        assert "(most recent call first):" in proc.stderr.readline()
+        time.sleep(0.5)
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()

@@ -463,27 +463,31 @@ class Daemon:
             )
         if self.history is not None:  # closed hours into one file each, on its own thread too
             scheduler.add_job(self.compact, "interval", minutes=COMPACT_EVERY_MINUTES, max_instances=1, coalesce=True)
-        shutdown.on_signals(self.stop)
-        scheduler.start()
-        try:
-            self.stop.wait()
-        finally:
-            deadline = time.monotonic() + self.settings.shutdownTimeoutSeconds
-            log.info("stopping: no further call is sent", timeout_s=self.settings.shutdownTimeoutSeconds)
-            scheduler.shutdown(wait=False)
-            self.cancel_aggregation(deadline - shutdown.EXIT_MARGIN_S)
-            if not shutdown.wait_for_cycle(self._lock, deadline):
-                self.abandoned = True
-                log.error(
-                    "exiting with a call still in flight: it was recorded before it was sent, "
-                    "and is verified after the restart"
-                )
-            if self.elector is not None:
-                self.elector.stop()
-            endpoints.stop(server)
-            self.close(flush_s=max(0.0, min(5.0, deadline - time.monotonic() - 1.0)))
-            log.info("daemon stopped", cycles=self.cycles)
+        with shutdown.on_signals(self.stop):  # until the very end: a second SIGTERM changes nothing
+            scheduler.start()
+            try:
+                self.stop.wait()
+            finally:
+                self._shut_down(scheduler, server)
         return 0
+
+    def _shut_down(self, scheduler: BackgroundScheduler, server: ThreadingHTTPServer | None) -> None:
+        """Nothing more is sent; the cycle in flight has until ``shutdownTimeoutSeconds`` (then it is abandoned)."""
+        deadline = time.monotonic() + self.settings.shutdownTimeoutSeconds
+        log.info("stopping: no further call is sent", timeout_s=self.settings.shutdownTimeoutSeconds)
+        scheduler.shutdown(wait=False)
+        self.cancel_aggregation(deadline - shutdown.EXIT_MARGIN_S)
+        if not shutdown.wait_for_cycle(self._lock, deadline):
+            self.abandoned = True
+            log.error(
+                "exiting with a call still in flight: it was recorded before it was sent, "
+                "and is verified after the restart"
+            )
+        if self.elector is not None:
+            self.elector.stop()
+        endpoints.stop(server)
+        self.close(flush_s=max(0.0, min(5.0, deadline - time.monotonic() - 1.0)))
+        log.info("daemon stopped", cycles=self.cycles)
 
     def close(self, flush_s: float = 5.0) -> None:
         """Give the audit publisher a few seconds to send what is spooled; the rest waits for the next start."""

@@ -96,16 +96,21 @@ def _interruptible() -> Iterator[threading.Event]:
         yield stop
         return
 
-    def first(_sig: int, _frame: object) -> None:
+    def heard() -> None:  # on lifecycle.relayed's thread: a handler setting ``stop`` could wait on the main thread
         stop.set()
-        signal.signal(signal.SIGINT, signal.default_int_handler)
         print("interrupted: no further call is sent (Ctrl-C again to quit at once)", file=sys.stderr, flush=True)
 
-    previous = signal.signal(signal.SIGINT, first)
-    try:
-        yield stop
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    with lifecycle.relayed(heard) as relay:
+
+        def first(signum: int, frame: Any) -> None:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            relay(signum, frame)
+
+        previous = signal.signal(signal.SIGINT, first)
+        try:
+            yield stop
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
 
 def _rebalance(

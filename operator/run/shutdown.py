@@ -8,18 +8,32 @@ signal means "send nothing more". On the way out the daemon waits for the cycle 
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
+from collections.abc import Iterator
+
+from pulsar_lb_operator import lifecycle
 
 EXIT_MARGIN_S = 2.0  # left of shutdownTimeoutSeconds for closing the probes and the audit spool
 
 
-def on_signals(stop: threading.Event) -> None:
-    """SIGTERM and SIGINT set ``stop`` (only the main thread may install handlers; elsewhere: nothing)."""
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
+@contextlib.contextmanager
+def on_signals(stop: threading.Event) -> Iterator[None]:
+    """Meanwhile SIGTERM and SIGINT set ``stop`` (only the main thread may install handlers; elsewhere: nothing).
+    The handler sets it from a thread of its own (lifecycle.relayed): a handler that took the Event's lock itself
+    could wait forever on the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    with lifecycle.relayed(stop.set) as relay:
+        previous = {sig: signal.signal(sig, relay) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 def wait_for_cycle(cycle_lock: threading.Lock, deadline: float) -> bool:

@@ -91,9 +91,21 @@ def _finish(proc: subprocess.Popen[str], sig: int | None, timeout_s: float = 30.
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)  # the operator prints every thread's stack (cli.run): where it hangs
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=2)
         proc.kill()
         out, err = proc.communicate()
     return proc.returncode, out + err
+
+
+def _where_it_was(text: str) -> list[str]:
+    """The last lines a process printed, then each thread's innermost frames when it had to be killed (the
+    SIGUSR1 dump ``_finish`` asks for: a "Thread 0x… (most recent call first):" line, then its frames)."""
+    lines = text.splitlines()
+    heads = [i for i, line in enumerate(lines) if line.endswith("(most recent call first):")]
+    said = [line[:300] for line in lines[: heads[0] if heads else len(lines)][-3:]]
+    return said + [" / ".join(line.strip() for line in lines[i : i + 4]) for i in heads]
 
 
 def _wall_clock_scenario(scenario: Scenario) -> Callable[[Callable[[str], str]], SimulatedCluster]:
@@ -132,8 +144,7 @@ def sigkill_and_restart(scenario: Scenario) -> Tally:
             code2, text2 = _finish(second, signal.SIGTERM)
             if code2 != 0:
                 tally.daemon_crashes += 1
-                last = [line[:300] for line in text2.splitlines()[-3:]]  # where it was when it had to be killed
-                tally.notes.append(f"restarted process exited {code2}; its last lines: {last}")
+                tally.notes.append(f"restarted process exited {code2}; its last lines: {_where_it_was(text2)}")
             text += text2
         finally:
             clock.stop.set()
@@ -245,6 +256,8 @@ def left_behind(
             text=True,
             errors="replace",  # the reader must never stop: a full pipe would block the command's next write
             cwd=work,
+            # as from a terminal, even when the rehearsal itself runs as a shell's background job (SIGINT ignored)
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         lines: list[str] = []
         reader = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)
