@@ -553,6 +553,9 @@ def cmd_rehearse(args: argparse.Namespace) -> int:
     return code
 
 
+DATA_ON_STDOUT = {"rebalance", "benchmark", "rehearse"}  # plans, JSON lines, tables a script may read
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     logs.configure(
@@ -578,7 +581,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             "rehearse": cmd_rehearse,
             **control_cli.dispatch(),
         }
-        return commands[args.command](args)
+        if args.command not in DATA_ON_STDOUT:
+            return commands[args.command](args)
+        with lifecycle.stdout_for_python_alone():  # a C library's stray line goes to stderr, not into the data
+            return commands[args.command](args)
     except PulsarLbError as exc:
         if isinstance(exc, InternalError):
             return _internal_error(exc)

@@ -162,6 +162,40 @@ def quiet() -> None:
             os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
 
 
+@contextlib.contextmanager
+def stdout_for_python_alone() -> Iterator[None]:
+    """Meanwhile what reaches file descriptor 1 from outside Python — a C library's printf — goes to stderr, and
+    Python's ``sys.stdout`` still to the real stdout: a JSON stream stays JSON, a table a table. HiGHS, the MILP
+    solver the predictive shedder plans with, prints a debug line now and then whatever its options say
+    (ERGO-Code/HiGHS issue 2783). Nothing changes unless ``sys.stdout`` is the process's own (a test's capture is
+    left alone)."""
+    stream = sys.stdout
+    try:
+        fd = stream.fileno() if stream is sys.__stdout__ and stream is not None else -1
+    except (OSError, ValueError):
+        fd = -1
+    if fd < 0:
+        yield
+        return
+    stream.flush()
+    ours = os.dup(fd)
+    os.dup2(2, fd)
+    sys.stdout = open(  # noqa: SIM115  closed below, after the C library's buffer went where it belongs
+        ours, "w", 1 if stream.line_buffering else -1, stream.encoding, stream.errors, closefd=False
+    )
+    try:
+        yield
+    finally:
+        if _LIBC is not None:
+            _LIBC.fflush(None)  # C's stdout buffer, to stderr now rather than to the real stdout at exit
+        ours_stream, sys.stdout = sys.stdout, stream
+        try:
+            ours_stream.close()  # flushes: a reader gone (`| head`) raises BrokenPipeError here, as it would have
+        finally:
+            os.dup2(ours, fd)
+            os.close(ours)
+
+
 def _descendants() -> list[int]:
     """The processes this one started, and theirs, that still run (Linux: /proc; elsewhere none are found)."""
     parents = _processes()
@@ -274,6 +308,7 @@ def _prctl() -> Callable[..., int] | None:
 
 
 _PRCTL = _prctl()  # looked up once, before any fork: the child only calls it
+_LIBC = ctypes.CDLL(None) if sys.platform.startswith(("linux", "darwin")) else None  # C's fflush
 
 
 def _die_with(parent: int) -> Callable[[], None]:

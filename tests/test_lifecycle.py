@@ -232,3 +232,22 @@ def test_sigusr1_prints_where_every_thread_is_and_the_command_goes_on(tmp_path):
             proc.wait()
         proc.stdout.close()
         proc.stderr.close()
+
+
+def test_a_c_librarys_stray_line_goes_to_stderr_and_python_keeps_stdout():
+    """HiGHS prints a debug line on file descriptor 1 now and then; in `rebalance --output json` it would have been
+    a line of the JSON stream that is not JSON."""
+    script = """
+import ctypes, json
+from pulsar_lb_operator import lifecycle
+libc = ctypes.CDLL(None)
+with lifecycle.stdout_for_python_alone():
+    print(json.dumps({"kind": "plan"}))
+    libc.printf(b"HighsMipSolverData::transformNewIntegerFeasibleSolution tmpSolver.run();\\n")
+    print(json.dumps({"kind": "result"}))
+print("after")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ['{"kind": "plan"}', '{"kind": "result"}', "after"]
+    assert "tmpSolver.run();" in done.stderr
