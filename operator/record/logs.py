@@ -9,7 +9,7 @@ every line on stderr is one JSON object, whichever thread wrote it. A library's 
 
 Libraries speak at their INFO level about routine things (APScheduler: every job run; py4j: every closed
 connection), so their records below WARNING are shown only at ``debug``; py4j's, which logs each command
-it sends, never are.
+it sends, and asyncio's, which says which selector each new event loop uses, never are.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import structlog
 
 OURS = "pulsar_lb_operator"  # structlog.get_logger(__name__): every module's logger is under it
 HANDLER_NAME = "pulsar-lb-operator"
-ALWAYS_QUIET = {"py4j": logging.WARNING}
+ALWAYS_QUIET = {"py4j": logging.WARNING, "asyncio": logging.WARNING}
 
 
 class _Stderr(logging.Handler):

@@ -128,3 +128,14 @@ def test_text_mode_stays_readable_and_names_the_library(restore_logging, capsys)
     assert "[warning  ] cycle failed" in lines[0] and "reason='timed out'" in lines[0]
     assert "Added job 'Daemon.run_once'" in lines[1] and "[apscheduler.scheduler]" in lines[1]
     assert "[error    ] Uncaught" in lines[2] and "[org.apache.spark.util.Utils]" in lines[2]
+
+
+def test_at_debug_a_new_event_loop_says_nothing_but_asyncio_s_errors_still_show(restore_logging, capsys):
+    """The simulator's event loop made every ``operator rehearse`` print "Using selector: EpollSelector"."""
+    import asyncio
+
+    logs.configure("debug", json=True)
+    asyncio.new_event_loop().close()
+    logging.getLogger("asyncio").error("Task exception was never retrieved")
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    assert [line["event"] for line in lines] == ["Task exception was never retrieved"]
