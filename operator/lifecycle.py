@@ -34,7 +34,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -232,7 +232,7 @@ def exit_on_signals(stop: threading.Event | None = None) -> Iterator[None]:
     shell starts a background job ignoring SIGINT)."""
     with contextlib.ExitStack() as stack:
         if stop is not None:
-            wanted: dict[int, Any] = dict.fromkeys(SIGNALS, stack.enter_context(relayed(stop.set)))
+            wanted: dict[int, Any] = dict.fromkeys(SIGNALS, stack.enter_context(relayed(stop.set, SIGNALS)))
         else:
             wanted = {s: signal.default_int_handler if s == signal.SIGINT else _interrupt for s in SIGNALS}
         stack.enter_context(_handlers({s: h for s, h in wanted.items() if signal.getsignal(s) != signal.SIG_IGN}))
@@ -240,34 +240,45 @@ def exit_on_signals(stop: threading.Event | None = None) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def relayed(action: Callable[[], None]) -> Iterator[Callable[[int, Any], None]]:
-    """Meanwhile, a signal handler that has ``action`` run on a thread of its own, once per signal.
+def relayed(action: Callable[[], None], signals: Collection[int]) -> Iterator[Callable[[int, Any], None]]:
+    """Meanwhile ``action`` runs on a thread of its own for each of ``signals`` the process receives; yields the
+    handler to install for them, which itself does nothing.
 
-    A Python signal handler runs in the main thread between two of its bytecodes, wherever it is. One that sets
-    an Event itself waits forever when the main thread was inside that Event's ``wait(timeout)``, holding its
-    lock, at that moment: from then on the process hears no signal at all, until a SIGKILL ends it. This
-    handler takes no lock: it writes a byte to a pipe, and the thread reading the pipe does the rest."""
+    A handler that acts itself can fail twice. It runs in the main thread between two of its bytecodes: one that
+    sets an Event waits forever when the main thread was inside that Event's ``wait(timeout)``, holding its lock,
+    and the process then hears no signal at all until a SIGKILL ends it. And it runs only once the main thread
+    runs: a signal the kernel gave another thread waits on a main thread blocked in a wait with no timeout. Python's
+    C-level handler, in whichever thread receives the signal, writes its number to the wakeup descriptor
+    (``signal.set_wakeup_fd``) at once; the thread reading it acts. Only the main thread can set that descriptor:
+    elsewhere nothing is relayed (nor could a handler be installed)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield _ignore
+        return
     read, write = os.pipe()
     os.set_blocking(write, False)
+    wanted = {int(s) for s in signals}
 
     def pass_on() -> None:
-        while os.read(read, 1):  # b"" once ``write`` is closed
-            action()
+        while numbers := os.read(read, 64):  # b"" once ``write`` is closed
+            for _ in range(sum(1 for number in numbers if number in wanted)):
+                action()
 
     thread = threading.Thread(target=pass_on, name="pulsar-lb-signals", daemon=True)
     thread.start()
-
-    def handler(_signum: int, _frame: Any) -> None:
-        with contextlib.suppress(OSError):  # the pipe is full: enough signals are on their way already
-            os.write(write, b"!")
-
+    previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
     try:
-        yield handler
+        yield _ignore
     finally:
+        signal.set_wakeup_fd(previous)
         os.close(write)
         thread.join(5.0)
         if not thread.is_alive():  # else the thread still reads it: a leaked descriptor, never a reused one
             os.close(read)
+
+
+def _ignore(_signum: int, _frame: Any) -> None:
+    """A Python-level handler, so that Python's C-level one writes to the wakeup descriptor; the rest is
+    ``relayed``'s thread's."""
 
 
 def _interrupt(signum: int, _frame: Any) -> None:

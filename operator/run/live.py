@@ -97,15 +97,14 @@ def _interruptible() -> Iterator[threading.Event]:
         return
 
     def heard() -> None:  # on lifecycle.relayed's thread: a handler setting ``stop`` could wait on the main thread
-        stop.set()
-        print("interrupted: no further call is sent (Ctrl-C again to quit at once)", file=sys.stderr, flush=True)
+        if not stop.is_set():  # the second Ctrl-C is KeyboardInterrupt's
+            stop.set()
+            print("interrupted: no further call is sent (Ctrl-C again to quit at once)", file=sys.stderr, flush=True)
 
-    with lifecycle.relayed(heard) as relay:
+    def first(_signum: int, _frame: Any) -> None:  # ``heard`` runs on lifecycle.relayed's thread
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
-        def first(signum: int, frame: Any) -> None:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            relay(signum, frame)
-
+    with lifecycle.relayed(heard, (signal.SIGINT,)):
         previous = signal.signal(signal.SIGINT, first)
         try:
             yield stop

@@ -21,14 +21,15 @@ EXIT_MARGIN_S = 2.0  # left of shutdownTimeoutSeconds for closing the probes and
 
 @contextlib.contextmanager
 def on_signals(stop: threading.Event) -> Iterator[None]:
-    """Meanwhile SIGTERM and SIGINT set ``stop`` (only the main thread may install handlers; elsewhere: nothing).
-    The handler sets it from a thread of its own (lifecycle.relayed): a handler that took the Event's lock itself
-    could wait forever on the main thread."""
+    """Meanwhile SIGTERM and SIGINT set ``stop`` (only the main thread may install handlers; elsewhere: nothing),
+    from a thread of its own (lifecycle.relayed): whichever thread the signal reaches, and whatever the main
+    thread is waiting on."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    with lifecycle.relayed(stop.set) as relay:
-        previous = {sig: signal.signal(sig, relay) for sig in (signal.SIGTERM, signal.SIGINT)}
+    signals = (signal.SIGTERM, signal.SIGINT)
+    with lifecycle.relayed(stop.set, signals) as relay:
+        previous = {sig: signal.signal(sig, relay) for sig in signals}
         try:
             yield
         finally:
