@@ -8,6 +8,7 @@ counts, the moment it has exited, the marked processes still running and what is
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -140,32 +141,37 @@ def test_a_directory_a_stopping_child_writes_in_is_removed_after_it_ended(tmp_pa
     assert list(tmp.iterdir()) == []
 
 
-def test_a_signal_the_command_was_started_ignoring_stays_ignored(tmp_path):
-    """``nohup operator simulate …``: SIGHUP stays ignored; SIGTERM still stops it, in order."""
+@contextlib.contextmanager
+def simulate_demo(tmp_path: Path, **popen):
+    """``operator simulate demo`` as a subprocess, once it serves; killed after, if it has not ended."""
     from tests.builders import operator_script
 
     proc = subprocess.Popen(
-        [operator_script(), "simulate", "demo"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=tmp_path,
-        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),  # as nohup starts it
+        [operator_script(), "simulate", "demo"], stdout=subprocess.PIPE, text=True, cwd=tmp_path, **popen
     )
     try:
         assert proc.stdout is not None
         while "Ctrl-C stops" not in proc.stdout.readline():
             assert proc.poll() is None
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def test_a_signal_the_command_was_started_ignoring_stays_ignored(tmp_path):
+    """``nohup operator simulate …``: SIGHUP stays ignored; SIGTERM still stops it, in order."""
+    as_nohup_starts_it = lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)  # noqa: E731
+    with simulate_demo(tmp_path, stderr=subprocess.STDOUT, preexec_fn=as_nohup_starts_it) as proc:
         proc.send_signal(signal.SIGHUP)
         time.sleep(1)
         assert proc.poll() is None
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
 
 
 @pytest.mark.parametrize("signum", SIGNALS)
@@ -235,27 +241,13 @@ def test_a_signal_is_heard_whatever_the_main_thread_is_doing(hears, script):
 
 
 def test_sigusr1_prints_where_every_thread_is_and_the_command_goes_on(tmp_path):
-    from tests.builders import operator_script
-
-    proc = subprocess.Popen(
-        [operator_script(), "simulate", "demo"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path
-    )
-    try:
-        assert proc.stdout is not None and proc.stderr is not None
-        while "Ctrl-C stops" not in proc.stdout.readline():
-            assert proc.poll() is None
+    with simulate_demo(tmp_path, stderr=subprocess.PIPE) as proc:
         proc.send_signal(signal.SIGUSR1)
         assert "(most recent call first):" in proc.stderr.readline()
         time.sleep(0.5)
         assert proc.poll() is None
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
 
 
 def test_a_c_librarys_stray_line_goes_to_stderr_and_python_keeps_stdout():
