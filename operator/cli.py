@@ -12,6 +12,7 @@ shows them (the parser, about 240 lines); each command's body is a few lines cal
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import json
 import os
@@ -581,9 +582,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "rehearse": cmd_rehearse,
             **control_cli.dispatch(),
         }
-        if args.command not in DATA_ON_STDOUT:
-            return commands[args.command](args)
-        with lifecycle.stdout_for_python_alone():  # a C library's stray line goes to stderr, not into the data
+        # a C library's stray line goes to stderr, not into the data
+        data = lifecycle.stdout_for_python_alone() if args.command in DATA_ON_STDOUT else contextlib.nullcontext()
+        with data:
             return commands[args.command](args)
     except PulsarLbError as exc:
         if isinstance(exc, InternalError):

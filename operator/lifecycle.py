@@ -116,7 +116,7 @@ def cleanup() -> None:
     """Stop every child still registered (the newest first) and remove every directory. Safe to call again.
 
     SIGTERM, SIGINT and SIGHUP are ignored meanwhile (a second Ctrl-C must not cut the cleanup short)."""
-    with _handlers(dict.fromkeys(SIGNALS, signal.SIG_IGN)):
+    with handlers(dict.fromkeys(SIGNALS, signal.SIG_IGN)):
         with _lock:
             children = list(reversed(_children.values()))
             directories = list(reversed(_directories))
@@ -135,7 +135,7 @@ def finish() -> None:
     with _lock:
         directories = list(_directories)
     cleanup()
-    with _handlers(dict.fromkeys(SIGNALS, signal.SIG_IGN)):
+    with handlers(dict.fromkeys(SIGNALS, signal.SIG_IGN)):
         others = _descendants()
         if others:  # what our threads print as these end under them (pyspark's, of its JVM) is noise
             quiet()
@@ -235,7 +235,7 @@ def exit_on_signals(stop: threading.Event | None = None) -> Iterator[None]:
             wanted: dict[int, Any] = dict.fromkeys(SIGNALS, stack.enter_context(relayed(stop.set, SIGNALS)))
         else:
             wanted = {s: signal.default_int_handler if s == signal.SIGINT else _interrupt for s in SIGNALS}
-        stack.enter_context(_handlers({s: h for s, h in wanted.items() if signal.getsignal(s) != signal.SIG_IGN}))
+        stack.enter_context(handlers({s: h for s, h in wanted.items() if signal.getsignal(s) != signal.SIG_IGN}))
         yield
 
 
@@ -286,11 +286,11 @@ def _interrupt(signum: int, _frame: Any) -> None:
 
 
 @contextlib.contextmanager
-def _handlers(handlers: dict[int, Any]) -> Iterator[None]:
+def handlers(wanted: dict[int, Any]) -> Iterator[None]:
     """Signal handlers set meanwhile, the previous ones after (only the main thread may set them: elsewhere,
     nothing changes)."""
     main = threading.current_thread() is threading.main_thread()
-    previous = {signum: signal.signal(signum, handler) for signum, handler in handlers.items()} if main else {}
+    previous = {signum: signal.signal(signum, handler) for signum, handler in wanted.items()} if main else {}
     try:
         yield
     finally:
@@ -306,12 +306,25 @@ def _signal(process: subprocess.Popen[Any], signum: int, own_group: bool) -> Non
             process.send_signal(signum)
 
 
-def _prctl() -> Callable[..., int] | None:
-    if not sys.platform.startswith("linux"):
+def _libc() -> ctypes.CDLL | None:
+    """The C library this process runs on (prctl, fflush), or None where it cannot be loaded so."""
+    if not sys.platform.startswith(("linux", "darwin")):
         return None
     try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+_LIBC = _libc()
+
+
+def _prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux") or _LIBC is None:
+        return None
+    try:
+        prctl = _LIBC.prctl
+    except AttributeError:
         return None
     prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
     prctl.restype = ctypes.c_int
@@ -319,7 +332,6 @@ def _prctl() -> Callable[..., int] | None:
 
 
 _PRCTL = _prctl()  # looked up once, before any fork: the child only calls it
-_LIBC = ctypes.CDLL(None) if sys.platform.startswith(("linux", "darwin")) else None  # C's fflush
 
 
 def _die_with(parent: int) -> Callable[[], None]:

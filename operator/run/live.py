@@ -92,9 +92,6 @@ def rebalance(args: argparse.Namespace) -> int:
 def _interruptible() -> Iterator[threading.Event]:
     """The first SIGINT sets the event (the executor sends nothing more), the next one interrupts as usual."""
     stop = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
-        yield stop
-        return
 
     def heard() -> None:  # on lifecycle.relayed's thread: a handler setting ``stop`` could wait on the main thread
         if not stop.is_set():  # the second Ctrl-C is KeyboardInterrupt's
@@ -104,12 +101,9 @@ def _interruptible() -> Iterator[threading.Event]:
     def first(_signum: int, _frame: Any) -> None:  # ``heard`` runs on lifecycle.relayed's thread
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
-    with lifecycle.relayed(heard, (signal.SIGINT,)):
-        previous = signal.signal(signal.SIGINT, first)
-        try:
-            yield stop
-        finally:
-            signal.signal(signal.SIGINT, previous)
+    # off the main thread neither is set, and the event stays as it is
+    with lifecycle.relayed(heard, (signal.SIGINT,)), lifecycle.handlers({signal.SIGINT: first}):
+        yield stop
 
 
 def _rebalance(

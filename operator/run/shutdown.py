@@ -24,17 +24,9 @@ def on_signals(stop: threading.Event) -> Iterator[None]:
     """Meanwhile SIGTERM and SIGINT set ``stop`` (only the main thread may install handlers; elsewhere: nothing),
     from a thread of its own (lifecycle.relayed): whichever thread the signal reaches, and whatever the main
     thread is waiting on."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     signals = (signal.SIGTERM, signal.SIGINT)
-    with lifecycle.relayed(stop.set, signals) as relay:
-        previous = {sig: signal.signal(sig, relay) for sig in signals}
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+    with lifecycle.relayed(stop.set, signals) as relay, lifecycle.handlers(dict.fromkeys(signals, relay)):
+        yield
 
 
 def wait_for_cycle(cycle_lock: threading.Lock, deadline: float) -> bool:

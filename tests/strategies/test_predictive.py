@@ -138,9 +138,8 @@ def test_a_reading_under_the_high_gap_where_the_steady_level_is_past_it_counts_b
         fired.append("a:1" in triggered)
     assert fired == [False, False, False, True]
     assert not _read(StrategyState(), 21.0, steady)[1]  # one reading past the gap is one hit
-    assert (
-        "a:1" not in _read(StrategyState(), 19.5)[0].avg_hits_high
-    )  # no steady level past it: cleared, as AvgShedder's
+    # no steady level past it: cleared, as AvgShedder's
+    assert "a:1" not in _read(StrategyState(), 19.5)[0].avg_hits_high
 
 
 def test_a_triggered_broker_reading_inside_the_gap_is_cleared_however_noisy():

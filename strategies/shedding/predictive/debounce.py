@@ -80,9 +80,9 @@ def hits(
     high_gap = config.loadBalancerAvgShedderHighThreshold / 2
     high_count = config.loadBalancerAvgShedderHitCountHighThreshold
     for broker, value in scores.items():
-        gap = abs(value - mean)
+        gap, steady_gap = abs(value - mean), abs(steady.get(broker, mean) - mean)
         predicted = state.predictions.get(broker)  # where last cycle's moves were to leave it
-        past = low.get(broker, 0) < count and abs(steady.get(broker, mean) - mean) >= settled
+        past = low.get(broker, 0) < count and steady_gap >= settled
         holdable = broker not in state.predictive_dipped and (
             past or (predicted is not None and abs(predicted[0] - mean) >= settled)
         )
@@ -98,7 +98,7 @@ def hits(
         low[broker] = low.get(broker, 0) + 1
         if gap >= high_gap:
             high[broker] = high.get(broker, 0) + 1
-        elif abs(steady.get(broker, mean) - mean) >= high_gap and high.get(broker, 0) < high_count:
+        elif steady_gap >= high_gap and high.get(broker, 0) < high_count:
             high[broker] = min(high.get(broker, 0) + 1, high_count - 1)  # as a dip under the low gap counts
         else:
             high.pop(broker, None)
