@@ -208,6 +208,17 @@ def test_bundles_are_priced_from_alike_brokers_pooled_not_from_one_brokers_fit(f
     assert part["unloads"] <= family_report.RATIO_GOAL * part["moves"], part
 
 
+def test_a_new_broker_of_a_kind_no_fit_knows_is_not_overfilled():
+    """scale-out#40 (a development run): the broker that joins has 8 cores and the NIC of the cluster's 4-core kind,
+    and pays per core as they do, half again the 8-core brokers' cost per message. Planned on the whole cluster's
+    pooled cost, its first fill overshot by 26 points, and what it received was held there by the grace period: 31
+    cycles past the floor, 15 unloads for 6. Started from the costliest kind's cost, it is balanced on the floor."""
+    result = run(families.generate("scale-out", 40), OURS)
+    (event,) = [p for p in result.metrics["segments"] if p["kind"] == "event"]
+    assert event["cycles"] is not None and event["cycles"] <= event["floor"] + 1, event
+    assert event["unloads"] <= family_report.RATIO_GOAL * event["moves"], event
+
+
 def test_benchmark_family_command_writes_the_table_and_refuses_what_it_cannot_do(tmp_path, capsys):
     args = ["benchmark", "--family", "noise", "--runs", "1", "--seed", "950", "--no-plots", "--jobs", "1"]
     assert cli.main([*args, "--strategy", "AvgShedder", "--out", str(tmp_path)]) == 0

@@ -548,6 +548,31 @@ def test_a_new_broker_is_known_from_its_capacity_and_refined_from_its_samples():
     assert forecast.learned_scale(state.predictive_learned["new:1"]) == pytest.approx((2 * 2 + 1) / (2 + 1))
 
 
+def test_a_new_broker_of_a_kind_no_fit_knows_starts_from_the_costliest_kind():
+    """Two kinds with fits: on 8-core brokers a message per second costs 8 core-percent, on 4-core ones 12. A
+    16-core broker joins, a kind neither is: a fill planned on the cluster's pooled cost (9.3) would overshoot by more
+    than a quarter if it pays as the 4-core kind, and what it received could not move again within the grace period;
+    one planned on the costlier kind's falls short at worst, and is topped up next cycle. A broker of a kind with a
+    fit is priced from its kind, whatever the others pay."""
+
+    def report(cores, points):
+        bundles = {bundle(f"t/{cores}", 0): stats(points * 50, points * 50)} if points else {}
+        return broker_report(
+            cpu=((5 + points) / 100 * cores * 100, cores * 100),
+            bw_in=(0, NIC),
+            bw_out=(0, NIC),
+            bundles=bundles,
+        )
+
+    reports = {"a:1": report(8, 40), "a:2": report(8, 40), "b:1": report(4, 40), "new:1": report(16, 0)}
+    fits = {"a:1": model(5, 8 / 800), "a:2": model(5, 8 / 800), "b:1": model(5, 12 / 400)}
+    profile = LoadProfile(cost_models=MappingProxyType({(b, "cpu"): m for b, m in fits.items()}))
+    load = build_load_data(snapshot(reports), {}, {}, ONE_HIT.grace_period_ms)[0].with_profile(profile)
+    slope = forecast.slopes(load, StrategyState())
+    assert slope["new:1"].borrowed and slope["new:1"].cpu[0] == pytest.approx(12 / 1600)
+    assert slope["a:1"].cpu[0] == pytest.approx(8 / 800) and slope["b:1"].cpu[0] == pytest.approx(12 / 400)
+
+
 def test_the_exact_program_finds_the_plan_the_greedy_packing_misses():
     """Two givers 6 points over the level (45) with bundles of 6, 4 and 2, three receivers 4 under it, a band of 2.
     Each giver's fewest bundles into the band is its 6, which lands no receiver inside it (4 under + 6 = 2 over):

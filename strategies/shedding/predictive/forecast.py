@@ -5,9 +5,10 @@ slope is the per-core cost of traffic of the broker's kind of machine, the good 
 (``spark_jobs/load_profile.py``) of that kind pooled into one (``costs.pooled``), over its own capacity (its CPU
 limit, 100 × cores), scaled to what its own traffic costs it by its fit (``slopes``); the background is its fit's
 intercept. A broker with no good fit — one that just joined has no history at all — is known from its capacity
-alone, its scale refined from its samples as they arrive, the latest included (against what it used when it carried
-nothing: a broker joins empty); its samples are its level. Bandwidth is exact: a bundle's bytes over the NIC's
-limit.
+and its kind's per-core cost (of a kind no fit knows, the costliest kind's: a fill that overshoots cannot be undone
+within the grace period), its scale refined from its samples as they arrive, the latest included (against what it
+used when it carried nothing: a broker joins empty); its samples are its level. Bandwidth is exact: a bundle's
+bytes over the NIC's limit.
 
 A CPU sample is noisy (a point or more on a busy broker: as large as a bundle), so plans are made on each
 broker's **steady** level: its model's prediction, plus the median of its last ``RESIDUALS`` departures from the
@@ -81,7 +82,8 @@ def slopes(load: LoadData, state: StrategyState) -> dict[str, Slope] | None:
     message rate and bytes together, so the fit cannot always tell what a message costs from what a byte does, and
     may say a bundle of another mix costs less than nothing. So each broker's slope is the per-core cost of traffic
     of its kind (``_kind``: the good fits of alike brokers pooled into one, whose different tenants' shares tell
-    the costs apart, none below zero — ``costs.pooled``; the whole cluster's for a kind with no good fit) over its
+    the costs apart, none below zero — ``costs.pooled``; for a broker of a kind with no good fit, the costliest
+    kind's on the cluster's mix, ``_costliest``, or the whole cluster's where the broker has a fit) over its
     own CPU limit, scaled so that its own traffic costs what its fit says (``fitted_scale``: a machine slower per
     core pays more); a broker with no good fit is scaled by what its samples say (``learned_scale``), 1 until they
     do."""
@@ -98,10 +100,14 @@ def slopes(load: LoadData, state: StrategyState) -> dict[str, Slope] | None:
         kinds.setdefault(_kind(brokers[b]), {})[b] = m
     per_kind = {kind: _per_core(models, brokers) for kind, models in kinds.items()}
     mix = tuple(np.sum([r.traffic for r in brokers.values()], axis=0))  # the cluster's traffic: its mix
+    known = [k for k in per_kind.values() if k is not None]
+    unknown = _costliest(known, mix) if known else pooled  # the start of a broker of a kind no fit knows
     out = {}
     for b, report in brokers.items():
         kind = per_kind.get(_kind(report))
-        per_core = (pooled if kind is None else kind) / (report.cpu.limit or 1.0)
+        if kind is None:
+            kind = pooled if b in fitted else unknown
+        per_core = kind / (report.cpu.limit or 1.0)
         kept, learned = None, None
         if b in fitted:
             carried = report.traffic if any(report.traffic) else mix  # an empty broker: the cluster's mix
@@ -115,6 +121,14 @@ def slopes(load: LoadData, state: StrategyState) -> dict[str, Slope] | None:
         cpu: Traffic = tuple(float(v) for v in per_core * scale)  # type: ignore[assignment]
         out[b] = Slope(cpu, KBIT_PER_BYTE * 100 / nic_in, KBIT_PER_BYTE * 100 / nic_out, b not in fitted, kept, learned)
     return out
+
+
+def _costliest(per_kind: Sequence[np.ndarray], mix: Sequence[float]) -> np.ndarray:
+    """The per-core cost a broker of a machine kind no fit knows starts from: the kind's that prices the cluster's
+    traffic highest. Its first fill is planned on it, and the two ways to miss are not alike: a fill that falls
+    short is topped up next cycle from the givers' bundles, but one that overshoots stays, as no shedder may move
+    the bundles it received again within loadBalancerSheddingGracePeriodMinutes (half an hour by default)."""
+    return max(per_kind, key=lambda cost: float(cost @ np.array(mix)))
 
 
 def _kind(report: BrokerLoad) -> tuple[float, float]:
