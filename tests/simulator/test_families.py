@@ -219,6 +219,16 @@ def test_a_new_broker_of_a_kind_no_fit_knows_is_not_overfilled():
     assert event["unloads"] <= family_report.RATIO_GOAL * event["moves"], event
 
 
+def test_a_small_broker_whose_every_bundle_overshoots_swaps_for_smaller_ones():
+    """scale-out#39 (a development run): a 64-core broker joins 4- and 32-core brokers. Each 4-core broker holds three
+    bundles of 16 to 28 points there, 9 points over the level: any one of them leaves it under the band, and the
+    namespace has its 128 bundles, so none can split. It was never balanced: every plan left the four out, over the
+    level for good. Each now gives one and takes back, in the same cycle, a few of the big brokers' small ones."""
+    result = run(families.generate("scale-out", 39), OURS)
+    (event,) = [p for p in result.metrics["segments"] if p["kind"] == "event"]
+    assert event["cycles"] is not None and event["cycles"] <= event["floor"] + 2, event
+
+
 def test_benchmark_family_command_writes_the_table_and_refuses_what_it_cannot_do(tmp_path, capsys):
     args = ["benchmark", "--family", "noise", "--runs", "1", "--seed", "950", "--no-plots", "--jobs", "1"]
     assert cli.main([*args, "--strategy", "AvgShedder", "--out", str(tmp_path)]) == 0

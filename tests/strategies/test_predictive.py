@@ -13,7 +13,7 @@ from pulsar_lb_operator.strategies.loaddata import build_load_data
 from pulsar_lb_operator.strategies.profile import CostModel, LoadProfile
 from pulsar_lb_operator.strategies.rails import Rails
 from pulsar_lb_operator.strategies.shedding import avg, predictive
-from pulsar_lb_operator.strategies.shedding.predictive import debounce, endstate, forecast, pairing
+from pulsar_lb_operator.strategies.shedding.predictive import debounce, endstate, forecast, pairing, swaps
 from pulsar_lb_operator.strategies.state import PendingMove
 from tests.builders import NOW, broker_report, bundle, cfg, snapshot, stats
 
@@ -686,3 +686,46 @@ def test_a_broker_past_the_gap_is_left_alone_while_the_spread_is_under_twice_it(
     assert settled.unloads == () and settled.state.avg_hits_low["b:1"] == 1  # it goes on counting
     apart = shed(_three(16), THREE)  # b 54: mean 46, spread 12
     assert apart.unloads and {u.source for u in apart.unloads} == {"b:1"}
+
+
+def _swap_case(a_points, a_count):
+    """s holds two 18-point bundles (41 % with its 5 % background), a ``a_count`` bundles of ``a_points`` (29 % in
+    both cases below), b five of 2 (15 %): the level is their mean, 28.3. Either of s's bundles alone takes it below
+    the band, and neither can split."""
+    snap = snapshot(
+        {
+            "s:1": broker(5, {bundle("t/ns", i, 32): 18.0 for i in (0, 1)}),
+            "a:1": broker(5, {bundle("t/ns", i, 32): a_points for i in range(2, 2 + a_count)}),
+            "b:1": broker(5, {bundle("t/ns", i, 32): 2.0 for i in range(20, 25)}),
+        }
+    )
+    profile = LoadProfile(cost_models=MappingProxyType({(b, "cpu"): model(5) for b in ("s:1", "a:1", "b:1")}))
+    load = build_load_data(snap, {}, {}, ONE_HIT.grace_period_ms)[0].with_profile(profile)
+    state = StrategyState()
+    prediction = forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state)
+    level = sum(prediction.usage(b) for b in snap.brokers) / 3
+
+    return prediction, level, load
+
+
+def _swap(prediction, level, load, room=10):
+    movable = {b: sorted(r.lastStats) for b, r in load.snapshot.brokers.items()}
+    return swaps.best_swap(load, prediction, "s:1", movable, {"b:1"}, {"a:1"}, level, 5.0, ONE_HIT, {}, room)
+
+
+def test_a_broker_whose_every_bundle_overshoots_gives_one_and_takes_a_smaller_one_back_in_the_same_cycle():
+    """s at 41 against a level of 28.3 and a band of 5: giving an 18-point bundle leaves it at 23, under the band and
+    under the broker it gave to (over-unloading, refused), so no one-way move ever balances it. The swap gives it to b
+    (15 → 33) and takes one of a's 2-point bundles back (s 23 → 25, a 29 → 27): all three end within the band."""
+    prediction, level, load = _swap_case(2.0, 12)
+    out, back = _swap(prediction, level, load)
+    assert (out[0], out[2], back[0], back[2]) == ("s:1", "b:1", "a:1", "s:1")
+    assert out[4] == pytest.approx((23.0, 33.0)) and back[4] == pytest.approx((27.0, 25.0))
+    assert all(abs(end - level) < 5.0 for end in (*out[4][1:], *back[4]))
+    assert prediction.usage("s:1") == pytest.approx(41.0)  # the search leaves the forecast as it found it
+    assert _swap(prediction, level, load, room=1) == []  # half a swap is over-unloading: both or neither
+
+
+def test_no_swap_is_made_where_no_bundle_taken_back_lands_the_broker_within_the_band():
+    """a holds two 12-point bundles: taking one back would put s at 35, above the band, and a at 17, below it."""
+    assert _swap(*_swap_case(12.0, 2)) == []

@@ -14,7 +14,8 @@ broker (``forecast``) both are predictable. Each cycle:
    narrowest spread, then topics.
 3. **This cycle's moves** (``endstate.EndState.this_cycle``): as much of the plan as the rails let through, the
    moves that lead fastest to the end state first; what the plan cannot fix, one best move at a time
-   (``pairing``), splitting a bundle too big to move (``splits``, with the split trigger's splits).
+   (``pairing``), splitting a bundle too big to move (``splits``, with the split trigger's splits), or, where
+   none can split, swapping it for smaller ones (``swaps``).
 
 A broker whose background usage alone is at or above the mean never receives load; a move never leaves its
 destination above the overload threshold. Without a CPU model of R² ≥ ``forecast.MIN_R2`` for any broker it is
@@ -36,7 +37,7 @@ from pulsar_lb_operator.strategies.loaddata import LoadData
 from pulsar_lb_operator.strategies.plans import Split, Unload
 from pulsar_lb_operator.strategies.shedding import avg
 from pulsar_lb_operator.strategies.shedding.common import SheddingResult
-from pulsar_lb_operator.strategies.shedding.predictive import debounce, endstate, forecast, pairing, splits
+from pulsar_lb_operator.strategies.shedding.predictive import debounce, endstate, forecast, pairing, splits, swaps
 from pulsar_lb_operator.strategies.splitting import algorithms
 from pulsar_lb_operator.strategies.state import PendingMove, StrategyState
 
@@ -304,7 +305,32 @@ class _Cycle:
                 self.movable[source] = movable
                 self.notes.append(f"{NAME}: {trial.splits[-1].reason}")
                 return moves
-        return plain
+        if plain or self.forecast.usage(source) - level <= band:
+            return plain
+        return self._overshooting(source, destinations, level, band, room)
+
+    def _overshooting(
+        self, source: str, destinations: set[str], level: float, band: float, room: int
+    ) -> list[pairing.Move]:
+        """A broker every bundle of which takes it below the band, none of which can split: it gives one and takes
+        smaller ones back in the same cycle (``swaps``); left as it is, it would stay above the band for good."""
+        cap = self.load.rails.max_unloads_per_broker
+        givers = {
+            b for b in self.movable if b != source and b not in self.received and self.pieces.per_source.get(b, 0) < cap
+        }
+        return swaps.best_swap(
+            self.load,
+            self.forecast,
+            source,
+            self.movable,
+            destinations,
+            givers,
+            level,
+            band,
+            self.config,
+            self.pieces.halves,
+            room,
+        )
 
     def _next_state(self, plan: endstate.EndState | None, changed_at: int) -> StrategyState:
         high, low = self.high, self.low
