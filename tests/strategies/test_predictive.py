@@ -704,7 +704,6 @@ def _swap_case(a_points, a_count):
     state = StrategyState()
     prediction = forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state)
     level = sum(prediction.usage(b) for b in snap.brokers) / 3
-
     return prediction, level, load
 
 

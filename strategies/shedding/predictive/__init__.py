@@ -313,7 +313,10 @@ class _Cycle:
         self, source: str, destinations: set[str], level: float, band: float, room: int
     ) -> list[pairing.Move]:
         """A broker every bundle of which takes it below the band, none of which can split: it gives one and takes
-        smaller ones back in the same cycle (``swaps``); left as it is, it would stay above the band for good."""
+        smaller ones back in the same cycle (``swaps``); left as it is, it would stay above the band for good. One
+        that cannot take load (a co-tenant) takes none back, so it makes no swap."""
+        if source not in self.takers:
+            return []
         cap = self.load.rails.max_unloads_per_broker
         givers = {
             b for b in self.movable if b != source and b not in self.received and self.pieces.per_source.get(b, 0) < cap
