@@ -32,6 +32,12 @@ MAX_AVERAGE = 1e300
 MAX_FINITE = sys.float_info.max  # finite is all that is asked
 
 
+def one_more(count: int) -> int:
+    """``count + 1``, held at ``MAX_INTEGER``: a hit count the state file must read back after a restart (no count
+    gets there by counting, but a state file may hold any count up to it)."""
+    return min(count + 1, MAX_INTEGER)
+
+
 class StateError(UserError, ValueError):
     """A state document that cannot be read back."""
 

@@ -13,6 +13,7 @@ import zlib
 from collections.abc import Sequence
 
 from pulsar_lb_operator.strategies.config import LoadBalancerConfig
+from pulsar_lb_operator.strategies.documents import one_more
 from pulsar_lb_operator.strategies.loaddata import LoadData
 from pulsar_lb_operator.strategies.plans import Unload
 from pulsar_lb_operator.strategies.shedding.common import SheddingResult
@@ -45,14 +46,14 @@ def find_broker_pairs(
                 counters.pop(hi, None)
         else:
             pairs.append((lo, hi))
-            low[lo] = low.get(lo, 0) + 1
-            low[hi] = low.get(hi, 0) + 1
+            low[lo] = one_more(low.get(lo, 0))
+            low[hi] = one_more(low.get(hi, 0))
             if diff < high_threshold:
                 high.pop(lo, None)
                 high.pop(hi, None)
             else:
-                high[lo] = high.get(lo, 0) + 1
-                high[hi] = high.get(hi, 0) + 1
+                high[lo] = one_more(high.get(lo, 0))
+                high[hi] = one_more(high.get(hi, 0))
         i += 1
         j -= 1
     if not pairs:

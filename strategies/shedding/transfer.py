@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 from pulsar_lb_operator.strategies import bundles as bundle_names
 from pulsar_lb_operator.strategies.config import LoadBalancerConfig
+from pulsar_lb_operator.strategies.documents import one_more
 from pulsar_lb_operator.strategies.loaddata import LoadData
 from pulsar_lb_operator.strategies.plans import Unload
 from pulsar_lb_operator.strategies.policies import shedding_allowed, transfer_filter
@@ -339,7 +340,7 @@ def shed(load: LoadData, config: LoadBalancerConfig, state: StrategyState) -> Sh
 
     hit_count = state.transfer_hit_count
     if stats.std > target_std or under_loaded(ordered[min_idx]) or over_loaded(ordered[max_idx]):
-        hit_count += 1
+        hit_count = one_more(hit_count)
     else:
         hit_count = 0
     if hit_count <= config.loadBalancerSheddingConditionHitCountThreshold:

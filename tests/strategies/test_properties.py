@@ -538,3 +538,22 @@ def test_one_broker_no_bundles_and_many_equal_brokers():
 
 def test_state_bounds_leave_room_for_averages():
     assert MAX_AMOUNT * 1000 < MAX_AVERAGE < 1.7e308 / 1000
+
+
+def test_hit_counts_at_the_largest_integer_the_state_holds_still_read_back():
+    """A count one past MAX_INTEGER is a state file the next start refuses: every strategy holds its counts there
+    (hypothesis found TransferShedder's going past it)."""
+    most = {"a:8080": MAX_INTEGER, "b:8080": MAX_INTEGER}
+    document = {
+        **STATE_DOC,
+        "avgHitsHigh": most,
+        "avgHitsLow": most,
+        "transferHitCount": MAX_INTEGER,
+        "transferRecentBrokers": {},  # no broker in its cool-down: TransferShedder counts
+        "transferEma": {"a:8080": [0.0, 0.0, NOW]},
+    }
+    state = StrategyState.from_json(document)
+    snap = parse_snapshot(DOC)
+    for shedding in sorted(SHEDDING):
+        _, next_state = plan_cycle(snap, LoadBalancerConfig(), state, random.Random(0), shedding)
+        _strict_round_trip(next_state)

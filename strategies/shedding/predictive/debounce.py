@@ -20,6 +20,7 @@ from collections.abc import Mapping, Set
 
 from pulsar_lb_operator.strategies import bundles as bundle_names
 from pulsar_lb_operator.strategies.config import LoadBalancerConfig
+from pulsar_lb_operator.strategies.documents import one_more
 from pulsar_lb_operator.strategies.loaddata import LoadData
 from pulsar_lb_operator.strategies.shedding.predictive.forecast import NO_TRAFFIC, reported_after
 from pulsar_lb_operator.strategies.state import StrategyState
@@ -95,9 +96,9 @@ def hits(
             if past:  # the hit its steady level says it is, but never the one that triggers it
                 low[broker] = min(low.get(broker, 0) + 1, count - 1)
             continue
-        low[broker] = low.get(broker, 0) + 1
+        low[broker] = one_more(low.get(broker, 0))
         if gap >= high_gap:
-            high[broker] = high.get(broker, 0) + 1
+            high[broker] = one_more(high.get(broker, 0))
         elif steady_gap >= high_gap and high.get(broker, 0) < high_count:
             high[broker] = min(high.get(broker, 0) + 1, high_count - 1)  # as a dip under the low gap counts
         else:
