@@ -34,7 +34,7 @@ import numpy as np
 from pulsar_lb_operator.strategies.config import LoadBalancerConfig
 from pulsar_lb_operator.strategies.loaddata import LoadData
 from pulsar_lb_operator.strategies.shedding.predictive import packing
-from pulsar_lb_operator.strategies.shedding.predictive.forecast import NO_TRAFFIC, Forecast, Traffic, bundle_traffic
+from pulsar_lb_operator.strategies.shedding.predictive.forecast import Forecast, Traffic, carried
 from pulsar_lb_operator.strategies.shedding.predictive.pairing import allowed_brokers
 
 # A plan with more candidate (bundle, receiver) pairs than this is left to the greedy packing: HiGHS needs about
@@ -246,8 +246,7 @@ def _items(
     items = []
     for giver in sorted(b for b in movable if level[b] > target):
         stats = load.snapshot.brokers[giver].lastStats
-        moving = [(bundle, bundle_traffic(load, giver, bundle, halves)) for bundle in movable[giver]]
-        moving = [(bundle, traffic) for bundle, traffic in moving if traffic != NO_TRAFFIC]
+        moving = carried(load, giver, movable[giver], halves)
         if not moving:
             continue
         drops = level[giver] - forecast.departures(giver, np.array([traffic for _, traffic in moving]))

@@ -407,6 +407,15 @@ def bundle_traffic(load: LoadData, broker: str, bundle: str, halves: Mapping[str
     return NO_TRAFFIC if stats is None else stats.traffic
 
 
+def carried(
+    load: LoadData, broker: str, bundles: Sequence[str], halves: Mapping[str, Traffic] | None = None
+) -> list[tuple[str, Traffic]]:
+    """Each of ``bundles`` the broker carries traffic for, with it (``bundle_traffic``), in the order given: a
+    bundle with none moves nothing, and a plan has no use for it."""
+    moving = [(bundle, bundle_traffic(load, broker, bundle, halves)) for bundle in bundles]
+    return [(bundle, traffic) for bundle, traffic in moving if traffic != NO_TRAFFIC]
+
+
 def reported_on(load: LoadData, broker: str, bundle: str) -> bool:
     """Whether the broker's report shows the bundle, or still the bundle it was split from."""
     stats = load.snapshot.brokers[broker].lastStats

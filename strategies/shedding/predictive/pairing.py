@@ -16,7 +16,13 @@ from pulsar_lb_operator.strategies import bundles as bundle_names
 from pulsar_lb_operator.strategies.config import LoadBalancerConfig
 from pulsar_lb_operator.strategies.loaddata import LoadData
 from pulsar_lb_operator.strategies.policies import candidates_for
-from pulsar_lb_operator.strategies.shedding.predictive.forecast import NO_TRAFFIC, Forecast, Traffic, bundle_traffic
+from pulsar_lb_operator.strategies.shedding.predictive.forecast import (
+    NO_TRAFFIC,
+    Forecast,
+    Traffic,
+    bundle_traffic,
+    carried,
+)
 
 Move = tuple[str, str, str, tuple[float, float], tuple[float, float]]  # giver, bundle, taker, before, after
 Choice = tuple[str, str, tuple[float, float], tuple[float, float]]  # bundle, destination, before, after
@@ -95,11 +101,7 @@ def best_move(
     """
     u_source = forecast.usage(source)
     destinations = sorted(d for d in takers if d != source and forecast.usage(d) < level)
-    movable = sorted(
-        (bundle, traffic)
-        for bundle in bundles
-        if (traffic := bundle_traffic(load, source, bundle, halves)) != NO_TRAFFIC
-    )
+    movable = carried(load, source, sorted(bundles), halves)
     if not destinations or not movable:
         return None
     new_source = np.array([forecast.usage(source, forecast.shifted(source, t, -1)) for _, t in movable])

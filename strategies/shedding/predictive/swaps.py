@@ -16,17 +16,11 @@ import numpy as np
 
 from pulsar_lb_operator.strategies.config import LoadBalancerConfig
 from pulsar_lb_operator.strategies.loaddata import LoadData
-from pulsar_lb_operator.strategies.shedding.predictive.forecast import NO_TRAFFIC, Forecast, Traffic, bundle_traffic
+from pulsar_lb_operator.strategies.shedding.predictive.forecast import Forecast, Traffic, carried
 from pulsar_lb_operator.strategies.shedding.predictive.pairing import Move, allowed_brokers
 
-Incoming = tuple[str, str, Traffic, float]  # giver, bundle, traffic, the giver's usage once it is gone
-
-
-def _traffic(
-    load: LoadData, broker: str, bundles: list[str], halves: Mapping[str, Traffic]
-) -> list[tuple[str, Traffic]]:
-    moving = sorted((b, bundle_traffic(load, broker, b, halves)) for b in bundles)
-    return [(b, t) for b, t in moving if t != NO_TRAFFIC]
+# giver, bundle, traffic, the giver's usage now and once the bundle is gone
+Incoming = tuple[str, str, Traffic, float, float]
 
 
 def best_swap(
@@ -48,7 +42,7 @@ def best_swap(
     lower than the band) until ``source`` is within the band. [] if no bundle lands it there.
     Namespace policies and the overload threshold hold for every move. The forecast is left as it was found."""
     limit = config.loadBalancerBrokerOverloadedThresholdPercentage
-    out = _traffic(load, source, movable.get(source, []), halves)
+    out = carried(load, source, sorted(movable.get(source, [])), halves)
     below = sorted(d for d in destinations if d != source and forecast.usage(d) < level)
     if room < 2 or not out or not below:
         return []
@@ -99,12 +93,13 @@ def _incoming(
     namespace's policies."""
     found = []
     for giver in sorted(givers):
-        moving = _traffic(load, giver, movable.get(giver, []), halves)
+        moving = carried(load, giver, sorted(movable.get(giver, [])), halves)
         if not moving:
             continue
+        now = forecast.usage(giver)
         left = forecast.departures(giver, np.array([t for _, t in moving]))
         found += [
-            (giver, b, t, float(v))
+            (giver, b, t, now, float(v))
             for (b, t), v in zip(moving, left)
             if v >= level - band and source in allowed_brokers(load, b)
         ]
@@ -129,24 +124,19 @@ def _refill(
     while forecast.usage(source) <= level - band:
         if len(moves) >= room:
             return None
-        candidates = [k for k, (giver, _, _, _) in enumerate(incoming) if giver not in used]
+        candidates = [k for k, (giver, *_) in enumerate(incoming) if giver not in used]
         if not candidates:
             return None
         now, ends = forecast.arrivals([source], np.array([incoming[k][2] for k in candidates]))
         ends = ends[:, 0]
-        gained = (
-            np.array(
-                [(forecast.usage(incoming[k][0]) - level) ** 2 - (incoming[k][3] - level) ** 2 for k in candidates]
-            )
-            + np.square(now[0] - level)
-            - np.square(ends - level)
-        )
+        giver_gain = [(incoming[k][3] - level) ** 2 - (incoming[k][4] - level) ** 2 for k in candidates]
+        gained = np.array(giver_gain) + np.square(now[0] - level) - np.square(ends - level)
         gained[(ends >= level + band) | (ends > limit)] = -np.inf
         pick = int(np.argmax(gained))  # the first of the best: givers and their bundles are sorted
         if not np.isfinite(gained[pick]):
             return None
-        giver, bundle, traffic, _ = incoming[candidates[pick]]
-        u_giver, u_source = forecast.usage(giver), forecast.usage(source)
+        giver, bundle, traffic, u_giver, _ = incoming[candidates[pick]]
+        u_source = forecast.usage(source)
         before.setdefault(giver, u_giver)
         forecast.move(giver, source, traffic)
         moves.append((giver, bundle, source, (u_giver, u_source), (forecast.usage(giver), forecast.usage(source))))
