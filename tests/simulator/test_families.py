@@ -229,6 +229,15 @@ def test_a_small_broker_whose_every_bundle_overshoots_swaps_for_smaller_ones():
     assert event["cycles"] is not None and event["cycles"] <= event["floor"] + 2, event
 
 
+def test_a_cluster_whose_balanced_level_is_past_the_overload_threshold_is_balanced_at_its_peak():
+    """diurnal#44 (a development run): at the day's peak every broker is between 87 and 100 % — past the overload
+    threshold (85). A move never left its destination above it, so none was made, and the last drift was never
+    balanced. A destination may now end within the band of the level, which balance puts above the threshold."""
+    result = run(families.generate("diurnal", 44), OURS)
+    last = result.metrics["segments"][-1]
+    assert last["judged"] and last["cycles"] is not None and last["cycles"] <= last["floor"] + 2, last
+
+
 def test_benchmark_family_command_writes_the_table_and_refuses_what_it_cannot_do(tmp_path, capsys):
     args = ["benchmark", "--family", "noise", "--runs", "1", "--seed", "950", "--no-plots", "--jobs", "1"]
     assert cli.main([*args, "--strategy", "AvgShedder", "--out", str(tmp_path)]) == 0

@@ -268,6 +268,16 @@ def test_a_move_that_would_leave_the_destination_beyond_the_tolerance_is_not_mad
     assert "predicted b:1 30.0→29.0, a:1 10.0→11.0" in result.unloads[0].reason
 
 
+def test_a_cluster_whose_balanced_level_is_past_the_overload_threshold_is_still_balanced():
+    """b at 100 and a at 84, the level 92: balance puts both above the overload threshold (85), so a destination may
+    end there, within the band of the level (5): a 10-point bundle moves, not the 15-point one that would leave a at
+    99. Before, a was never a destination and b stayed at 100 for good."""
+    result = shed(_pair([79.0], [10.0] * 8 + [15.0]), PAIR)
+    assert [(u.source, u.destination) for u in result.unloads] == [("b:1", "a:1")]
+    assert "predicted b:1 100.0→90.0, a:1 84.0→94.0" in result.unloads[0].reason
+    assert pairing.ceiling(ONE_HIT, 92.0, 5.0) == 97.0 and pairing.ceiling(ONE_HIT, 60.0, 5.0) == 85.0
+
+
 def test_a_slower_destination_gets_fewer_bundles():
     """The prediction uses each broker's own cost: a bundle costs twice as much on a half-size broker, and the
     balanced level is where both would be with the traffic shared by cost (31.7 here, not the 25 of the mean)."""

@@ -18,7 +18,8 @@ broker (``forecast``) both are predictable. Each cycle:
    none can split, swapping it for smaller ones (``swaps``).
 
 A broker whose background usage alone is at or above the mean never receives load; a move never leaves its
-destination above the overload threshold. Without a CPU model of R² ≥ ``forecast.MIN_R2`` for any broker it is
+destination above the overload threshold, or above the band where balance itself puts brokers past the threshold
+(``pairing.ceiling``). Without a CPU model of R² ≥ ``forecast.MIN_R2`` for any broker it is
 AvgShedder, and says so. Each prediction is checked on the first report that shows the move; the error is in the
 notes and the state.
 """

@@ -35,7 +35,7 @@ from pulsar_lb_operator.strategies.config import LoadBalancerConfig
 from pulsar_lb_operator.strategies.loaddata import LoadData
 from pulsar_lb_operator.strategies.shedding.predictive import packing
 from pulsar_lb_operator.strategies.shedding.predictive.forecast import Forecast, Traffic, carried
-from pulsar_lb_operator.strategies.shedding.predictive.pairing import allowed_brokers
+from pulsar_lb_operator.strategies.shedding.predictive.pairing import allowed_brokers, ceiling
 
 # A plan with more candidate (bundle, receiver) pairs than this is left to the greedy packing: HiGHS needs about
 # a second of one core for a thousand (``python benchmarks/decide.py`` prints the decide time).
@@ -218,12 +218,13 @@ def plan(
         return nothing
     exact_size = len(items) * len(receivers) <= MILP_MAX_PAIRS
     rows = _fewest(items, nothing)
-    found = _candidates(load, forecast, items, range(len(items)) if exact_size else rows, receivers, config)
+    limit = ceiling(config, target, band)
+    found = _candidates(load, forecast, items, range(len(items)) if exact_size else rows, receivers, limit)
     if found is None:
         return nothing
     fewest = set(rows)
     chosen = [k for k, row in enumerate(found.rows) if row in fewest]
-    greedy = _greedy(found, chosen, nothing, config)
+    greedy = _greedy(found, chosen, nothing, limit)
     if exact_size and _may_pay(greedy, found):
         exact = _milp(found, nothing)
         if exact is not None and _score(exact, found) < _score(greedy, found):
@@ -278,9 +279,10 @@ def _candidates(
     items: list[tuple[str, str, Traffic, float, int]],
     rows: Sequence[int],
     receivers: list[str],
-    config: LoadBalancerConfig,
+    limit: float,
 ) -> _Candidates | None:
-    """What each of the ``rows`` of ``items`` adds to each receiver, and where it may go."""
+    """What each of the ``rows`` of ``items`` adds to each receiver, and where it may go (ending at most at
+    ``limit``: ``pairing.ceiling``)."""
     chosen = [items[row] for row in rows]
     if not chosen:
         return _Candidates(
@@ -290,7 +292,7 @@ def _candidates(
     rise = after - now
     if not (np.isfinite(now).all() and np.isfinite(rise).all()):
         return None
-    fits = after <= config.loadBalancerBrokerOverloadedThresholdPercentage
+    fits = after <= limit
     for k, (_, bundle, _, _, _) in enumerate(chosen):  # namespace policies
         permitted = allowed_brokers(load, bundle)
         if not permitted.issuperset(receivers):
@@ -323,12 +325,11 @@ def _score(state: EndState, found: _Candidates) -> tuple[int, float, int, float,
     return (len(outside), round(out, 6), len(state.moves), round(state.spread(), 6), moved)
 
 
-def _greedy(found: _Candidates, chosen: list[int], base: EndState, config: LoadBalancerConfig) -> EndState:
+def _greedy(found: _Candidates, chosen: list[int], base: EndState, limit: float) -> EndState:
     """The givers' fewest bundles (``chosen``: rows of ``found``) packed onto the receivers (``packing.assign``)."""
     if not chosen:
         return _state(found, [], base, "greedy")
     start = np.array([base.level[r] for r in found.receivers])
-    limit = config.loadBalancerBrokerOverloadedThresholdPercentage
     where = packing.assign(start, found.rise[chosen], found.fits[chosen], limit, base.target, base.band)
     return _state(found, [(k, t) for k, t in zip(chosen, where) if t >= 0], base, "greedy")
 

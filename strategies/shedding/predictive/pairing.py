@@ -2,8 +2,8 @@
 
 What the end-state plan cannot do is left to this: a broker no set of its bundles brings into the band (a bundle
 too big to move whole is split first, ``splits.py``). A move never leaves its destination above the overload
-threshold, nor above its source unless the destination ends within the band; nor — the mirror, PIP-364's over
-unloading — its source below its destination unless the source ends within the band.
+threshold (``ceiling``), nor above its source unless the destination ends within the band; nor — the mirror,
+PIP-364's over unloading — its source below its destination unless the source ends within the band.
 """
 
 from __future__ import annotations
@@ -32,6 +32,14 @@ def gain(move: Move, level: float) -> float:
     """How much a move shrinks Σ(usage − level)² over its two brokers, as predicted."""
     _, _, _, before, after = move
     return sum(square(b - level) - square(a - level) for b, a in zip(before, after))
+
+
+def ceiling(config: LoadBalancerConfig, level: float, band: float) -> float:
+    """The most a move may leave its destination at: Pulsar's overload threshold
+    (loadBalancerBrokerOverloadedThresholdPercentage) — or, where the balanced level is within the band of it, the
+    top of the band. Balance then puts brokers above the threshold anyway, and one that ends within the band is no
+    hotter than the balanced cluster; as Pulsar's placement chooses among all brokers when every one is overloaded."""
+    return max(config.loadBalancerBrokerOverloadedThresholdPercentage, level + band)
 
 
 def square(x: float) -> float:
@@ -64,7 +72,7 @@ def planned_move(
     traffic = bundle_traffic(load, giver, bundle, halves)
     new_source = forecast.usage(giver, forecast.shifted(giver, traffic, -1))
     new_destination = forecast.usage(destination, forecast.shifted(destination, traffic, +1))
-    limit = config.loadBalancerBrokerOverloadedThresholdPercentage
+    limit = ceiling(config, level, band)
     above = new_destination > new_source and (new_destination > level + band or new_source < level - band)
     if new_destination > limit or above:
         return None
@@ -115,7 +123,7 @@ def best_move(
         )
     if not (np.isfinite(new_source).all() and np.isfinite(new_destination).all() and np.isfinite(gained).all()):
         return best_move_pairwise(load, forecast, source, bundles, takers, level, config, halves, within)
-    limit = config.loadBalancerBrokerOverloadedThresholdPercentage
+    limit = ceiling(config, level, within or 0.0)
     # over-placement: the destination would end hotter than the source, or above the overload threshold
     above = new_destination > new_source[:, np.newaxis]
     if within is not None:
@@ -148,7 +156,7 @@ def best_move_pairwise(
     """``best_move`` one pair at a time (the reference it is tested against)."""
     u_source = forecast.usage(source)
     destinations = [d for d in takers if d != source and forecast.usage(d) < level]
-    limit = config.loadBalancerBrokerOverloadedThresholdPercentage
+    limit = ceiling(config, level, within or 0.0)
     best, best_gain = None, 1e-9
     for bundle in bundles:
         traffic = bundle_traffic(load, source, bundle, halves)

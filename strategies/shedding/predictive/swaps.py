@@ -17,7 +17,7 @@ import numpy as np
 from pulsar_lb_operator.strategies.config import LoadBalancerConfig
 from pulsar_lb_operator.strategies.loaddata import LoadData
 from pulsar_lb_operator.strategies.shedding.predictive.forecast import Forecast, Traffic, carried
-from pulsar_lb_operator.strategies.shedding.predictive.pairing import Move, allowed_brokers
+from pulsar_lb_operator.strategies.shedding.predictive.pairing import Move, allowed_brokers, ceiling
 
 # giver, bundle, traffic, the giver's usage now and once the bundle is gone
 Incoming = tuple[str, str, Traffic, float, float]
@@ -41,7 +41,7 @@ def best_swap(
     and takes back, one at a time, the bundle of one of the ``givers`` that helps most (each giver once, and left no
     lower than the band) until ``source`` is within the band. [] if no bundle lands it there.
     Namespace policies and the overload threshold hold for every move. The forecast is left as it was found."""
-    limit = config.loadBalancerBrokerOverloadedThresholdPercentage
+    limit = ceiling(config, level, band)
     out = carried(load, source, sorted(movable.get(source, [])), halves)
     below = sorted(d for d in destinations if d != source and forecast.usage(d) < level)
     if room < 2 or not out or not below:
