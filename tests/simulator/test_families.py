@@ -229,6 +229,24 @@ def test_a_small_broker_whose_every_bundle_overshoots_swaps_for_smaller_ones():
     assert event["cycles"] is not None and event["cycles"] <= event["floor"] + 2, event
 
 
+def test_two_brokers_just_either_side_of_the_gap_are_balanced_though_each_dips_inside_it():
+    """noisy-neighbour#44 (a development run): after the second neighbour starts, three brokers sit at 52.2, 47.2 and
+    42.0 — a spread of 10.2 points, each end 5.1 from the mean. Each read inside the 5-point gap every few samples,
+    two in a row cleared its count, and the cluster was never balanced. At their average traffic the two ends are
+    twice the gap apart for good, and each of their readings counts, as AvgShedder counts its pair."""
+    result = run(families.generate("noisy-neighbour", 44), OURS)
+    last = result.metrics["segments"][-1]
+    assert last["judged"] and last["cycles"] is not None and last["cycles"] <= last["floor"] + 2, last
+
+
+def test_a_spread_the_traffics_jitter_could_make_is_not_acted_on():
+    """noise#34 (a development run): topics' rates jitter by up to 30 %, and at their ten-sample average traffic the
+    two brokers furthest apart read 10.9 points apart where, at their mean rates, they are 7.4. Each is moved toward
+    the other by as far as its last report's traffic puts it from that average, and nothing moves."""
+    result = run(families.generate("noise", 34), OURS)
+    assert [p["unloads"] for p in result.metrics["segments"]] == [0]
+
+
 def test_a_cluster_whose_balanced_level_is_past_the_overload_threshold_is_balanced_at_its_peak():
     """diurnal#44 (a development run): at the day's peak every broker is between 87 and 100 % — past the overload
     threshold (85). A move never left its destination above it, so none was made, and the last drift was never

@@ -98,13 +98,12 @@ def _low_hits(distances, steady=5.5):
     return state.avg_hits_low.get("a:1", 0)
 
 
-def _read(state, distance, steady=None):
+def _read(state, distance, steady=None, averaged=None):
     """One reading of the hit counters: a 50 + ``distance`` and b 50 − ``distance`` about a mean of 50 (their
-    steady levels ``steady``; none: no model), folded into the state as the shedder folds it; (the state, the
-    brokers triggered)."""
-    high, low, triggered, dipped = debounce.hits(
-        {"a:1": 50 + distance, "b:1": 50 - distance}, 50, cfg(), state, set(), steady or {}
-    )
+    steady levels ``steady``; none: no model; ``averaged``: their levels at their average traffic), folded into the
+    state as the shedder folds it; (the state, the brokers triggered)."""
+    readings, takers = {"a:1": 50 + distance, "b:1": 50 - distance}, {"a:1", "b:1"} if averaged else set()
+    high, low, triggered, dipped = debounce.hits(readings, 50, cfg(), state, takers, steady or {}, averaged or {})
     return state.evolve(avg_hits_high=high, avg_hits_low=low, predictive_dipped=dipped), triggered
 
 
@@ -123,6 +122,29 @@ def test_a_dip_under_the_gap_where_the_steady_level_is_past_it_holds_the_low_hit
     assert _low_hits(readings, steady=4.0) == 3
     assert _low_hits(readings, steady=None) == 3
     assert _low_hits([5.5, 5.5, 5.5, 4.6, 4.6, 5.5]) == 1
+
+
+def test_the_two_brokers_furthest_apart_at_their_average_traffic_count_their_dips_as_hits():
+    """a and b sit 5.1 points either side of the mean: 10.2 apart, past the target for good, but each reads inside
+    the gap (5) every few samples, and two such readings in a row clear the count: the rule above never acts on
+    them. At their average traffic they are twice the gap apart, so as AvgShedder's pair each of their readings
+    counts, and the count completes in as many cycles, even through a reading where their steady levels (a bias
+    read from a few samples) put them closer. Not where their last reports' traffic moves each 0.2 points off its
+    average: a spread that jitter could make is no spread the target sees."""
+    count = cfg().loadBalancerAvgShedderHitCountLowThreshold
+    distances = [5.5, 4.6, 4.7, 5.5, 4.5, 4.8, 5.5, 5.4][:count]
+    steady = [{"a:1": 55.1, "b:1": 44.9}] * 2 + [{"a:1": 54.2, "b:1": 44.9}] + [{"a:1": 55.1, "b:1": 44.9}] * 5
+
+    def read(off):
+        state, triggered = StrategyState(), set()
+        for distance, levels in zip(distances, steady):
+            state, triggered = _read(state, distance, levels, {"a:1": (55.1, off), "b:1": (44.9, off)})
+        return state.avg_hits_low.get("a:1", 0), triggered
+
+    assert read(0.0) == (count, {"a:1", "b:1"})
+    assert read(0.2)[0] < count and not read(0.2)[1]
+    three = {"a:1": (55.1, 0.0), "b:1": (44.9, 0.0), "c:1": (50.0, 0.0)}
+    assert debounce.apart(three, set(three), 5.0) == {"a:1", "b:1"}  # the pair: the broker between is not one
 
 
 def test_a_reading_under_the_high_gap_where_the_steady_level_is_past_it_counts_but_does_not_trigger():
@@ -148,10 +170,10 @@ def test_a_triggered_broker_reading_inside_the_gap_is_cleared_however_noisy():
     config = cfg()
     state = StrategyState(avg_hits_low={"a:1": config.loadBalancerAvgShedderHitCountLowThreshold})
     steady = {"a:1": 55.5, "b:1": 44.5}
-    _, low, triggered, _ = debounce.hits({"a:1": 54.5, "b:1": 45.5}, 50, config, state, set(), steady)
+    _, low, triggered, _ = debounce.hits({"a:1": 54.5, "b:1": 45.5}, 50, config, state, set(), steady, {})
     assert "a:1" not in low and not triggered
     _, low, _, _ = debounce.hits(
-        {"a:1": 54.5, "b:1": 45.5}, 50, config, StrategyState(avg_hits_low={"a:1": 3}), set(), steady
+        {"a:1": 54.5, "b:1": 45.5}, 50, config, StrategyState(avg_hits_low={"a:1": 3}), set(), steady, {}
     )
     assert low["a:1"] == 4  # not yet triggered: held, and counted
 
@@ -683,7 +705,7 @@ def test_the_spread_that_holds_the_trigger_back_is_the_steady_levels_not_the_sam
 
     def triggered(low_hits, levels=steady):
         state = StrategyState(avg_hits_low={"b:1": low_hits})
-        return debounce.hits(scores, 50, config, state, takers, levels)[2]
+        return debounce.hits(scores, 50, config, state, takers, levels, {})[2]
 
     assert "b:1" not in triggered(count - 1)
     assert "b:1" in triggered(count - 1, {"a:1": 44.0, "b:1": 56.0})

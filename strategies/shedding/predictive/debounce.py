@@ -44,6 +44,7 @@ def hits(
     state: StrategyState,
     takers: Set[str],
     steady: Mapping[str, float],
+    averaged: Mapping[str, tuple[float, float]],
 ) -> tuple[dict[str, int], dict[str, int], set[str], frozenset[str]]:
     """AvgShedder's two hit counters, per broker, on its distance from the mean; the brokers triggered; the brokers
     whose counters this reading held.
@@ -71,7 +72,14 @@ def hits(
     the gap by their own prediction (``state.predictions``: the rails' caps ended the plan's cycle before it was
     done, or the plan left it for one move at a time). Its first reading since is one sample, and for a broker with
     no model of its own (one that just joined) its only measure: one under the gap is the sample's error, as above,
-    and the next cycle goes on with it."""
+    and the next cycle goes on with it.
+
+    Where the two takers furthest apart stay twice the gap apart for good (``apart``), each sits just past the gap
+    from the mean, reads inside it every few samples, and two such readings in a row would clear its count every
+    few cycles: it would never be acted on, and the cluster would stay just outside the target. A reading of either
+    inside the gap then counts as a low hit, as AvgShedder counts its pair, on the brokers' levels at their average
+    traffic (``averaged``) rather than on the samples or the steady levels (a bias read from a few samples comes and
+    goes)."""
     high, low = dict(state.avg_hits_high), dict(state.avg_hits_low)
     triggered, dipped = set(), set()
     settled = settled_gap(config)
@@ -80,8 +88,11 @@ def hits(
     count = config.loadBalancerAvgShedderHitCountLowThreshold
     high_gap = config.loadBalancerAvgShedderHighThreshold / 2
     high_count = config.loadBalancerAvgShedderHitCountHighThreshold
+    pair = apart(averaged, takers & set(scores), settled)
     for broker, value in scores.items():
         gap, steady_gap = abs(value - mean), abs(steady.get(broker, mean) - mean)
+        if broker in pair:
+            gap = max(gap, settled)
         predicted = state.predictions.get(broker)  # where last cycle's moves were to leave it
         past = low.get(broker, 0) < count and steady_gap >= settled
         holdable = broker not in state.predictive_dipped and (
@@ -112,6 +123,17 @@ def hits(
             high.pop(broker, None)
             low.pop(broker, None)
     return high, low, triggered, frozenset(dipped)
+
+
+def apart(averaged: Mapping[str, tuple[float, float]], takers: Set[str], settled: float) -> frozenset[str]:
+    """The hottest and coolest of the ``takers`` by their levels at their average traffic (``averaged``: each a level
+    and how far it may be off), if they are twice the ``settled`` gap apart even with each moved toward the other by
+    as much as it may be off; else none. A spread their traffic's jitter could make is not one the target sees."""
+    known = sorted((averaged[b], b) for b in takers if b in averaged)
+    if len(known) < 2:
+        return frozenset()
+    ((low, low_off), coolest), ((high, high_off), hottest) = known[0], known[-1]
+    return frozenset({coolest, hottest}) if (high - high_off) - (low + low_off) >= 2 * settled else frozenset()
 
 
 def empty(load: LoadData) -> set[str]:

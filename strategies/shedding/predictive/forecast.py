@@ -298,6 +298,23 @@ class Forecast:
         cpu, *rest = self.points[broker]
         return self.usage(broker, [max(cpu + bias, 0.0), *rest])
 
+    def averaged(self, load: LoadData, broker: str) -> tuple[float, float]:
+        """The broker's usage at its bundles' short-term average traffic (Pulsar's ten-sample TimeAverageMessageData),
+        and how far its last report's traffic puts it from that. A jittering topic's average is near its mean rate,
+        where its last report's rate is a draw; but an average of ten draws is still off by a part of one, so the
+        second figure says how far the first may be off. Through the model alone: the bias ``unbiased`` reads comes
+        and goes as samples enter and leave the run it is measured on."""
+        report = load.snapshot.brokers[broker]
+        short = [load.bundle_or_default(bundle).short for bundle in report.lastStats]
+        rate, bytes_in, bytes_out = report.traffic
+        delta = (
+            sum(s.msgRateIn + s.msgRateOut for s in short) - rate,
+            sum(s.msgThroughputIn for s in short) - bytes_in,
+            sum(s.msgThroughputOut for s in short) - bytes_out,
+        )
+        level = self.usage(broker, self.shifted(broker, delta, +1))
+        return level, abs(level - self.usage(broker))
+
     def usage(self, broker: str, points: Sequence[float] | None = None) -> float:
         p = self.points[broker] if points is None else points
         return max(
