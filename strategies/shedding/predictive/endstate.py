@@ -176,7 +176,7 @@ class _Candidates:
     rows: list[int]  # the items the matrices' rows are
     receivers: list[str]
     rise: np.ndarray  # rows × receivers: what each bundle adds to each receiver
-    fits: np.ndarray  # rows × receivers: allowed by the namespace policies, not above the overload threshold
+    fits: np.ndarray  # rows × receivers: allowed by the namespace policies, not above ``pairing.ceiling``
 
 
 def plan(

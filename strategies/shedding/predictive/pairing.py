@@ -124,7 +124,7 @@ def best_move(
     if not (np.isfinite(new_source).all() and np.isfinite(new_destination).all() and np.isfinite(gained).all()):
         return best_move_pairwise(load, forecast, source, bundles, takers, level, config, halves, within)
     limit = ceiling(config, level, within or 0.0)
-    # over-placement: the destination would end hotter than the source, or above the overload threshold
+    # over-placement: the destination would end hotter than the source, or above the ceiling
     above = new_destination > new_source[:, np.newaxis]
     if within is not None:
         # the mirror: a source left below its destination and beyond the band under the level is over-unloaded
