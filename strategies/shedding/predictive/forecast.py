@@ -22,10 +22,11 @@ the noise of any one sample, not of their mean.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeGuard
 
@@ -393,6 +394,18 @@ class Forecast:
     def move(self, source: str, destination: str, traffic: Traffic) -> None:
         self.shift(source, traffic, -1)
         self.shift(destination, traffic, +1)
+
+    @contextlib.contextmanager
+    def trying(self) -> Iterator[None]:
+        """Moves made within (``move``, ``shift``) are undone on leaving: a search tries them and keeps none."""
+        points, traffic = dict(self.points), dict(self.traffic)
+        try:
+            yield
+        finally:
+            self.points.clear()
+            self.points.update(points)
+            self.traffic.clear()
+            self.traffic.update(traffic)
 
 
 def _carries_traffic(report: BrokerLoad) -> bool:

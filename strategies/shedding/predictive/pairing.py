@@ -17,7 +17,6 @@ from pulsar_lb_operator.strategies.config import LoadBalancerConfig
 from pulsar_lb_operator.strategies.loaddata import LoadData
 from pulsar_lb_operator.strategies.policies import candidates_for
 from pulsar_lb_operator.strategies.shedding.predictive.forecast import (
-    NO_TRAFFIC,
     Forecast,
     Traffic,
     bundle_traffic,
@@ -158,10 +157,7 @@ def best_move_pairwise(
     destinations = [d for d in takers if d != source and forecast.usage(d) < level]
     limit = ceiling(config, level, within or 0.0)
     best, best_gain = None, 1e-9
-    for bundle in bundles:
-        traffic = bundle_traffic(load, source, bundle, halves)
-        if traffic == NO_TRAFFIC:
-            continue
+    for bundle, traffic in carried(load, source, bundles, halves):
         new_source = forecast.usage(source, forecast.shifted(source, traffic, -1))
         allowed = allowed_brokers(load, bundle)  # namespace policies
         for destination in destinations:

@@ -62,17 +62,11 @@ def best_swap(
             continue
         destination = below[column]
         before = {b: forecast.usage(b) for b in (source, destination)}
-        points, traffics = dict(forecast.points), dict(forecast.traffic)
-        try:
+        with forecast.trying():  # the search only tries: the forecast is left as it was found
             forecast.move(source, destination, traffic)
             out_move = (source, bundle, destination, (before[source], before[destination]))
             moves: list[Move] = [(*out_move, (forecast.usage(source), forecast.usage(destination)))]
             refill = _refill(forecast, source, incoming, level, band, limit, room - 1, before)
-        finally:  # the search only tries: the forecast is left as it was found
-            forecast.points.clear()
-            forecast.points.update(points)
-            forecast.traffic.clear()
-            forecast.traffic.update(traffics)
         if refill is not None and refill[0] > 1e-9 and (best is None or refill[0] > best[0]):
             best = (refill[0], moves + refill[1])
     return [] if best is None else best[1]
