@@ -105,7 +105,7 @@ class _Cycle:
             state,
             self.takers,
             {b: self.forecast.unbiased(b) for b in scores},
-            {b: self.forecast.averaged(load, b) for b in scores},
+            {b: self.forecast.averaged(load, b) for b in self.takers},  # only takers can be the pair
         )
         self.empty = debounce.empty(load) & self.takers
         sheddable = load.sheddable_bundles()
