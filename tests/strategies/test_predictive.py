@@ -760,3 +760,61 @@ def test_a_broker_whose_every_bundle_overshoots_gives_one_and_takes_a_smaller_on
 def test_no_swap_is_made_where_no_bundle_taken_back_lands_the_broker_within_the_band():
     """a holds two 12-point bundles: taking one back would put s at 35, above the band, and a at 17, below it."""
     assert _swap(*_swap_case(12.0, 2)) == []
+
+
+def _relay_case(points: float):
+    """h: a 10 % background and one hot 10-point bundle (20 %); r, s, t: 5 % and four ``points`` bundles each. No
+    auto split (the hot bundle is one topic's, or the namespace is at its bundle limit)."""
+    snap = snapshot(
+        {"h:1": broker(10, {bundle("hot/ns", 0): 10.0})}
+        | {name: broker(5, {bundle(f"t/{name[0]}", i): points for i in range(4)}) for name in ("r:1", "s:1", "t:1")}
+    )
+    models = {("h:1", "cpu"): model(10)} | {(b, "cpu"): model(5) for b in ("r:1", "s:1", "t:1")}
+    return snap, LoadProfile(cost_models=MappingProxyType(models))
+
+
+RELAY_CONFIG = cfg(
+    loadBalancerAvgShedderHitCountHighThreshold=1,
+    loadBalancerAvgShedderHitCountLowThreshold=1,
+    loadBalancerAutoBundleSplitEnabled=False,
+)
+
+
+def test_a_bundle_too_big_for_any_receivers_band_is_relayed_by_a_receiver_that_hands_smaller_ones_on():
+    """h at 20 against a level of 11.75 (band about 5): giving its hot bundle lands it at 10, within the band, but
+    leaves any receiver at 19, above it; every one-way move over-places, so h used to stay hot for good. The relay:
+    the hot bundle to r, and r hands three of its 1-point bundles on to s and t in the same cycle."""
+    snap, profile = _relay_case(1.0)
+    result = shed(snap, profile, config=RELAY_CONFIG)
+    hot, *handed = result.unloads
+    assert (hot.bundle, hot.source) == (bundle("hot/ns", 0), "h:1")
+    relay = hot.destination
+    assert len(handed) == 3 and {u.source for u in handed} == {relay}
+    assert relay not in {u.destination for u in handed} and "h:1" not in {u.destination for u in handed}
+    after = {"h:1": 10.0, "r:1": 9.0, "s:1": 9.0, "t:1": 9.0}
+    after[relay] += 10.0
+    for u in handed:
+        after[u.source] -= 1.0
+        after[u.destination] += 1.0
+    assert max(after.values()) - min(after.values()) < 10.0  # the target's spread, from 11 before
+    assert all(abs(v - 11.75) < 5.0 for v in after.values())
+
+
+def test_no_relay_is_made_where_the_receiver_cannot_hand_on_enough_to_end_within_the_band():
+    """r, s and t hold four quarter-point bundles (6 %): the level is 9.5. r at 16 with the hot bundle could hand on
+    only one point and would stay above the band: nothing is relayed, rather than moving the hotspot to r."""
+    snap, profile = _relay_case(0.25)
+    load = build_load_data(snap, {}, {}, RELAY_CONFIG.grace_period_ms)[0].with_profile(profile)
+    state = StrategyState()
+    prediction = forecast.Forecast(load, RELAY_CONFIG, forecast.slopes(load, state), state)
+    movable = {b: sorted(r.lastStats) for b, r in load.snapshot.brokers.items()}
+    level = sum(prediction.usage(b) for b in snap.brokers) / 4
+    others = {"r:1", "s:1", "t:1"}
+    assert level == pytest.approx(9.5)
+
+    def relay(band):
+        return swaps.best_relay(load, prediction, "h:1", movable, others, others, level, band, RELAY_CONFIG, {}, 10, 5)
+
+    assert relay(5.0) == []
+    assert len(relay(6.25)) == 3  # a band of 6.25 (15.75 at the top): hot in, two quarters handed on (15.5)
+    assert prediction.usage("h:1") == pytest.approx(20.0)  # the search leaves the forecast as it found it

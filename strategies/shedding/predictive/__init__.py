@@ -16,7 +16,8 @@ broker (``forecast``) both are predictable. Each cycle:
 3. **This cycle's moves** (``endstate.EndState.this_cycle``): as much of the plan as the rails let through, the
    moves that lead fastest to the end state first; what the plan cannot fix, one best move at a time
    (``pairing``), splitting a bundle too big to move (``splits``, with the split trigger's splits), or, where
-   none can split, swapping it for smaller ones (``swaps``).
+   none can split, swapping it for smaller ones; a bundle too big for any receiver's band goes to one that hands
+   smaller ones on (a relay; both in ``swaps``).
 
 A broker whose background usage alone is at or above the mean never receives load; a move never leaves its
 destination above the overload threshold, or above the band where balance itself puts brokers past the threshold
@@ -123,6 +124,7 @@ class _Cycle:
         # report before this one showed (a single reading, jittering traffic's or a fit's miss, is no cause to move
         # back what just arrived: where it is truly above the band, the next cycle shows it again)
         self.received = {m.destination for m in state.predictive_pending.values()}
+        self.stranded: set[str] = set()  # givers whose planned move leaves its receiver above the band
         self.notes = [f"{NAME}: mean usage of the {len(self.takers)} brokers that can take load {self.mean:.1f}"]
         self.notes += [
             f"{NAME}: {b} has no good CPU model; its capacity and the cluster's per-core cost stand in"
@@ -227,6 +229,8 @@ class _Cycle:
             if giver in self.received or destination in self.pieces.per_source:
                 continue
             if giver in outside or destination in outside:
+                if destination in outside and plan.ends[destination] > plan.target:
+                    self.stranded.add(giver)  # its bundle fits no receiver's band: a relay's (``_pair``)
                 continue  # the plan does not bring them into the band: one move at a time does (``_pair``)
             move = pairing.planned_move(
                 self.forecast,
@@ -244,10 +248,13 @@ class _Cycle:
 
     def _pair(self, plan: endstate.EndState) -> None:
         """What the plan leaves out of the band: one best move at a time while the caps allow, a bundle too big to
-        move split first when moving a piece helps more than any plain move."""
+        move split first when moving a piece helps more than any plain move; and a giver whose planned bundle would
+        leave its receiver above the band, a relay or nothing."""
         outside = plan.outside()
         hot = {b for b in outside if plan.ends[b] > plan.target}
         cold = outside - hot
+        stranded = {b for b in self.stranded - hot if self.forecast.usage(b) - plan.target > plan.tolerance(b)}
+        hot |= stranded
         done: set[str] = set()
         rails = self.load.rails
         while self.actions() < rails.max_unloads_per_cycle:
@@ -266,7 +273,11 @@ class _Cycle:
             if not sources:
                 return
             source = sources[0]
-            moves = self._best(source, destinations, plan)
+            if source in stranded:
+                room = rails.max_unloads_per_cycle - self.actions()
+                moves = self._relay(source, destinations, plan.target, plan.band, room)
+            else:
+                moves = self._best(source, destinations, plan)
             if not moves:
                 done.add(source)
                 continue
@@ -275,6 +286,9 @@ class _Cycle:
             hot = {b for b in hot if abs(self.forecast.usage(b) - plan.target) > plan.tolerance(b)}
 
     def _best(self, source: str, destinations: set[str], plan: endstate.EndState) -> list[pairing.Move]:
+        """The moves that help ``source`` most: a plain move; a bundle too big to move split first, when moving a
+        piece helps more (``splits``); a relay, when no plain move lands it within the band and the relay helps
+        more than either (a split's pieces are estimated, a relay's bundles measured); else a swap (``swaps``)."""
         level, band = plan.target, plan.band
         best = pairing.best_move(
             self.load,
@@ -289,7 +303,11 @@ class _Cycle:
         )
         plain = [] if best is None else [(source, *best)]
         room = self.load.rails.max_unloads_per_cycle - self.actions()
-        if self.config.loadBalancerAutoBundleSplitEnabled and self.forecast.usage(source) - level > band:
+        above = self.forecast.usage(source) - level > band
+        relay = []
+        if above and _leaves_above(plain, level, band):
+            relay = self._relay(source, destinations, level, band, room)
+        if self.config.loadBalancerAutoBundleSplitEnabled and above:
             trial = self.pieces.copy()
             moves, movable = splits.split_to_move(
                 self.load,
@@ -303,40 +321,39 @@ class _Cycle:
                 trial,
                 room,
             )
-            if splits.gains_more(moves, plain, level):
+            if splits.gains_more(moves, plain, level) and _gain(moves, level) >= _gain(relay, level):
                 self.pieces = trial
                 self.movable[source] = movable
                 self.notes.append(f"{NAME}: {trial.splits[-1].reason}")
                 return moves
-        if plain or self.forecast.usage(source) - level <= band:
+        if relay and _gain(relay, level) > _gain(plain, level):
+            return relay
+        if plain or not above:
             return plain
-        return self._overshooting(source, destinations, level, band, room)
+        return self._swap(source, destinations, level, band, room)
 
-    def _overshooting(
-        self, source: str, destinations: set[str], level: float, band: float, room: int
-    ) -> list[pairing.Move]:
-        """A broker every bundle of which takes it below the band, none of which can split: it gives one and takes
-        smaller ones back in the same cycle (``swaps``); left as it is, it would stay above the band for good. One
-        that cannot take load (a co-tenant) takes none back, so it makes no swap."""
-        if source not in self.takers:
-            return []
+    def _givers(self, source: str) -> set[str]:
+        """Brokers that may give besides ``source``: none that took load this cycle, none at the per-broker cap."""
         cap = self.load.rails.max_unloads_per_broker
-        givers = {
+        return {
             b for b in self.movable if b != source and b not in self.received and self.pieces.per_source.get(b, 0) < cap
         }
-        return swaps.best_swap(
-            self.load,
-            self.forecast,
-            source,
-            self.movable,
-            destinations,
-            givers,
-            level,
-            band,
-            self.config,
-            self.pieces.halves,
-            room,
-        )
+
+    def _swap(self, source: str, destinations: set[str], level: float, band: float, room: int) -> list[pairing.Move]:
+        """A broker every bundle of which takes it below the band, none of which can split, gives one and takes
+        smaller ones back in the same cycle (``swaps.best_swap``); left as it is, it would stay above the band for
+        good. One that cannot take load (a co-tenant) takes none back, so it makes no swap."""
+        if source not in self.takers:
+            return []
+        args = (self.load, self.forecast, source, self.movable, destinations, self._givers(source), level, band)
+        return swaps.best_swap(*args, self.config, self.pieces.halves, room)
+
+    def _relay(self, source: str, destinations: set[str], level: float, band: float, room: int) -> list[pairing.Move]:
+        """A bundle that lands ``source`` within the band but any receiver above it goes to one that hands smaller
+        ones on in the same cycle (``swaps.best_relay``): a broker that gave this cycle is no relay."""
+        relays = {b for b in self._givers(source) & self.takers if b not in self.pieces.per_source}
+        args = (self.load, self.forecast, source, self.movable, destinations, relays, level, band)
+        return swaps.best_relay(*args, self.config, self.pieces.halves, room, self.load.rails.max_unloads_per_broker)
 
     def _next_state(self, plan: endstate.EndState | None, changed_at: int) -> StrategyState:
         high, low = self.high, self.low
@@ -364,3 +381,13 @@ class _Cycle:
             predictive_learned=_finite(self.forecast.learned),
             predictive_scales=_finite(self.forecast.scales),
         )
+
+
+def _gain(moves: Sequence[pairing.Move], level: float) -> float:
+    """What a sequence of moves shrinks Σ(usage − level)² by: their gains add up, each starting where one ended."""
+    return sum(pairing.gain(move, level) for move in moves)
+
+
+def _leaves_above(moves: Sequence[pairing.Move], level: float, band: float) -> bool:
+    """Whether the giver of ``moves`` (none: no move) is still above the band after them."""
+    return not moves or moves[-1][4][0] >= level + band

@@ -1,4 +1,5 @@
-"""A swap: a bundle out of a broker and smaller ones in, in the same cycle, where no one-way move can help it.
+"""A swap: a bundle out of a broker and smaller ones in, in the same cycle, where no one-way move can help it; and
+its mirror, a relay: a bundle too big for any broker's band goes to one that hands smaller ones on.
 
 A broker on a small machine holds few bundles, each a large share of it: in a cluster of 4- and 32-core brokers a
 bundle that costs 2 points on a big broker costs 16 on a small one. When its every bundle takes it below the band
@@ -6,6 +7,12 @@ bundle that costs 2 points on a big broker costs 16 on a small one. When its eve
 has loadBalancerNamespaceMaximumBundles, or the bundle is one topic), giving alone never balances it: it stays above
 the band for good. Giving one bundle and taking smaller ones back from brokers that stay within the band, in the
 same cycle, lands it within the band without ever leaving it underloaded.
+
+The mirror (``best_relay``): a hot topic's bundle that lands its giver within the band but would leave any receiver
+above it. Every one-way move either leaves the giver out of the band or over-places the bundle, so the giver stays
+hot for good. Its receiver taking it and handing its own smaller bundles on to brokers below the level, in the same
+cycle, lands every broker touched within the band: the route the benchmark's lower bound counts for a bundle that
+fits nowhere.
 """
 
 from __future__ import annotations
@@ -16,8 +23,8 @@ import numpy as np
 
 from pulsar_lb_operator.strategies.config import LoadBalancerConfig
 from pulsar_lb_operator.strategies.loaddata import LoadData
-from pulsar_lb_operator.strategies.shedding.predictive.forecast import Forecast, Traffic, carried
-from pulsar_lb_operator.strategies.shedding.predictive.pairing import Move, allowed_brokers, ceiling
+from pulsar_lb_operator.strategies.shedding.predictive.forecast import Forecast, Traffic, bundle_traffic, carried
+from pulsar_lb_operator.strategies.shedding.predictive.pairing import Move, allowed_brokers, best_move, ceiling, gain
 
 # giver, bundle, traffic, the giver's usage now and once the bundle is gone
 Incoming = tuple[str, str, Traffic, float, float]
@@ -137,3 +144,82 @@ def _refill(
         used.add(giver)
     gain = sum((was - level) ** 2 - (forecast.usage(b) - level) ** 2 for b, was in before.items())
     return gain, moves
+
+
+def best_relay(
+    load: LoadData,
+    forecast: Forecast,
+    source: str,
+    movable: Mapping[str, list[str]],
+    destinations: set[str],
+    relays: set[str],
+    level: float,
+    band: float,
+    config: LoadBalancerConfig,
+    halves: Mapping[str, Traffic],
+    room: int,
+    cap: int,
+) -> list[Move]:
+    """The relay that shrinks Σ(usage − level)² most over the brokers it touches, at most ``room`` moves: ``source``
+    gives one of its ``movable`` bundles, landing itself no lower than the band, to one of the ``relays`` below the
+    level, the one it leaves least above the band (never above the ceiling) — where that is above the band and the
+    giver, the move ``pairing`` refuses as over-placement; that one hands its own bundles on, the
+    best move each time (``pairing.best_move``: onto ``destinations`` below the level, none over-placed) and at most
+    ``cap``, until it is within the band. [] if none gets there. The forecast is left as it was found."""
+    limit = ceiling(config, level, band)
+    out = carried(load, source, sorted(movable.get(source, [])), halves)
+    below = sorted(d for d in relays & destinations if d != source and forecast.usage(d) < level)
+    if room < 2 or not out or not below:
+        return []
+    left = forecast.departures(source, np.array([t for _, t in out]))
+    _, ends = forecast.arrivals(below, np.array([t for _, t in out]))
+    ends[(ends > limit) | ~np.isfinite(ends)] = np.inf
+    for row, (bundle, _) in enumerate(out):  # namespace policies
+        allowed = allowed_brokers(load, bundle)
+        ends[row, [col for col, d in enumerate(below) if d not in allowed]] = np.inf
+    best: tuple[float, list[Move]] | None = None
+    for row, (bundle, traffic) in enumerate(out):
+        column = int(np.argmin(ends[row]))  # the least overshoot; the first of equals: relays are sorted
+        end = ends[row, column]
+        if not (np.isfinite(end) and end >= level + band and end > left[row] and left[row] >= level - band):
+            continue  # a plain move's to make (``pairing``), or one over-unloading its giver: no relay's
+        relay = below[column]
+        most = min(room - 1, cap)
+        with forecast.trying():  # the search only tries: the forecast is left as it was found
+            before = (forecast.usage(source), forecast.usage(relay))
+            forecast.move(source, relay, traffic)
+            moves: list[Move] = [(source, bundle, relay, before, (forecast.usage(source), forecast.usage(relay)))]
+            others = destinations - {source}
+            moves += _hand_on(load, forecast, relay, movable, others, level, band, config, halves, most)
+            landed = forecast.usage(relay) < level + band
+        total = sum(gain(move, level) for move in moves)  # the moves' gains add up: each starts where one ended
+        if landed and total > 1e-9 and (best is None or total > best[0]):
+            best = (total, moves)
+    return [] if best is None else best[1]
+
+
+def _hand_on(
+    load: LoadData,
+    forecast: Forecast,
+    relay: str,
+    movable: Mapping[str, list[str]],
+    destinations: set[str],
+    level: float,
+    band: float,
+    config: LoadBalancerConfig,
+    halves: Mapping[str, Traffic],
+    most: int,
+) -> list[Move]:
+    """``relay``'s best moves, one at a time (in the forecast), at most ``most``, until it is within the band or
+    none helps."""
+    bundles = sorted(movable.get(relay, []))
+    moves: list[Move] = []
+    while forecast.usage(relay) >= level + band and len(moves) < most:
+        choice = best_move(load, forecast, relay, bundles, destinations - {relay}, level, config, halves, band)
+        if choice is None:
+            break
+        bundle, destination, before, after = choice
+        forecast.move(relay, destination, bundle_traffic(load, relay, bundle, halves))
+        bundles.remove(bundle)
+        moves.append((relay, bundle, destination, before, after))
+    return moves
