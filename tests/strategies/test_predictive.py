@@ -485,12 +485,15 @@ def test_a_planned_move_that_would_leave_its_giver_below_its_destination_beyond_
     state = StrategyState()
     prediction = forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state)
 
-    def planned(level):
-        return pairing.planned_move(prediction, load, "b:1", bundle("t/ns", 1), "a:1", level, 5.0, ONE_HIT, {})
+    def planned(level, reach=None):
+        return pairing.planned_move(prediction, load, "b:1", bundle("t/ns", 1), "a:1", level, 5.0, ONE_HIT, {}, reach)
 
     assert planned(38.0) is None
     move = planned(35.0)
     assert move is not None and move[4] == pytest.approx((31.0, 39.0))
+    # the plan's own tolerance for each broker, where it is wider than the band: b may end 7.5 under the level
+    assert planned(38.0, {"a:1": 5.0, "b:1": 7.5}.__getitem__) is not None
+    assert planned(38.0, {"a:1": 7.5, "b:1": 5.0}.__getitem__) is None
 
 
 def _plan(levels, moves, drops):

@@ -242,6 +242,7 @@ class _Cycle:
                 plan.band,
                 self.config,
                 self.pieces.halves,
+                plan.tolerance,
             )
             if move is not None:
                 self._carry_out(move, plan.target)

@@ -8,7 +8,7 @@ PIP-364's over unloading — its source below its destination unless the source 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -65,14 +65,18 @@ def planned_move(
     band: float,
     config: LoadBalancerConfig,
     halves: Mapping[str, Traffic],
+    reach: Callable[[str], float] | None = None,
 ) -> Move | None:
     """A planned move as the forecast sees it now; None if it would overload its destination, leave it above the
-    giver and the band, or (the mirror) leave the giver below its destination and the band."""
+    giver and beyond its reach of the level, or (the mirror) leave the giver below its destination and beyond its
+    reach. ``reach``: how far from the level the plan lets a broker end (``EndState.tolerance``: wider than the
+    band for a broker the trigger has not flagged, which the hit counters leave alone there); the band if None."""
     traffic = bundle_traffic(load, giver, bundle, halves)
     new_source = forecast.usage(giver, forecast.shifted(giver, traffic, -1))
     new_destination = forecast.usage(destination, forecast.shifted(destination, traffic, +1))
     limit = ceiling(config, level, band)
-    above = new_destination > new_source and (new_destination > level + band or new_source < level - band)
+    up, down = (band, band) if reach is None else (max(reach(destination), band), max(reach(giver), band))
+    above = new_destination > new_source and (new_destination > level + up or new_source < level - down)
     if new_destination > limit or above:
         return None
     return (
