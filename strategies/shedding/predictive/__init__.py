@@ -248,11 +248,12 @@ class _Cycle:
                 self._carry_out(move, plan.target)
 
     def _pair(self, plan: endstate.EndState) -> None:
-        """What the plan leaves out of the band: one best move at a time while the caps allow, a bundle too big to
-        move split first when moving a piece helps more than any plain move; and a giver whose planned bundle would
-        leave its receiver above the band, a relay or nothing."""
+        """What the plan leaves out of the band: one best move at a time while the caps allow (from a broker above the
+        level now, though the plan's bundles would take it under the band), a bundle too big to move split first when
+        moving a piece helps more than any plain move; and a giver whose planned bundle would leave its receiver
+        above the band, a relay or nothing."""
         outside = plan.outside()
-        hot = {b for b in outside if plan.ends[b] > plan.target}
+        hot = {b for b in outside if plan.level[b] > plan.target}  # above the level now: the plan may overshoot it
         cold = outside - hot
         stranded = {b for b in self.stranded - hot if self.forecast.usage(b) - plan.target > plan.tolerance(b)}
         hot |= stranded
