@@ -306,7 +306,7 @@ class _Cycle:
         plain = [] if best is None else [(source, *best)]
         room = self.load.rails.max_unloads_per_cycle - self.actions()
         above = self.forecast.usage(source) - level > band
-        relay = []
+        relay: list[pairing.Move] = []
         if above and _leaves_above(plain, level, band):
             relay = self._relay(source, destinations, level, band, room)
         if self.config.loadBalancerAutoBundleSplitEnabled and above:

@@ -3,7 +3,8 @@
 What the end-state plan cannot do is left to this: a broker no set of its bundles brings into the band (a bundle
 too big to move whole is split first, ``splits.py``). A move never leaves its destination above the overload
 threshold (``ceiling``), nor above its source unless the destination ends within the band; nor — the mirror,
-PIP-364's over unloading — its source below its destination unless the source ends within the band.
+PIP-364's over unloading — its source below its destination unless the source ends within the band (for a planned
+move, within the tolerance the plan was made with: ``planned_move``).
 """
 
 from __future__ import annotations

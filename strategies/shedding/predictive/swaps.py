@@ -142,8 +142,8 @@ def _refill(
         forecast.move(giver, source, traffic)
         moves.append((giver, bundle, source, (u_giver, u_source), (forecast.usage(giver), forecast.usage(source))))
         used.add(giver)
-    gain = sum((was - level) ** 2 - (forecast.usage(b) - level) ** 2 for b, was in before.items())
-    return gain, moves
+    gained = sum((was - level) ** 2 - (forecast.usage(b) - level) ** 2 for b, was in before.items())
+    return gained, moves
 
 
 def best_relay(
@@ -163,9 +163,9 @@ def best_relay(
     """The relay that shrinks Σ(usage − level)² most over the brokers it touches, at most ``room`` moves: ``source``
     gives one of its ``movable`` bundles, landing itself no lower than the band, to one of the ``relays`` below the
     level, the one it leaves least above the band (never above the ceiling) — where that is above the band and the
-    giver, the move ``pairing`` refuses as over-placement; that one hands its own bundles on, the
-    best move each time (``pairing.best_move``: onto ``destinations`` below the level, none over-placed) and at most
-    ``cap``, until it is within the band. [] if none gets there. The forecast is left as it was found."""
+    giver, the move ``pairing`` refuses as over-placement; that one hands its own bundles on, the best move each
+    time (``pairing.best_move``: onto ``destinations`` below the level, none over-placed) and at most ``cap``, until
+    it is within the band. [] if none gets there. The forecast is left as it was found."""
     limit = ceiling(config, level, band)
     out = carried(load, source, sorted(movable.get(source, [])), halves)
     below = sorted(d for d in relays & destinations if d != source and forecast.usage(d) < level)
