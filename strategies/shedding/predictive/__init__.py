@@ -323,12 +323,12 @@ class _Cycle:
                 trial,
                 room,
             )
-            if splits.gains_more(moves, plain, level) and _gain(moves, level) >= _gain(relay, level):
+            if splits.gains_more(moves, plain, level) and pairing.gains(moves, level) >= pairing.gains(relay, level):
                 self.pieces = trial
                 self.movable[source] = movable
                 self.notes.append(f"{NAME}: {trial.splits[-1].reason}")
                 return moves
-        if relay and _gain(relay, level) > _gain(plain, level):
+        if relay and pairing.gains(relay, level) > pairing.gains(plain, level):
             return relay
         if plain or not above:
             return plain
@@ -383,11 +383,6 @@ class _Cycle:
             predictive_learned=_finite(self.forecast.learned),
             predictive_scales=_finite(self.forecast.scales),
         )
-
-
-def _gain(moves: Sequence[pairing.Move], level: float) -> float:
-    """What a sequence of moves shrinks Σ(usage − level)² by: their gains add up, each starting where one ended."""
-    return sum(pairing.gain(move, level) for move in moves)
 
 
 def _leaves_above(moves: Sequence[pairing.Move], level: float, band: float) -> bool:

@@ -35,7 +35,7 @@ from pulsar_lb_operator.strategies.config import LoadBalancerConfig
 from pulsar_lb_operator.strategies.loaddata import LoadData
 from pulsar_lb_operator.strategies.shedding.predictive import packing
 from pulsar_lb_operator.strategies.shedding.predictive.forecast import Forecast, Traffic, carried
-from pulsar_lb_operator.strategies.shedding.predictive.pairing import allowed_brokers, ceiling
+from pulsar_lb_operator.strategies.shedding.predictive.pairing import ceiling, permitted
 
 # A plan with more candidate (bundle, receiver) pairs than this is left to the greedy packing: HiGHS needs about
 # a second of one core for a thousand (``python benchmarks/decide.py`` prints the decide time).
@@ -292,11 +292,7 @@ def _candidates(
     rise = after - now
     if not (np.isfinite(now).all() and np.isfinite(rise).all()):
         return None
-    fits = after <= limit
-    for k, (_, bundle, _, _, _) in enumerate(chosen):  # namespace policies
-        permitted = allowed_brokers(load, bundle)
-        if not permitted.issuperset(receivers):
-            fits[k] &= [r in permitted for r in receivers]
+    fits = (after <= limit) & permitted(load, [bundle for _, bundle, _, _, _ in chosen], receivers)
     return _Candidates(items, list(rows), receivers, rise, fits)
 
 

@@ -9,7 +9,7 @@ move, within the tolerance the plan was made with: ``planned_move``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -34,6 +34,11 @@ def gain(move: Move, level: float) -> float:
     return sum(square(b - level) - square(a - level) for b, a in zip(before, after))
 
 
+def gains(moves: Sequence[Move], level: float) -> float:
+    """What a sequence of moves shrinks Σ(usage − level)² by: their gains add up, each starting where one ended."""
+    return sum(gain(move, level) for move in moves)
+
+
 def ceiling(config: LoadBalancerConfig, level: float, band: float) -> float:
     """The most a move may leave its destination at: Pulsar's overload threshold
     (loadBalancerBrokerOverloadedThresholdPercentage) — or, where the balanced level is within the band of it, the
@@ -54,6 +59,16 @@ def allowed_brokers(load: LoadData, bundle: str) -> frozenset[str]:
     policies = load.snapshot.policies
     key = ("allowed brokers", policies.unknown_reason(namespace) is None, policies.policy_for(namespace))
     return load.snapshot.index.memo(key, lambda: frozenset(candidates_for(load.snapshot, bundle)))
+
+
+def permitted(load: LoadData, bundles: Sequence[str], brokers: Sequence[str]) -> np.ndarray:
+    """Bundles × brokers: whether each bundle's namespace policies allow each broker (``allowed_brokers``)."""
+    mask = np.ones((len(bundles), len(brokers)), dtype=bool)
+    for row, bundle in enumerate(bundles):
+        allowed = allowed_brokers(load, bundle)
+        if not allowed.issuperset(brokers):
+            mask[row] = [broker in allowed for broker in brokers]
+    return mask
 
 
 def planned_move(
@@ -133,11 +148,9 @@ def best_move(
     if within is not None:
         # the mirror: a source left below its destination and beyond the band under the level is over-unloaded
         above &= (new_destination > level + within) | (new_source[:, np.newaxis] < level - within)
-    gained[above | (new_destination > limit)] = -np.inf
-    for row, (bundle, _) in enumerate(movable):  # namespace policies: only the brokers a bundle's namespace allows
-        allowed = allowed_brokers(load, bundle)
-        if not allowed.issuperset(destinations):
-            gained[row, [col for col, d in enumerate(destinations) if d not in allowed]] = -np.inf
+    # namespace policies: only the brokers a bundle's namespace allows
+    refused = ~permitted(load, [bundle for bundle, _ in movable], destinations)
+    gained[above | (new_destination > limit) | refused] = -np.inf
     b, d = np.unravel_index(np.argmax(gained), gained.shape)  # the first of the largest: rows and columns are sorted
     if not gained[b, d] > 1e-9:
         return None

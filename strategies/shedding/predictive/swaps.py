@@ -24,7 +24,14 @@ import numpy as np
 from pulsar_lb_operator.strategies.config import LoadBalancerConfig
 from pulsar_lb_operator.strategies.loaddata import LoadData
 from pulsar_lb_operator.strategies.shedding.predictive.forecast import Forecast, Traffic, bundle_traffic, carried
-from pulsar_lb_operator.strategies.shedding.predictive.pairing import Move, allowed_brokers, best_move, ceiling, gain
+from pulsar_lb_operator.strategies.shedding.predictive.pairing import (
+    Move,
+    allowed_brokers,
+    best_move,
+    ceiling,
+    gains,
+    permitted,
+)
 
 # giver, bundle, traffic, the giver's usage now and once the bundle is gone
 Incoming = tuple[str, str, Traffic, float, float]
@@ -55,10 +62,8 @@ def best_swap(
         return []
     u_below, new_below = forecast.arrivals(below, np.array([t for _, t in out]))
     gain_out = np.square(u_below - level) - np.square(new_below - level)
-    gain_out[(new_below >= level + band) | (new_below > limit)] = -np.inf
-    for row, (bundle, _) in enumerate(out):  # namespace policies
-        allowed = allowed_brokers(load, bundle)
-        gain_out[row, [col for col, d in enumerate(below) if d not in allowed]] = -np.inf
+    refused = ~permitted(load, [bundle for bundle, _ in out], below)  # namespace policies
+    gain_out[(new_below >= level + band) | (new_below > limit) | refused] = -np.inf
     incoming = _incoming(load, forecast, source, movable, givers - {source, *below}, level, band, halves)
     if not incoming:
         return []
@@ -173,10 +178,8 @@ def best_relay(
         return []
     left = forecast.departures(source, np.array([t for _, t in out]))
     _, ends = forecast.arrivals(below, np.array([t for _, t in out]))
-    ends[(ends > limit) | ~np.isfinite(ends)] = np.inf
-    for row, (bundle, _) in enumerate(out):  # namespace policies
-        allowed = allowed_brokers(load, bundle)
-        ends[row, [col for col, d in enumerate(below) if d not in allowed]] = np.inf
+    refused = ~permitted(load, [bundle for bundle, _ in out], below)  # namespace policies
+    ends[(ends > limit) | ~np.isfinite(ends) | refused] = np.inf
     best: tuple[float, list[Move]] | None = None
     for row, (bundle, traffic) in enumerate(out):
         column = int(np.argmin(ends[row]))  # the least overshoot; the first of equals: relays are sorted
@@ -192,7 +195,7 @@ def best_relay(
             others = destinations - {source}
             moves += _hand_on(load, forecast, relay, movable, others, level, band, config, halves, most)
             landed = forecast.usage(relay) < level + band
-        total = sum(gain(move, level) for move in moves)  # the moves' gains add up: each starts where one ended
+        total = gains(moves, level)
         if landed and total > 1e-9 and (best is None or total > best[0]):
             best = (total, moves)
     return [] if best is None else best[1]
