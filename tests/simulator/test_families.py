@@ -219,6 +219,17 @@ def test_a_new_broker_of_a_kind_no_fit_knows_is_not_overfilled():
     assert event["unloads"] <= family_report.RATIO_GOAL * event["moves"], event
 
 
+def test_a_new_broker_of_a_kind_whose_brokers_pay_differently_is_not_overfilled():
+    """mixed#718 (a development run): nine 8-core brokers, four of them paying 0.0077 core-percent per message and
+    five 0.0129. A broker of the costlier sort joins. Planned on the kind's pooled cost, its fill overshot by 15
+    points, and the grace period held what it received: 31 cycles past the floor. Started from the dearest of its
+    kind, it is balanced on the floor."""
+    result = run(families.generate("mixed", 718), OURS)
+    (event,) = [p for p in result.metrics["segments"] if p["judged"]]
+    assert event["cycles"] is not None and event["cycles"] <= event["floor"] + 1, event
+    assert event["unloads"] <= family_report.RATIO_GOAL * event["moves"], event
+
+
 def test_a_small_broker_whose_every_bundle_overshoots_swaps_for_smaller_ones():
     """scale-out#39 (a development run): a 64-core broker joins 4- and 32-core brokers. Each 4-core broker holds three
     bundles of 16 to 28 points there, 9 points over the level: any one of them leaves it under the band, and the

@@ -608,6 +608,25 @@ def test_a_new_broker_of_a_kind_no_fit_knows_starts_from_the_costliest_kind():
     assert slope["a:1"].cpu[0] == pytest.approx(8 / 800) and slope["b:1"].cpu[0] == pytest.approx(12 / 400)
 
 
+def test_a_new_broker_of_a_kind_whose_brokers_pay_differently_starts_from_the_dearest_of_them():
+    """Three 8-core brokers of one kind: on two a message per second costs 8 core-percent, on the third 14 (another
+    hardware generation of the same instance type). Their pooled cost is 10; a newcomer of the kind planned on it
+    that pays as the third would be overfilled by two fifths, and the grace period would hold what it received. It
+    starts from the dearest: 14. The fitted brokers keep their own scales."""
+
+    def report(points):
+        bundles = {bundle("t/ns", 0): stats(points * 50, points * 50)} if points else {}
+        return broker_report(cpu=((5 + points) / 100 * CPU, CPU), bw_in=(0, NIC), bw_out=(0, NIC), bundles=bundles)
+
+    reports = {"a:1": report(40), "a:2": report(40), "a:3": report(40), "new:1": report(0)}
+    fits = {"a:1": model(5, 8 / 800), "a:2": model(5, 8 / 800), "a:3": model(5, 14 / 800)}
+    profile = LoadProfile(cost_models=MappingProxyType({(b, "cpu"): m for b, m in fits.items()}))
+    load = build_load_data(snapshot(reports), {}, {}, ONE_HIT.grace_period_ms)[0].with_profile(profile)
+    slope = forecast.slopes(load, StrategyState())
+    assert slope["new:1"].borrowed and slope["new:1"].cpu[0] == pytest.approx(14 / 800)
+    assert slope["a:1"].cpu[0] == pytest.approx(8 / 800) and slope["a:3"].cpu[0] == pytest.approx(14 / 800)
+
+
 def test_the_exact_program_finds_the_plan_the_greedy_packing_misses():
     """Two givers 6 points over the level (45) with bundles of 6, 4 and 2, three receivers 4 under it, a band of 2.
     Each giver's fewest bundles into the band is its 6, which lands no receiver inside it (4 under + 6 = 2 over):

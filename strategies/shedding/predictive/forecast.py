@@ -101,13 +101,15 @@ def slopes(load: LoadData, state: StrategyState) -> dict[str, Slope] | None:
         kinds.setdefault(_kind(brokers[b]), {})[b] = m
     per_kind = {kind: _per_core(models, brokers) for kind, models in kinds.items()}
     mix = tuple(np.sum([r.traffic for r in brokers.values()], axis=0))  # the cluster's traffic: its mix
-    known = [k for k in per_kind.values() if k is not None]
-    unknown = _costliest(known, mix) if known else pooled  # the start of a broker of a kind no fit knows
+    dearest = _dearest(per_kind, kinds, brokers)
+    unknown = _costliest(list(dearest.values()), mix) if dearest else pooled  # a broker of a kind no fit knows
     out = {}
     for b, report in brokers.items():
         kind = per_kind.get(_kind(report))
         if kind is None:
             kind = pooled if b in fitted else unknown
+        elif b not in fitted:
+            kind = dearest[_kind(report)]
         per_core = kind / (report.cpu.limit or 1.0)
         kept, learned = None, None
         if b in fitted:
@@ -130,6 +132,30 @@ def _costliest(per_kind: Sequence[np.ndarray], mix: Sequence[float]) -> np.ndarr
     short is topped up next cycle from the givers' bundles, but one that overshoots stays, as no shedder may move
     the bundles it received again within loadBalancerSheddingGracePeriodMinutes (half an hour by default)."""
     return max(per_kind, key=lambda cost: float(cost @ np.array(mix)))
+
+
+def _dearest(
+    per_kind: Mapping[tuple[float, float], np.ndarray | None],
+    kinds: Mapping[tuple[float, float], Mapping[str, CostModel]],
+    brokers: Mapping[str, BrokerLoad],
+) -> dict[tuple[float, float], np.ndarray]:
+    """Per machine kind, the per-core cost a broker of it with no fit of its own starts from: its kind's pooled
+    cost times the largest ``fitted_scale`` of its brokers that carry traffic, each at its own (a fit read off the
+    mix it was made on says little). Alike machines may still pay differently per message — one instance type
+    across two hardware generations, or with other JVM flags — and the pooled cost is their average: a newcomer
+    priced at it that pays the most is overfilled, which, for the reason ``_costliest`` gives, cannot be undone
+    within the grace period, while a fill that falls short is topped up once its first report says what it pays."""
+    dearest = {}
+    for kind, cost in per_kind.items():
+        if cost is None:
+            continue
+        own = [
+            fitted_scale(model, cost / brokers[b].cpu.limit, None, brokers[b].traffic)[0]
+            for b, model in kinds[kind].items()
+            if any(brokers[b].traffic)
+        ]
+        dearest[kind] = cost * max(own, default=1.0)
+    return dearest
 
 
 def _kind(report: BrokerLoad) -> tuple[float, float]:
