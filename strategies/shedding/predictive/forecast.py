@@ -5,10 +5,10 @@ slope is the per-core cost of traffic of the broker's kind of machine, the good 
 (``spark_jobs/load_profile.py``) of that kind pooled into one (``costs.pooled``), over its own capacity (its CPU
 limit, 100 × cores), scaled to what its own traffic costs it by its fit (``slopes``); the background is its fit's
 intercept. A broker with no good fit — one that just joined has no history at all — is known from its capacity
-and its kind's per-core cost (of a kind no fit knows, the costliest kind's: a fill that overshoots cannot be undone
-within the grace period), its scale refined from its samples as they arrive, the latest included (against what it
-used when it carried nothing: a broker joins empty); its samples are its level. Bandwidth is exact: a bundle's
-bytes over the NIC's limit.
+and its kind's per-core cost at the dearest of the kind's brokers (of a kind no fit knows, the costliest kind's: a
+fill that overshoots cannot be undone within the grace period), its scale refined from its samples as they arrive,
+the latest included (against what it used when it carried nothing: a broker joins empty); its samples are its
+level. Bandwidth is exact: a bundle's bytes over the NIC's limit.
 
 A CPU sample is noisy (a point or more on a busy broker: as large as a bundle), so plans are made on each
 broker's **steady** level: its model's prediction, plus the median of its last ``RESIDUALS`` departures from the
@@ -86,8 +86,8 @@ def slopes(load: LoadData, state: StrategyState) -> dict[str, Slope] | None:
     the costs apart, none below zero — ``costs.pooled``; for a broker of a kind with no good fit, the costliest
     kind's on the cluster's mix, ``_costliest``, or the whole cluster's where the broker has a fit) over its
     own CPU limit, scaled so that its own traffic costs what its fit says (``fitted_scale``: a machine slower per
-    core pays more); a broker with no good fit is scaled by what its samples say (``learned_scale``), 1 until they
-    do."""
+    core pays more); a broker with no good fit starts from the dearest of its kind (``_dearest``) and is scaled by
+    what its samples say (``learned_scale``), 1 until they do."""
     brokers = load.snapshot.brokers
     models = {b: load.cost_models.get((b, "cpu")) for b in brokers}
     fitted = {b: m for b, m in models.items() if good(m) and brokers[b].cpu.limit > 0}
