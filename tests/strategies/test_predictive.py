@@ -583,6 +583,13 @@ def test_a_new_broker_is_known_from_its_capacity_and_refined_from_its_samples():
     assert forecast.learned_scale(state.predictive_learned["new:1"]) == pytest.approx((2 * 2 + 1) / (2 + 1))
 
 
+def fitted_slopes(reports, fits):
+    """``forecast.slopes`` of the brokers ``reports`` with the CPU cost models ``fits``, from no state."""
+    profile = LoadProfile(cost_models=MappingProxyType({(b, "cpu"): m for b, m in fits.items()}))
+    load = build_load_data(snapshot(reports), {}, {}, ONE_HIT.grace_period_ms)[0].with_profile(profile)
+    return forecast.slopes(load, StrategyState())
+
+
 def test_a_new_broker_of_a_kind_no_fit_knows_starts_from_the_costliest_kind():
     """Two kinds with fits: on 8-core brokers a message per second costs 8 core-percent, on 4-core ones 12. A
     16-core broker joins, a kind neither is: a fill planned on the cluster's pooled cost (9.3) would overshoot by more
@@ -601,9 +608,7 @@ def test_a_new_broker_of_a_kind_no_fit_knows_starts_from_the_costliest_kind():
 
     reports = {"a:1": report(8, 40), "a:2": report(8, 40), "b:1": report(4, 40), "new:1": report(16, 0)}
     fits = {"a:1": model(5, 8 / 800), "a:2": model(5, 8 / 800), "b:1": model(5, 12 / 400)}
-    profile = LoadProfile(cost_models=MappingProxyType({(b, "cpu"): m for b, m in fits.items()}))
-    load = build_load_data(snapshot(reports), {}, {}, ONE_HIT.grace_period_ms)[0].with_profile(profile)
-    slope = forecast.slopes(load, StrategyState())
+    slope = fitted_slopes(reports, fits)
     assert slope["new:1"].borrowed and slope["new:1"].cpu[0] == pytest.approx(12 / 1600)
     assert slope["a:1"].cpu[0] == pytest.approx(8 / 800) and slope["b:1"].cpu[0] == pytest.approx(12 / 400)
 
@@ -620,9 +625,7 @@ def test_a_new_broker_of_a_kind_whose_brokers_pay_differently_starts_from_the_de
 
     reports = {"a:1": report(40), "a:2": report(40), "a:3": report(40), "new:1": report(0)}
     fits = {"a:1": model(5, 8 / 800), "a:2": model(5, 8 / 800), "a:3": model(5, 14 / 800)}
-    profile = LoadProfile(cost_models=MappingProxyType({(b, "cpu"): m for b, m in fits.items()}))
-    load = build_load_data(snapshot(reports), {}, {}, ONE_HIT.grace_period_ms)[0].with_profile(profile)
-    slope = forecast.slopes(load, StrategyState())
+    slope = fitted_slopes(reports, fits)
     assert slope["new:1"].borrowed and slope["new:1"].cpu[0] == pytest.approx(14 / 800)
     assert slope["a:1"].cpu[0] == pytest.approx(8 / 800) and slope["a:3"].cpu[0] == pytest.approx(14 / 800)
 
