@@ -485,7 +485,7 @@ def test_a_planned_move_that_would_leave_its_giver_below_its_destination_beyond_
     state = StrategyState()
     prediction = forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state)
 
-    def planned(level, reach=None):
+    def planned(level, reach=lambda broker: 5.0):  # the band
         return pairing.planned_move(prediction, load, "b:1", bundle("t/ns", 1), "a:1", level, 5.0, ONE_HIT, {}, reach)
 
     assert planned(38.0) is None

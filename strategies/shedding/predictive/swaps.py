@@ -73,11 +73,9 @@ def best_swap(
         if not np.isfinite(gain_out[row, column]):
             continue
         destination = below[column]
-        before = {b: forecast.usage(b) for b in (source, destination)}
         with forecast.trying():  # the search only tries: the forecast is left as it was found
-            forecast.move(source, destination, traffic)
-            out_move = (source, bundle, destination, (before[source], before[destination]))
-            moves: list[Move] = [(*out_move, (forecast.usage(source), forecast.usage(destination)))]
+            moves: list[Move] = [_moved(forecast, source, bundle, destination, traffic)]
+            before = dict(zip((source, destination), moves[0][3]))
             refill = _refill(forecast, source, incoming, level, band, limit, room - 1, before)
         if refill is not None and refill[0] > 1e-9 and (best is None or refill[0] > best[0]):
             best = (refill[0], moves + refill[1])
@@ -142,10 +140,8 @@ def _refill(
         if not np.isfinite(gained[pick]):
             return None
         giver, bundle, traffic, u_giver, _ = incoming[candidates[pick]]
-        u_source = forecast.usage(source)
         before.setdefault(giver, u_giver)
-        forecast.move(giver, source, traffic)
-        moves.append((giver, bundle, source, (u_giver, u_source), (forecast.usage(giver), forecast.usage(source))))
+        moves.append(_moved(forecast, giver, bundle, source, traffic))
         used.add(giver)
     gained = sum((was - level) ** 2 - (forecast.usage(b) - level) ** 2 for b, was in before.items())
     return gained, moves
@@ -189,9 +185,7 @@ def best_relay(
         relay = below[column]
         most = min(room - 1, cap)
         with forecast.trying():  # the search only tries: the forecast is left as it was found
-            before = (forecast.usage(source), forecast.usage(relay))
-            forecast.move(source, relay, traffic)
-            moves: list[Move] = [(source, bundle, relay, before, (forecast.usage(source), forecast.usage(relay)))]
+            moves: list[Move] = [_moved(forecast, source, bundle, relay, traffic)]
             others = destinations - {source}
             moves += _hand_on(load, forecast, relay, movable, others, level, band, config, halves, most)
             landed = forecast.usage(relay) < level + band
@@ -199,6 +193,14 @@ def best_relay(
         if landed and total > 1e-9 and (best is None or total > best[0]):
             best = (total, moves)
     return [] if best is None else best[1]
+
+
+def _moved(forecast: Forecast, giver: str, bundle: str, taker: str, traffic: Traffic) -> Move:
+    """``bundle`` (its ``traffic``) moved from ``giver`` to ``taker`` in the forecast: the move, with both brokers'
+    usage before and after it."""
+    before = (forecast.usage(giver), forecast.usage(taker))
+    forecast.move(giver, taker, traffic)
+    return (giver, bundle, taker, before, (forecast.usage(giver), forecast.usage(taker)))
 
 
 def _hand_on(
