@@ -167,6 +167,35 @@ def balance_needs(
     return max(give, take, volume), most
 
 
+def held_blocks(cluster: SimulatedCluster, target: float = TARGET_SPREAD, held: frozenset[str] = frozenset()) -> bool:
+    """Whether the grace period's holds alone keep the cluster from balance: no shedder of Pulsar's may unload a
+    ``held`` bundle (one unloaded within loadBalancerSheddingGracePeriodMinutes), so each broker that can take load
+    is at least at what its held bundles cost it. Those whose floor is above the level the others would share
+    carrying all the rest (``balanced_level``) carry only their held bundles; if the highest floor is still
+    ``target`` or more above that level, no strategy behind the rails can balance, wherever the rest goes."""
+    alive = {b.name: b for b in cluster.alive_brokers()}
+    if not held or len(alive) < 2:
+        return False
+    usage = {name: cluster.true_usage(b.id) for name, b in alive.items()}
+    takers = set(balanceable(usage, {name: b.spec.background_cpu * 100 for name, b in alive.items()}))
+    stats = {name: {x: cluster.bundle_stats(x)[0] for x in cluster.owned_by(b.id)} for name, b in alive.items()}
+    kept = {name: {x: s for x, s in stats[name].items() if x in held} for name in takers}
+    floors = {name: cluster.weighted_usage(alive[name], kept[name]) for name in takers}
+    total = sum((np.array(s.traffic) for n in takers for s in stats[n].values()), np.zeros(3))
+    fixed: set[str] = set()
+    while True:
+        free = sorted(takers - fixed)
+        if (not fixed and not any(kept.values())) or not free:
+            return False
+        rest = total - sum((np.array(s.traffic) for n in fixed for s in kept[n].values()), np.zeros(3))
+        lines = [linear_usage(cluster, alive[n]) for n in free]
+        level = balanced_level(lines, rest) if rest.any() else max(float(base.max()) for base, _ in lines)
+        above = {n for n in free if floors[n] > level}
+        if not above:
+            return bool(fixed) and max(floors[n] for n in fixed) - level >= target
+        fixed |= above
+
+
 def _receiver_gives(
     lines: dict[str, tuple[np.ndarray, np.ndarray]],
     traffic: dict[str, np.ndarray],

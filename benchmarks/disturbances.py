@@ -15,7 +15,7 @@ part of the run, from one disturbance to the next, is judged on what that distur
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pulsar_lb_operator.benchmarks.bounds import GOAL_CYCLES, balanceable_spread, hits_to_act, rails_floor
@@ -30,6 +30,7 @@ class Disturbance:
     most_from_one: int  # of which from the busiest giver
     hits: int  # consecutive cycles a debounced strategy sees it before acting (bounds.hits_to_act)
     lag: int = 0  # cycles from ``sample`` until the brokers' reports show it
+    released: int = 0  # the first cycle the grace period's holds no longer keep balance out of reach (0: never did)
 
 
 @dataclass(frozen=True)
@@ -67,9 +68,15 @@ class Tracker:
     JOINS = frozenset({"add_broker", "start_broker"})
 
     def __init__(
-        self, needs: Callable[[], tuple[int, int]], config: LoadBalancerConfig, target: float, report_lag: int
+        self,
+        needs: Callable[[], tuple[int, int]],
+        config: LoadBalancerConfig,
+        target: float,
+        report_lag: int,
+        released: Callable[[], int] = lambda: 0,
     ) -> None:
         self.needs, self.config, self.target, self.report_lag = needs, config, target, report_lag
+        self.released = released
         self.found: list[Disturbance] = []
         self.spreads: list[float] = []
         self.pending: tuple[int, int] | None = None  # an event not yet measured: (its sample, when reports show it)
@@ -101,7 +108,8 @@ class Tracker:
 
     def _found(self, sample: int, kind: str, usage: dict[str, float], background: dict[str, float], lag: int) -> None:
         moves, most = self.needs()
-        self.found.append(Disturbance(sample, kind, moves, most, hits_to_act(usage, background, self.config), lag))
+        hits = hits_to_act(usage, background, self.config)
+        self.found.append(Disturbance(sample, kind, moves, most, hits, lag, self.released() if moves else 0))
 
 
 def segments(
@@ -124,6 +132,22 @@ def segments(
 
 def floor_of(disturbance: Disturbance, rails: Rails) -> int:
     """The rails' floor for the disturbance, counted from its sample: the cycles until the reports show it, then
-    ``bounds.rails_floor``."""
+    ``bounds.rails_floor``; and no sooner than the cycle the grace period's holds stop keeping balance out of reach
+    (``released``: a move made then shows at that sample)."""
     floor = rails_floor(disturbance.moves, disturbance.most_from_one, disturbance.hits, rails)
-    return disturbance.lag + floor if floor else 0
+    if not floor:
+        return 0
+    return max(disturbance.lag + floor, disturbance.released - disturbance.sample)
+
+
+def hold_release(free_at: Mapping[str, int], now: int, blocks: Callable[[frozenset[str]], bool]) -> int:
+    """The first cycle from ``now`` on at which the bundles the grace period still holds (``free_at``: each bundle's
+    first cycle a shedder may unload it again) no longer keep balance out of reach (``blocks``: ``bounds.held_blocks``
+    of the cluster now); 0 if those held at ``now`` do not."""
+
+    def held(at: int) -> frozenset[str]:
+        return frozenset(bundle for bundle, free in free_at.items() if at < free)
+
+    if not blocks(held(now)):
+        return 0
+    return next(at for at in sorted(set(free_at.values())) if at > now and not blocks(held(at)))

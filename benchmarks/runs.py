@@ -27,6 +27,7 @@ from pulsar_lb_operator.benchmarks.bounds import (
     balance_needs,
     balanceable_mean,
     balanceable_spread,
+    held_blocks,
     moves_lower_bound,
 )
 from pulsar_lb_operator.benchmarks.metrics import (
@@ -149,14 +150,24 @@ def run(
     names = {b.id: b.name for b in cluster.brokers.values()}
     report_lag = math.ceil(scenario.report_interval_s / interval_s)
 
+    grace_cycles = math.ceil(config.grace_period_ms / 1000 / interval_s)  # a move of cycle c is free at c + this
+
+    def free_at() -> dict[str, int]:
+        """Each bundle moved so far: the first cycle at which a shedder may unload it again (its latest move's)."""
+        return {m.bundle: m.cycle + grace_cycles for m in result.moves}
+
     def held() -> frozenset[str]:
         """The bundles no shedder may unload at the next cycle: unloaded within the grace period before its
-        snapshot (taken now; a move of cycle c was made on the snapshot taken (c − 1) intervals in)."""
-        grace_s = config.grace_period_ms / 1000
-        return frozenset(m.bundle for m in result.moves if (cycle - m.cycle + 1) * interval_s < grace_s)
+        snapshot (a move of cycle c was made on the snapshot taken (c − 1) intervals in)."""
+        return frozenset(b for b, free in free_at().items() if cycle + 1 < free)
+
+    def released() -> int:
+        return disturbances.hold_release(
+            free_at(), cycle + 1, lambda bundles: _unperturbed(cluster, held_blocks, target, bundles)
+        )
 
     tracker = disturbances.Tracker(
-        lambda: _unperturbed(cluster, balance_needs, target, held()), config, target, report_lag
+        lambda: _unperturbed(cluster, balance_needs, target, held()), config, target, report_lag, released
     )
     event_samples: set[int] = set()  # samples taken after a scenario event: a drop there is not the strategy's
     cycle = 0

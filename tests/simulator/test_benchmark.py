@@ -9,7 +9,13 @@ import pytest
 
 from pulsar_lb_operator import cli
 from pulsar_lb_operator.benchmarks import replay, report
-from pulsar_lb_operator.benchmarks.bounds import balance_needs, balanceable_spread, moves_lower_bound, rails_floor
+from pulsar_lb_operator.benchmarks.bounds import (
+    balance_needs,
+    balanceable_spread,
+    held_blocks,
+    moves_lower_bound,
+    rails_floor,
+)
 from pulsar_lb_operator.benchmarks.runs import BASELINE, Combination, Move, flapping, overunloaded_sources, run
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.scenario import load_scenario, parse_scenario
@@ -481,6 +487,29 @@ def test_the_lower_bound_moves_no_bundle_in_its_grace_period_and_counts_what_a_g
     }
     assert balance_needs(cluster)[0] == 2
     assert balance_needs(cluster, held=frozenset(big[:2])) == (5, 4)
+
+
+def test_bundles_the_grace_period_holds_can_keep_balance_out_of_reach():
+    """a carries two bundles of 10 points and four of 2.5 (35 %), b nothing (5 %), c two of 10 (25 %). With all four
+    10s unloaded onto a and c within the grace period, no shedder may move them: a and c stay at 25 or more, and b
+    takes at most the four 2.5s, 15 — a spread of 10 at best, whatever moves. c's floor is above the level b and c
+    would share without it (20), so c carries only its own: counting c as a taker at that level said a 5-point
+    spread was in reach. With a's two alone held, c's 10s can go to b: balance is in reach."""
+    cluster = _still_abc(
+        "held-blocks",
+        [
+            {"name": "t/big", "bundles": 4, "topics": 4, "rate": 400, "msg_size": 100},
+            {"name": "t/small", "bundles": 4, "topics": 4, "rate": 100, "msg_size": 100},
+        ],
+    )
+    ids = {b.name: b.id for b in cluster.brokers.values()}
+    big = sorted(b for b in cluster.all_bundles() if b.startswith("t/big/"))
+    for bundle in big[2:]:
+        cluster.ownership[bundle] = ids["c"]
+    assert held_blocks(cluster, 9.5, frozenset(big))
+    assert not held_blocks(cluster, 10.5, frozenset(big))  # a spread of exactly 10 is within 10.5
+    assert not held_blocks(cluster, 9.5, frozenset(big[:2]))
+    assert not held_blocks(cluster, 9.5)
 
 
 def test_a_bundle_that_fits_nowhere_costs_its_receiver_the_moves_that_take_it_under_the_band():

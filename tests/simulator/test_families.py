@@ -1,5 +1,6 @@
 """Scenario families: generated honestly and reproducibly, judged per disturbance, and ours on the rails' floor."""
 
+import dataclasses
 import json
 
 import pytest
@@ -90,6 +91,29 @@ def test_a_run_is_cut_at_each_disturbance_and_each_part_judged_on_its_own():
     assert (join.floor, join.cycles, join.judged) == (1 + 2, 4, True)  # 25 points out: 2 hits; 2 cycles of 10
     assert (surge.floor, surge.cycles) == (1 + 7 + 1, 2)  # the reports show it a cycle later; 8 low hits
     assert drift.cycles == 2 and drift.ratio == 1 / 3
+
+
+def test_the_floor_waits_for_the_grace_period_where_its_holds_keep_balance_out_of_reach():
+    """A broker's restart at sample 19 needs 31 moves (floor 5: 2 hits, then four cycles of ten), but the bundles the
+    brokers took at the restart before it are held by the grace period until cycle 46, and until then none of the
+    moves left can bring the spread under the target: no strategy can balance before sample 46, 27 cycles on."""
+    held = disturbances.Disturbance(19, "event", 31, 10, 2, 0, released=46)
+    assert disturbances.floor_of(held, DEFAULT_RAILS) == 27
+    free = dataclasses.replace(held, released=0)
+    assert disturbances.floor_of(free, DEFAULT_RAILS) == 5
+    assert disturbances.floor_of(dataclasses.replace(held, released=21), DEFAULT_RAILS) == 5
+
+
+def test_the_holds_release_balance_at_the_first_cycle_they_no_longer_keep_it_out_of_reach():
+    """x is free from cycle 30, y from 40, z from 35. Where y alone keeps balance out of reach, balance is in reach
+    from 40; where x does, from 30; where any of them does, once the last frees; where none does, the holds never
+    mattered (0). A bundle already free by the next cycle counts for nothing."""
+    free_at = {"x": 30, "y": 40, "z": 35, "w": 20}
+    assert disturbances.hold_release(free_at, 21, lambda held: "y" in held) == 40
+    assert disturbances.hold_release(free_at, 21, lambda held: "x" in held) == 30
+    assert disturbances.hold_release(free_at, 21, bool) == 40
+    assert disturbances.hold_release(free_at, 21, lambda held: False) == 0
+    assert disturbances.hold_release(free_at, 21, lambda held: "w" in held) == 0
 
 
 def test_an_event_is_measured_once_its_bundles_have_owners_again():
