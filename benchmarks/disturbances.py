@@ -47,6 +47,7 @@ class Segment:
     # on cycles: the disturbance left the spread at or above the target, and there was time to see floor + 2 cycles
     # (or the spread came under it)
     judged: bool
+    held: bool = False  # the floor is the cycle the grace period's holds free (``floor_of``)
 
     @property
     def ratio(self) -> float | None:
@@ -126,18 +127,23 @@ def segments(
         unloads = sum(1 for c in move_cycles if start < c <= end)
         unbalanced = disturbance.moves > 0 and bool(part) and part[0] >= target
         judged = unbalanced and (cycles is not None or len(part) >= floor + 3)
-        out.append(Segment(start, end, disturbance.kind, disturbance.moves, floor, cycles, unloads, judged))
+        held = bool(floor) and floor == disturbance.released - start > rails_floor_of(disturbance, rails)
+        out.append(Segment(start, end, disturbance.kind, disturbance.moves, floor, cycles, unloads, judged, held))
     return out
 
 
 def floor_of(disturbance: Disturbance, rails: Rails) -> int:
-    """The rails' floor for the disturbance, counted from its sample: the cycles until the reports show it, then
-    ``bounds.rails_floor``; and no sooner than the cycle the grace period's holds stop keeping balance out of reach
-    (``released``: a move made then shows at that sample)."""
+    """The rails' floor for the disturbance, counted from its sample (``rails_floor_of``), and no sooner than the
+    cycle the grace period's holds stop keeping balance out of reach (``released``: a move made then shows at that
+    sample)."""
+    floor = rails_floor_of(disturbance, rails)
+    return max(floor, disturbance.released - disturbance.sample) if floor else 0
+
+
+def rails_floor_of(disturbance: Disturbance, rails: Rails) -> int:
+    """The cycles until the reports show the disturbance, then ``bounds.rails_floor``; 0: nothing to move."""
     floor = rails_floor(disturbance.moves, disturbance.most_from_one, disturbance.hits, rails)
-    if not floor:
-        return 0
-    return max(disturbance.lag + floor, disturbance.released - disturbance.sample)
+    return disturbance.lag + floor if floor else 0
 
 
 def hold_release(free_at: Mapping[str, int], now: int, blocks: Callable[[frozenset[str]], bool]) -> int:

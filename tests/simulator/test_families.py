@@ -99,6 +99,8 @@ def test_the_floor_waits_for_the_grace_period_where_its_holds_keep_balance_out_o
     moves left can bring the spread under the target: no strategy can balance before sample 46, 27 cycles on."""
     held = disturbances.Disturbance(19, "event", 31, 10, 2, 0, released=46)
     assert disturbances.floor_of(held, DEFAULT_RAILS) == 27
+    (part,) = disturbances.segments([held], [12.0] * 40 + [5.0] * 10, [], 10.0, DEFAULT_RAILS)
+    assert (part.floor, part.cycles, part.held) == (27, 21, True)  # a report says so: the holds set its floor
     free = dataclasses.replace(held, released=0)
     assert disturbances.floor_of(free, DEFAULT_RAILS) == 5
     assert disturbances.floor_of(dataclasses.replace(held, released=21), DEFAULT_RAILS) == 5
