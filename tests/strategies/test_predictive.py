@@ -247,6 +247,22 @@ def test_the_trigger_reads_a_bias_the_departures_show_since_the_last_lasting_cha
     assert cast.unbiased("b:1") == pytest.approx(50.0)
 
 
+def test_a_broker_the_trigger_flagged_is_planned_at_the_level_its_departures_show():
+    """a's fit is 2 points low (its model's background is 3 %, its machine's 5 %): its departures swing ±1 around 2,
+    within twice its noise, so its steady level stays its model's. Its samples put it 5.25 points above the mean
+    and trigger it, and with the bias its departures show the trigger reads a and b 10.55 apart. Planned on its
+    model, a would sit 4.25 above the level, inside the band, and nothing would move while the cluster stays over
+    the target; planned at the level the trigger read, a gives a bundle."""
+    a_bundles = {bundle("t/a", i): 1.5 for i in range(11)}
+    b_bundles = {bundle("t/b", i): 1.0 for i in range(6)}
+    snap = snapshot({"a:1": broker(5, a_bundles), "b:1": broker(5, b_bundles)})
+    profile = LoadProfile(cost_models=MappingProxyType({("a:1", "cpu"): model(3), ("b:1", "cpu"): model(5)}))
+    residuals = {"a:1": (3.0, 1.0, 3.1, 0.9, 2.9, 1.1, 3.0, 1.0, 2.5), "b:1": (0.0,) * 9}
+    result = shed(snap, profile, StrategyState(predictive_residuals=residuals))
+    assert [(u.source, u.destination) for u in result.unloads] == [("a:1", "b:1")]
+    assert "predicted a:1 21.6→20.1, b:1 11.0→12.5" in result.unloads[0].reason  # 19.5 + the mean departure, 2.05
+
+
 def test_a_prediction_near_the_largest_float_refines_a_borrowed_slope_without_an_error():
     """A prediction near the largest float (a cost model far out of range priced the traffic): the least-squares
     sums overflow to infinity, which the state does not keep (``_finite``), where squaring the prediction with ``**``

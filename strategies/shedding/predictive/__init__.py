@@ -12,7 +12,8 @@ broker (``forecast``) both are predictable. Each cycle:
    else splits a bundle, the shedder waits until every broker has reported since.
 2. **Where to** (``endstate``): the balanced level every broker that can take load would share, each at its own
    cost, and the plan that brings every broker into the band around it with the fewest moves, then the
-   narrowest spread, then topics.
+   narrowest spread, then topics. A broker the trigger flagged is planned at the level the trigger read it at
+   (``forecast.Forecast.count_bias``): planned on a model its departures show to be off, it would be left as it is.
 3. **This cycle's moves** (``endstate.EndState.this_cycle``): as much of the plan as the rails let through, the
    moves that lead fastest to the end state first; what the plan cannot fix, one best move at a time
    (``pairing``), splitting a bundle too big to move (``splits``, with the split trigger's splits), or, where
@@ -157,6 +158,7 @@ class _Cycle:
             self.notes.append(f"{NAME}: {', '.join(sorted(self.empty))} carries nothing (joined or came back): acting")
         room = self.load.rails.max_unloads_per_cycle - self.actions()
         if not settling and (self.triggered or self.empty) and room > 0:  # no room: planned again next cycle
+            self.forecast.count_bias(self.triggered)
             plan = endstate.plan(
                 self.load,
                 self.forecast,

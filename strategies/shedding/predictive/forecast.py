@@ -305,25 +305,39 @@ class Forecast:
         return MAD_TO_SIGMA * statistics.median(steps) / math.sqrt(2)
 
     def unbiased(self, broker: str) -> float:
-        """The broker's usage at its steady level, less its model's bias where its departures show one: what the trigger
-        reads (``debounce.hits``). A fit a point or two off a broker's true level departs by less than twice its noise,
-        which the steady level leaves alone, and the trigger would read a spread just over the target as under it for as
-        long as the fit lasts. The bias is the mean of its departures since the last lasting change (those within three
-        times its noise of the last three's median, newest first), counted where no lasting change is counted already
-        and the mean is beyond twice its standard error (noise ÷ √count). Plans are not made on it: after a move the
-        departures kept are of the traffic the broker no longer carries."""
-        kept = self.residuals.get(broker, ())
-        if self._offset.get(broker) or len(kept) < OWN_NOISE_FROM:
-            return self.usage(broker)
-        own, centre = self.broker_noise(broker), statistics.median(kept[-RESIDUALS:])
-        since = list(itertools.takewhile(lambda r: abs(r - centre) <= 3 * own, reversed(kept)))
-        if len(since) < OWN_NOISE_FROM:  # as many as the broker's own noise needs
-            return self.usage(broker)
-        bias = sum(since) / len(since)
-        if abs(bias) <= 2 * own / math.sqrt(len(since)):
+        """The broker's usage at its steady level, less its model's bias where its departures show one (``bias``):
+        what the trigger reads (``debounce.hits``)."""
+        bias = self.bias(broker)
+        if not bias:
             return self.usage(broker)
         cpu, *rest = self.points[broker]
         return self.usage(broker, [max(cpu + bias, 0.0), *rest])
+
+    def bias(self, broker: str) -> float:
+        """The CPU points the broker's model is off where its departures show it: a fit a point or two off a broker's
+        true level departs by less than twice its noise, which the steady level leaves alone, and the trigger would
+        read a spread just over the target as under it for as long as the fit lasts. The mean of its departures since
+        the last lasting change (those within three times its noise of the last three's median, newest first), where
+        no lasting change is counted already and the mean is beyond twice its standard error (noise ÷ √count); else 0.
+        Plans are not made on it but for brokers the trigger flagged (``count_bias``): after a move the departures
+        kept are of the traffic the broker no longer carries."""
+        kept = self.residuals.get(broker, ())
+        if self._offset.get(broker) or len(kept) < OWN_NOISE_FROM:
+            return 0.0
+        own, centre = self.broker_noise(broker), statistics.median(kept[-RESIDUALS:])
+        since = list(itertools.takewhile(lambda r: abs(r - centre) <= 3 * own, reversed(kept)))
+        if len(since) < OWN_NOISE_FROM:  # as many as the broker's own noise needs
+            return 0.0
+        bias = sum(since) / len(since)
+        return bias if abs(bias) > 2 * own / math.sqrt(len(since)) else 0.0
+
+    def count_bias(self, brokers: set[str]) -> None:
+        """Plan ``brokers`` at the level the trigger read them at: their samples put them past the gap, where their
+        models, by the bias their departures show, would have the plan leave them as they are."""
+        for b in brokers:
+            if bias := self.bias(b):
+                self.points[b][0] = max(self.points[b][0] + bias, 0.0)
+                self._offset[b] = bias
 
     def averaged(self, load: LoadData, broker: str) -> tuple[float, float]:
         """The broker's usage at its bundles' short-term average traffic (Pulsar's ten-sample TimeAverageMessageData),
