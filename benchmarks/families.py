@@ -27,6 +27,7 @@ The cluster's load is set by the draw of its mean usage: topic rates are scaled 
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable
 from typing import Any
@@ -354,6 +355,17 @@ def family_names(names: list[str]) -> list[str]:
     if unknown:
         raise UnknownFamilyError(f"unknown scenario family {unknown[0]!r} (known: all, {', '.join(FAMILIES)})")
     return [n for n in FAMILIES if n in names]
+
+
+def without_sample_noise(scenario: Scenario) -> Scenario:
+    """The scenario with every broker's CPU samples exact (``jitter`` 0), its traffic as it was: what the strategy
+    would do if a sample were the broker's true usage, to tell the part of its misses the samples' noise makes."""
+    brokers = tuple(dataclasses.replace(spec, jitter=0.0) for spec in scenario.brokers)
+    events = tuple(
+        e if e.spec is None else dataclasses.replace(e, spec=dataclasses.replace(e.spec, jitter=0.0))
+        for e in scenario.events
+    )
+    return dataclasses.replace(scenario, brokers=brokers, events=events)
 
 
 def generate(family: str, run: int) -> Scenario:

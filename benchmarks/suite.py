@@ -90,9 +90,14 @@ def scenario_tasks(
     return tasks, scenarios
 
 
-def family_tasks(names: Sequence[str], chosen: Sequence[Combination], runs: Sequence[int], target: float) -> list[Task]:
-    """Every run of every family asked for (``families.generate``), with every combination."""
+def family_tasks(
+    names: Sequence[str], chosen: Sequence[Combination], runs: Sequence[int], target: float, sample_noise: bool = True
+) -> list[Task]:
+    """Every run of every family asked for (``families.generate``), with every combination; ``sample_noise``
+    False: with exact CPU samples (``families.without_sample_noise``)."""
     scenarios = [families.generate(family, k) for family in names for k in runs]
+    if not sample_noise:
+        scenarios = [families.without_sample_noise(s) for s in scenarios]
     return [Task(s, c, 0, target) for s in scenarios for c in chosen]
 
 
@@ -108,9 +113,10 @@ def benchmark_command(
     command: str,
     stdout: TextIO | None = None,
     family: Sequence[str] = (),
+    sample_noise: bool = True,
 ) -> int:
     """``family``: generated scenarios of these families instead (``seeds``: the run numbers), judged per
-    disturbance (``family_report``)."""
+    disturbance (``family_report``); ``sample_noise`` False: with exact CPU samples."""
     from pulsar_lb_operator.benchmarks import report
 
     chosen = pick_combinations(strategies)
@@ -119,7 +125,7 @@ def benchmark_command(
         from pulsar_lb_operator.benchmarks import family_report
 
         names = families.family_names(list(family))
-        results = run_all(family_tasks(names, chosen, seeds, target), jobs)
+        results = run_all(family_tasks(names, chosen, seeds, target, sample_noise), jobs)
         summary = family_report.write_report(results, out, command, names)
         print(summary, file=stdout)
         print(f"\nReport: {out / 'report.md'}", file=stdout)

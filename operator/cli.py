@@ -298,6 +298,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--runs", type=int, default=None, help="with --family: scenarios per family, numbered from --seed (default 5)"
     )
+    bench.add_argument(
+        "--no-sample-noise",
+        action="store_true",
+        help="with --family: every broker's CPU samples exact, to tell what part of a strategy's misses the samples' "
+        "noise makes",
+    )
     bench.add_argument("--seed", type=int, default=0, help="the first seed (default 0: the scenarios as written)")
     bench.add_argument(
         "--seeds",
@@ -534,6 +540,8 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
         raise UsageError("--family generates its scenarios: it takes --runs, not --scenario, --history or --seeds")
     if args.runs is not None and not args.family:
         raise UsageError("--runs counts generated scenarios: it needs --family")
+    if args.no_sample_noise and not args.family:
+        raise UsageError("--no-sample-noise changes generated scenarios: it needs --family")
     # its progress bar and plots are not in the daemon's image
     hints.require_extra("bench", "operator benchmark", ["tqdm"] if args.no_plots else ["tqdm", "matplotlib"])
     from pulsar_lb_operator.sandbox import benchmark
@@ -542,7 +550,9 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
     seeds = range(args.seed, args.seed + ((args.runs or 5) if args.family else args.seeds))
     options = (args.scenario, args.strategy, seeds, args.target, args.jobs, Path(args.out), not args.no_plots)
     with lifecycle.exit_on_signals():  # SIGTERM ends it as Ctrl-C does: the pool's workers are stopped with it
-        return benchmark.benchmark_command(*options, args.history, command, family=args.family)
+        return benchmark.benchmark_command(
+            *options, args.history, command, family=args.family, sample_noise=not args.no_sample_noise
+        )
 
 
 def cmd_rehearse(args: argparse.Namespace) -> int:

@@ -316,6 +316,21 @@ def test_a_broker_the_plan_would_leave_under_the_band_is_unloaded_a_move_at_a_ti
     assert event["unloads"] <= family_report.RATIO_GOAL * event["moves"], event
 
 
+def test_without_sample_noise_a_brokers_cpu_sample_is_what_its_sampled_traffic_costs_it():
+    """noise#950's CPU samples jitter by 2-6 %; without sample noise each broker's sample is exactly what its traffic
+    as sampled costs it. The traffic still jitters: that is the tenants', not the sample's."""
+    noisy = families.generate("noise", 950)
+    quiet = families.without_sample_noise(noisy)
+    assert all(b.jitter > 0 for b in noisy.brokers) and all(b.jitter == 0 for b in quiet.brokers)
+    assert quiet.namespaces == noisy.namespaces and quiet.events == noisy.events
+    cluster, again = SimulatedCluster(quiet), SimulatedCluster(noisy)
+    cluster.advance(300)
+    again.advance(300)
+    for broker, noisy_broker in zip(cluster.alive_brokers(), again.alive_brokers(), strict=True):
+        assert broker.host_sample == cluster.host_usage(broker, broker.stats_sample, 0.0)
+        assert noisy_broker.host_sample != again.host_usage(noisy_broker, noisy_broker.stats_sample, 0.0)
+
+
 def test_benchmark_family_command_writes_the_table_and_refuses_what_it_cannot_do(tmp_path, capsys):
     args = ["benchmark", "--family", "noise", "--runs", "1", "--seed", "950", "--no-plots", "--jobs", "1"]
     assert cli.main([*args, "--strategy", "AvgShedder", "--out", str(tmp_path)]) == 0
@@ -328,6 +343,7 @@ def test_benchmark_family_command_writes_the_table_and_refuses_what_it_cannot_do
     for wrong, message in [
         (["--family", "surge"], "unknown scenario family 'surge'"),
         (["--runs", "3"], "--runs counts generated scenarios: it needs --family"),
+        (["--no-sample-noise"], "--no-sample-noise changes generated scenarios: it needs --family"),
         (["--family", "noise", "--scenario", "demo"], "--family generates its scenarios"),
         (["--family", "noise", "--runs", "0"], "must be positive"),
     ]:
