@@ -463,14 +463,11 @@ def _still_abc(name: str, namespaces: list[dict], names: Sequence[str] = "abc") 
     return SimulatedCluster(scenario)
 
 
-def test_the_lower_bound_moves_no_bundle_in_its_grace_period_and_counts_what_a_giver_must_give():
-    """a carries two bundles of 10 points and four of 2.5 (35 %), b nothing (5 %), c two of 10 (25 %): balanced
-    level 21.7, band 16.7–26.7. With every bundle free, a gives a 10 and b takes two: 2 moves. With a's two 10s
-    unloaded onto it within the grace period, no shedder may move them: a must give four 2.5s to get under the
-    band, and b, 11.7 short, gets 10 from them and needs one move more (c's 10): 5 — where counting a's moves and
-    b's arrivals apart said 4."""
+def _tens_on_a_and_c(name: str) -> tuple[SimulatedCluster, list[str]]:
+    """a carries two bundles of 10 points and four of 2.5 (35 %), b nothing (5 %), c two of 10 (25 %); the four
+    10-point bundles, a's two first."""
     cluster = _still_abc(
-        "held",
+        name,
         [
             {"name": "t/big", "bundles": 4, "topics": 4, "rate": 400, "msg_size": 100},
             {"name": "t/small", "bundles": 4, "topics": 4, "rate": 100, "msg_size": 100},
@@ -480,6 +477,16 @@ def test_the_lower_bound_moves_no_bundle_in_its_grace_period_and_counts_what_a_g
     big = sorted(b for b in cluster.all_bundles() if b.startswith("t/big/"))
     for bundle in big[2:]:
         cluster.ownership[bundle] = ids["c"]
+    return cluster, big
+
+
+def test_the_lower_bound_moves_no_bundle_in_its_grace_period_and_counts_what_a_giver_must_give():
+    """a carries two bundles of 10 points and four of 2.5 (35 %), b nothing (5 %), c two of 10 (25 %): balanced
+    level 21.7, band 16.7–26.7. With every bundle free, a gives a 10 and b takes two: 2 moves. With a's two 10s
+    unloaded onto it within the grace period, no shedder may move them: a must give four 2.5s to get under the
+    band, and b, 11.7 short, gets 10 from them and needs one move more (c's 10): 5 — where counting a's moves and
+    b's arrivals apart said 4."""
+    cluster, big = _tens_on_a_and_c("held")
     assert {b.name: round(cluster.true_usage(b.id), 6) for b in cluster.brokers.values()} == {
         "a": 35.0,
         "b": 5.0,
@@ -495,17 +502,7 @@ def test_bundles_the_grace_period_holds_can_keep_balance_out_of_reach():
     takes at most the four 2.5s, 15 — a spread of 10 at best, whatever moves. c's floor is above the level b and c
     would share without it (20), so c carries only its own: counting c as a taker at that level said a 5-point
     spread was in reach. With a's two alone held, c's 10s can go to b: balance is in reach."""
-    cluster = _still_abc(
-        "held-blocks",
-        [
-            {"name": "t/big", "bundles": 4, "topics": 4, "rate": 400, "msg_size": 100},
-            {"name": "t/small", "bundles": 4, "topics": 4, "rate": 100, "msg_size": 100},
-        ],
-    )
-    ids = {b.name: b.id for b in cluster.brokers.values()}
-    big = sorted(b for b in cluster.all_bundles() if b.startswith("t/big/"))
-    for bundle in big[2:]:
-        cluster.ownership[bundle] = ids["c"]
+    cluster, big = _tens_on_a_and_c("held-blocks")
     assert held_blocks(cluster, 9.5, frozenset(big))
     assert not held_blocks(cluster, 10.5, frozenset(big))  # a spread of exactly 10 is within 10.5
     assert not held_blocks(cluster, 9.5, frozenset(big[:2]))
