@@ -182,14 +182,15 @@ def held_blocks(cluster: SimulatedCluster, target: float = TARGET_SPREAD, held: 
     kept = {name: {x: s for x, s in stats[name].items() if x in held} for name in takers}
     floors = {name: cluster.weighted_usage(alive[name], kept[name]) for name in takers}
     total = sum((np.array(s.traffic) for n in takers for s in stats[n].values()), np.zeros(3))
+    lines = {name: linear_usage(cluster, alive[name]) for name in takers}
     fixed: set[str] = set()
     while True:
         free = sorted(takers - fixed)
         if (not fixed and not any(kept.values())) or not free:
             return False
         rest = total - sum((np.array(s.traffic) for n in fixed for s in kept[n].values()), np.zeros(3))
-        lines = [linear_usage(cluster, alive[n]) for n in free]
-        level = balanced_level(lines, rest) if rest.any() else max(float(base.max()) for base, _ in lines)
+        free_lines = [lines[n] for n in free]
+        level = balanced_level(free_lines, rest) if rest.any() else max(float(base.max()) for base, _ in free_lines)
         above = {n for n in free if floors[n] > level}
         if not above:
             return bool(fixed) and max(floors[n] for n in fixed) - level >= target

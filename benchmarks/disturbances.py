@@ -127,7 +127,7 @@ def segments(
         unloads = sum(1 for c in move_cycles if start < c <= end)
         unbalanced = disturbance.moves > 0 and bool(part) and part[0] >= target
         judged = unbalanced and (cycles is not None or len(part) >= floor + 3)
-        held = bool(floor) and floor == disturbance.released - start > rails_floor_of(disturbance, rails)
+        held = floor > rails_floor_of(disturbance, rails)  # only the holds set a floor above the caps' and hits'
         out.append(Segment(start, end, disturbance.kind, disturbance.moves, floor, cycles, unloads, judged, held))
     return out
 
