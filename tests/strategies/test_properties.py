@@ -536,6 +536,27 @@ def test_one_broker_no_bundles_and_many_equal_brokers():
             _plan_twice(snapshot_doc(brokers), LoadBalancerConfig(), shedding, None, 0)
 
 
+def test_a_swap_searched_among_reports_past_the_largest_float_plans_without_an_error():
+    """Hypothesis found it (the example as it shrank): broker-5's report says 1e300 bytes out over a NIC of no size,
+    so the swap search's usages are past the largest float, and squaring one with ``**`` raised OverflowError and
+    failed the cycle. A float product is infinite there instead, and the gain it reads is left out."""
+    tiny = stats(thr_out=5e-324, topics=0)
+    none = stats(topics=0)
+    a = [bundle("t/a", i, 8) for i in range(5)]
+    brokers = {f"broker-{i}:8080": broker_report() for i in range(3)}
+    brokers["broker-3:8080"] = broker_report(bw_out=(1e-6, 1e-6), bundles={a[0]: none})
+    brokers["broker-4:8080"] = broker_report(
+        cpu=(0, 1e-6), bundles={a[0]: none, a[1]: none, a[2]: none, bundle("t/b", 0, 8): tiny}
+    )
+    brokers["broker-5:8080"] = broker_report(
+        cpu=(0, 1e-6),
+        bundles={a[0]: none, a[1]: none, a[2]: none, a[3]: stats(topics=50_001), a[4]: tiny},
+        thr_out=1e300,
+    )
+    doc = snapshot_doc(brokers, namespaces={"t/a": ["0x00000000", "0x7fffffff", "0xffffffff"]})
+    _plan_twice(doc, LoadBalancerConfig(), "PredictivePairingShedder", None, 1)
+
+
 def test_state_bounds_leave_room_for_averages():
     assert MAX_AMOUNT * 1000 < MAX_AVERAGE < 1.7e308 / 1000
 

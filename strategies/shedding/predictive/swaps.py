@@ -133,7 +133,7 @@ def _refill(
             return None
         now, ends = forecast.arrivals([source], np.array([incoming[k][2] for k in candidates]))
         ends = ends[:, 0]
-        giver_gain = [(incoming[k][3] - level) ** 2 - (incoming[k][4] - level) ** 2 for k in candidates]
+        giver_gain = [_square(incoming[k][3] - level) - _square(incoming[k][4] - level) for k in candidates]
         gained = np.array(giver_gain) + np.square(now[0] - level) - np.square(ends - level)
         gained[(ends >= level + band) | (ends > limit)] = -np.inf
         pick = int(np.argmax(gained))  # the first of the best: givers and their bundles are sorted
@@ -143,7 +143,7 @@ def _refill(
         before.setdefault(giver, u_giver)
         moves.append(_moved(forecast, giver, bundle, source, traffic))
         used.add(giver)
-    gained = sum((was - level) ** 2 - (forecast.usage(b) - level) ** 2 for b, was in before.items())
+    gained = sum(_square(was - level) - _square(forecast.usage(b) - level) for b, was in before.items())
     return gained, moves
 
 
@@ -228,3 +228,9 @@ def _hand_on(
         bundles.remove(bundle)
         moves.append((relay, bundle, destination, before, after))
     return moves
+
+
+def _square(x: float) -> float:
+    """``x * x``: past the largest float it is infinite, where ``x ** 2`` raises OverflowError (a report near
+    MAX_BROKER_TOTAL; the shedder checks every figure for finiteness where it is used)."""
+    return x * x
