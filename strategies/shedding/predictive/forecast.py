@@ -17,7 +17,8 @@ by nothing; something the model does not know — another process starting on th
 samples). The noise is measured from the departures themselves: each broker's from its last ``NOISE_WINDOW``
 (machines jitter differently, and a noisy one's jitter is no lasting change), pooled for the plan's margins. The
 trigger reads each level less the bias its departures show (``Forecast.unbiased``): a fit a point off is within
-the noise of any one sample, not of their mean.
+the noise of any one sample, not of their mean; a bias within twice its standard error counts as far as the spread of
+the cluster's biases makes it likely (``shrunk``).
 """
 
 from __future__ import annotations
@@ -257,6 +258,7 @@ class Forecast:
             self.residuals[b] = (*state.predictive_residuals.get(b, ())[-(NOISE_WINDOW - 1) :], cpu - models[b])
         self.sigma = self.noise()
         self._offset: dict[str, float] = {}
+        self._spread: float | None = None  # ``_bias_spread``, once measured
         for b, model in models.items():
             recent = self.residuals[b][-RESIDUALS:]
             offset = statistics.median(recent) if len(recent) == RESIDUALS else 0.0
@@ -317,19 +319,40 @@ class Forecast:
         """The CPU points the broker's model is off where its departures show it: a fit a point or two off a broker's
         true level departs by less than twice its noise, which the steady level leaves alone, and the trigger would
         read a spread just over the target as under it for as long as the fit lasts. The mean of its departures since
-        the last lasting change (those within three times its noise of the last three's median, newest first), where
-        no lasting change is counted already and the mean is beyond twice its standard error (noise ÷ √count); else 0.
-        Plans are not made on it but for brokers the trigger flagged (``count_bias``): after a move the departures
-        kept are of the traffic the broker no longer carries."""
-        kept = self.residuals.get(broker, ())
-        if self._offset.get(broker) or len(kept) < OWN_NOISE_FROM:
+        the last lasting change (``departures_since``), where no lasting change is counted already: whole where it is
+        beyond twice its standard error; within that, as far as the spread of the cluster's biases makes a bias of
+        that size likely (``shrunk``). Plans are not made on it but for brokers the trigger flagged
+        (``count_bias``): after a move the departures kept are of the traffic the broker no longer carries."""
+        if self._offset.get(broker):
             return 0.0
+        shown = self.departures_since(broker)
+        if shown is None:
+            return 0.0
+        mean, error = shown
+        return mean if abs(mean) > 2 * error else shrunk(mean, error, self._bias_spread())
+
+    def departures_since(self, broker: str) -> tuple[float, float] | None:
+        """The mean of the broker's departures since the last lasting change (those within three times its noise
+        of the last three's median, newest first) and its standard error (noise ÷ √count); None before there are
+        as many as the broker's own noise needs."""
+        kept = self.residuals.get(broker, ())
+        if len(kept) < OWN_NOISE_FROM:
+            return None
         own, centre = self.broker_noise(broker), statistics.median(kept[-RESIDUALS:])
         since = list(itertools.takewhile(lambda r: abs(r - centre) <= 3 * own, reversed(kept)))
-        if len(since) < OWN_NOISE_FROM:  # as many as the broker's own noise needs
-            return 0.0
-        bias = sum(since) / len(since)
-        return bias if abs(bias) > 2 * own / math.sqrt(len(since)) else 0.0
+        if len(since) < OWN_NOISE_FROM:
+            return None
+        return sum(since) / len(since), own / math.sqrt(len(since))
+
+    def _bias_spread(self) -> float:
+        """The variance of the models' biases across the brokers, less what their means' errors add (method of
+        moments): how far off a fit of this cluster's is, as its brokers show it (a lasting change counted in a
+        steady level included: the model does not know it either); 0 with fewer than three brokers to tell."""
+        if self._spread is None:
+            shown = [s for b in self.residuals if (s := self.departures_since(b))]
+            moments = sum(m * m - e * e for m, e in shown) / len(shown) if len(shown) >= 3 else 0.0
+            self._spread = moments if moments > 0 and math.isfinite(moments) else 0.0  # none past the largest float
+        return self._spread
 
     def count_bias(self, brokers: set[str]) -> None:
         """Plan ``brokers`` at the level the trigger read them at: their samples put them past the gap, where their
@@ -446,6 +469,15 @@ class Forecast:
             self.points.update(points)
             self.traffic.clear()
             self.traffic.update(traffic)
+
+
+def shrunk(mean: float, error: float, spread: float) -> float:
+    """A bias within twice its standard error, counted as far as it is likely (the posterior mean under a normal prior
+    of the cluster's ``spread`` of biases: empirical Bayes): where the fits are all about right, a mean a noisy broker's
+    samples put a point off is mostly their noise and counts for little; where they are off by points, it counts for
+    nearly all; with no spread (none measured), not at all."""
+    counted = mean * spread / (spread + error * error) if spread > 0 else 0.0
+    return counted if math.isfinite(counted) else 0.0  # a jitter past the largest float: nothing to tell
 
 
 def _carries_traffic(report: BrokerLoad) -> bool:
