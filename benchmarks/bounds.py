@@ -115,14 +115,10 @@ def balance_needs(
     the three. A bundle's cost on a broker it arrives on is the most it adds to any one resource there, which is
     never less than what it adds to the broker's weighted usage.
     """
-    alive = cluster.alive_brokers()
-    usage = {b.name: cluster.true_usage(b.id) for b in alive}
-    if len(usage) < 2:
+    now = _reading(cluster)
+    if now is None:
         return 0, 0
-    background = {b.name: b.spec.background_cpu * 100 for b in alive}
-    takers = set(balanceable(usage, background))
-    stats = {b.name: {bundle: cluster.bundle_stats(bundle)[0] for bundle in cluster.owned_by(b.id)} for b in alive}
-    lines = {b.name: linear_usage(cluster, b) for b in alive}
+    _, usage, takers, stats, lines = now
     traffic = {n: np.array([s.traffic for s in per.values()]).reshape(-1, 3) for n, per in stats.items()}
     carried = sum((traffic[n].sum(axis=0) for n in takers), np.zeros(3))
     level = balanced_level([lines[n] for n in sorted(takers)], carried) if carried.any() else _mean(usage, takers)
@@ -167,26 +163,47 @@ def balance_needs(
     return max(give, take, volume), most
 
 
+_Reading = tuple[
+    dict[str, Broker],  # the alive brokers by name
+    dict[str, float],  # their true usage
+    set[str],  # those that can take load (``balanceable``)
+    dict[str, dict[str, BundleStats]],  # each one's bundles, at the cluster's traffic now
+    dict[str, tuple[np.ndarray, np.ndarray]],  # each one's ``linear_usage``
+]
+
+
+def _reading(cluster: SimulatedCluster) -> _Reading | None:
+    """What ``balance_needs`` and ``held_blocks`` read of the cluster now; None with fewer than two alive brokers,
+    where there is nothing to balance."""
+    alive = {b.name: b for b in cluster.alive_brokers()}
+    if len(alive) < 2:
+        return None
+    usage = {name: cluster.true_usage(b.id) for name, b in alive.items()}
+    takers = set(balanceable(usage, {name: b.spec.background_cpu * 100 for name, b in alive.items()}))
+    stats = {name: {x: cluster.bundle_stats(x)[0] for x in cluster.owned_by(b.id)} for name, b in alive.items()}
+    lines = {name: linear_usage(cluster, b) for name, b in alive.items()}
+    return alive, usage, takers, stats, lines
+
+
 def held_blocks(cluster: SimulatedCluster, target: float = TARGET_SPREAD, held: frozenset[str] = frozenset()) -> bool:
     """Whether the grace period's holds alone keep the cluster from balance: no shedder of Pulsar's may unload a
     ``held`` bundle (one unloaded within loadBalancerSheddingGracePeriodMinutes), so each broker that can take load
     is at least at what its held bundles cost it. Those whose floor is above the level the others would share
     carrying all the rest (``balanced_level``) carry only their held bundles; if the highest floor is still
     ``target`` or more above that level, no strategy behind the rails can balance, wherever the rest goes."""
-    alive = {b.name: b for b in cluster.alive_brokers()}
-    if not held or len(alive) < 2:
+    now = None if not held else _reading(cluster)
+    if now is None:
         return False
-    usage = {name: cluster.true_usage(b.id) for name, b in alive.items()}
-    takers = set(balanceable(usage, {name: b.spec.background_cpu * 100 for name, b in alive.items()}))
-    stats = {name: {x: cluster.bundle_stats(x)[0] for x in cluster.owned_by(b.id)} for name, b in alive.items()}
+    alive, _, takers, stats, lines = now
     kept = {name: {x: s for x, s in stats[name].items() if x in held} for name in takers}
+    if not any(kept.values()):
+        return False
     floors = {name: cluster.weighted_usage(alive[name], kept[name]) for name in takers}
     total = sum((np.array(s.traffic) for n in takers for s in stats[n].values()), np.zeros(3))
-    lines = {name: linear_usage(cluster, alive[name]) for name in takers}
     fixed: set[str] = set()
     while True:
         free = sorted(takers - fixed)
-        if (not fixed and not any(kept.values())) or not free:
+        if not free:
             return False
         rest = total - sum((np.array(s.traffic) for n in fixed for s in kept[n].values()), np.zeros(3))
         free_lines = [lines[n] for n in free]
