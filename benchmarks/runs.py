@@ -4,7 +4,8 @@ Each cycle the operator's view (every broker's load report as its REST endpoint 
 sample, with the last write's ``lastUpdate``) goes to ``plan_cycle`` with the chosen shedding and
 placement strategy, decided exactly as Pulsar's leader would decide it, and the plan's unloads and
 splits are applied to the simulated cluster behind the operator's rails (by default at most 10 unloads
-per cycle and 5 per source broker, only onto active brokers). The operator runs every strategy, Pulsar's
+per cycle and 5 per source broker, only onto active brokers; on a Pulsar before 4.0.10, one unload per bundle range
+a cycle, as the executor defers the others). The operator runs every strategy, Pulsar's
 too, from what it reads; Pulsar's own leader would read the reports as last written to the metadata
 store, which lag by up to loadBalancerReportUpdateMaxIntervalMinutes. What happened is measured
 from the simulator's true state, not from the reports the strategy saw.
@@ -50,6 +51,7 @@ from pulsar_lb_operator.strategies import (
     Unload,
     plan_cycle,
 )
+from pulsar_lb_operator.strategies import bundles as bundle_names
 
 COTENANT_BACKGROUND = 0.25  # a broker whose machine gives a quarter of its CPU to other processes
 BUILTIN_SWITCHES = ("loadBalancerSheddingEnabled", "loadBalancerAutoBundleSplitEnabled")
@@ -246,6 +248,10 @@ def _apply(
     moves: list[Move] = []
     per_broker: dict[str, int] = {}
     sent = 0  # as the executor counts: a split is one of the cycle's actions under the caps too
+    # a Pulsar before 4.0.10 keeps one destination per bundle range: the executor defers an unload whose range another
+    # namespace's unload, sent and not yet verified, has (operator/act/executor.py); a cycle's moves settle by the next
+    by_range = bundle_names.destination_keyed_by_range(cluster.scenario.broker_version)
+    ranges: set[str] = set()
     for action in actions:
         if sent >= rails.max_unloads_per_cycle or per_broker.get(action.source, 0) >= rails.max_unloads_per_broker:
             continue
@@ -259,6 +265,9 @@ def _apply(
             continue
         if action.destination not in cluster.active_ids() or cluster.owner_of(action.bundle) != action.source:
             continue
+        bundle_range = action.bundle.rsplit("/", 1)[1]
+        if by_range and bundle_range in ranges:
+            continue
         stats = cluster.bundle_stats(action.bundle)[0]
         try:
             cluster.unload(action.bundle, action.destination)
@@ -266,6 +275,7 @@ def _apply(
             continue
         sent += 1
         per_broker[action.source] = per_broker.get(action.source, 0) + 1
+        ranges.add(bundle_range)
         source, destination = names[action.source], names[action.destination]
         moves.append(
             Move(

@@ -16,10 +16,19 @@ from pulsar_lb_operator.benchmarks.bounds import (
     moves_lower_bound,
     rails_floor,
 )
-from pulsar_lb_operator.benchmarks.runs import BASELINE, Combination, Move, flapping, overunloaded_sources, run
+from pulsar_lb_operator.benchmarks.runs import (
+    BASELINE,
+    Combination,
+    Move,
+    _apply,
+    flapping,
+    overunloaded_sources,
+    run,
+)
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.scenario import load_scenario, parse_scenario
 from pulsar_lb_operator.store.history import HistoryStore
+from pulsar_lb_operator.strategies import DEFAULT_RAILS, Unload
 
 AVG = Combination("AvgShedder", "AvgShedder", "AvgShedder")
 UNIFORM = Combination("UniformLoadShedder + LeastLongTermMessageRate", "UniformLoadShedder", "LeastLongTermMessageRate")
@@ -532,3 +541,36 @@ def test_a_bundle_that_fits_nowhere_costs_its_receiver_the_moves_that_take_it_un
         "c": 15.0,
     }
     assert balance_needs(cluster) == (5, 5)
+
+
+@pytest.mark.parametrize(("version", "sent", "landed"), [("4.0.4", 1, {"b", "a"}), ("4.0.10", 2, {"b"})])
+def test_on_a_pulsar_that_keeps_one_destination_per_range_a_cycle_sends_one_unload_per_range(version, sent, landed):
+    """Before 4.0.10 the leader keeps an unload's destination by bundle range: a second namespace's unload of the
+    same range in one cycle would overwrite the first's, and one of them would land where placement puts it. The
+    operator's executor defers the second to a later cycle, and so does the benchmark; on 4.0.10 both go."""
+    broker = {"cores": 8, "cost_per_msg": 0.1, "cost_per_mib": 0, "background_cpu": 0.05, "jitter": 0}
+    scenario = parse_scenario(
+        {
+            "name": "two namespaces",
+            "seed": 3,
+            "duration_minutes": 5,
+            "brokerVersion": version,
+            "brokers": [{"name": "a", **broker}, {"name": "b", **broker}, {"name": "c", **broker}],
+            "namespaces": [
+                {"name": name, "bundles": 2, "topics": 2, "rate": 400, "msg_size": 100} for name in ("t/ns", "t/ns2")
+            ],
+            "initial_owners": {"a": 1},
+            "config": {"loadBalancerSheddingEnabled": False, "loadBalancerAutoBundleSplitEnabled": False},
+        }
+    )
+    cluster = SimulatedCluster(scenario)
+    ids = {b.name: b.id for b in cluster.brokers.values()}
+    names = {i: n for n, i in ids.items()}
+    first = sorted(cluster.all_bundles())[0].rsplit("/", 1)[1]
+    twins = [f"t/ns/{first}", f"t/ns2/{first}"]
+    assert all(cluster.owner_of(b) == ids["a"] for b in twins)
+    plan = tuple(Unload(b, ids["a"], ids["b"], "test") for b in twins)
+    moved = _apply(cluster, plan, 1, {}, names, DEFAULT_RAILS)
+    cluster.advance(60)
+    assert [m.bundle for m in moved] == twins[:sent]
+    assert {names[cluster.owner_of(b)] for b in twins} == landed

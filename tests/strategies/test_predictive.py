@@ -368,6 +368,26 @@ def test_moves_the_reports_do_not_show_yet_are_not_planned_again():
     assert len(shed(heterogeneous(NOW + 60_000), PROFILE, forgotten).unloads) == 4
 
 
+def test_a_move_a_third_broker_reports_is_forgotten_and_its_destination_filled_again():
+    """The four bundles planned from b to a landed on c (an older Pulsar's leader keeps one destination per bundle
+    range, or someone else moved them): c's report carries them, and a is as empty as before. Counting them on a
+    until the moves expire would leave a unfilled for five shedding intervals; they are forgotten, and a is filled
+    from what the reports show."""
+    first = shed(heterogeneous(), PROFILE)
+    moved = [u.bundle for u in first.unloads]
+    later = NOW + 120_000
+    snap = snapshot(
+        {
+            "a:1": broker(5, {bundle("t/ns", 9): 5.0}, later),
+            "b:1": broker(5, {bundle("t/ns", i): 5.0 for i in range(4, 9)}, later),
+            "c:1": broker(70, dict.fromkeys(moved, 5.0), later),
+        }
+    )
+    result = shed(snap, PROFILE, first.state)
+    assert not set(moved) & {b for b, m in result.state.predictive_pending.items() if m.source == "b:1"}
+    assert {u.destination for u in result.unloads} == {"a:1"} and len(result.unloads) == 3
+
+
 def test_the_prediction_error_is_measured_on_the_report_that_shows_the_moves():
     first = shed(heterogeneous(), PROFILE)
     moved = {u.bundle for u in first.unloads}

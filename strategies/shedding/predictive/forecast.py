@@ -538,7 +538,10 @@ def reported_on(load: LoadData, broker: str, bundle: str) -> bool:
 def in_flight(
     load: LoadData, state: StrategyState, forecast: Forecast, config: LoadBalancerConfig
 ) -> dict[str, PendingMove]:
-    """Earlier moves the reports do not show yet: add their effect; forget the ones they show."""
+    """Earlier moves the reports do not show yet: add their effect; forget the ones they show, and the ones a third
+    broker reports the bundle on: it landed elsewhere (an older Pulsar's leader keeps one destination per bundle
+    range, someone else moved it, or placement overrode the destination), and that broker's report counts it already
+    — adding it to the destination too would plan on load that is not there, for as long as the move is kept."""
     brokers, now = load.snapshot.brokers, load.snapshot.taken_at
     still = {}
     for bundle, move in state.predictive_pending.items():
@@ -552,6 +555,8 @@ def in_flight(
         on_destination = bundle in brokers[move.destination].lastStats
         if not on_source and on_destination:
             continue  # both reports show it
+        if not on_source and load.snapshot.owner_of(bundle) not in (None, move.source, move.destination):
+            continue  # another broker reports it
         if on_source:
             forecast.shift(move.source, move.traffic, -1)
         if not on_destination:
