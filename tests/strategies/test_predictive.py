@@ -147,19 +147,21 @@ def test_the_two_brokers_furthest_apart_at_their_average_traffic_count_their_dip
     assert debounce.apart(three, set(three), 5.0) == {"a:1", "b:1"}  # the pair: the broker between is not one
 
 
-def test_a_reading_under_the_high_gap_where_the_steady_level_is_past_it_counts_but_does_not_trigger():
+def test_a_reading_under_the_high_gap_where_the_steady_level_is_past_it_is_a_high_hit():
     """A tenant's surge puts a broker 21 points over the mean by its steady level, just past the high hits' gap
-    (20: half AvgShedder's high pair gap); its samples read 19.5 and 21 by turns. A reading under the high gap
-    counts as the high hit its steady level says it is, so the second reading past the gap triggers it (high hit
-    count 2), not the second past it in a row; but a reading under the gap never completes the count."""
+    (20: half AvgShedder's high pair gap); its samples read 19.5 and 21 by turns. A reading under the high gap but
+    past the low one counts as the high hit its steady level says it is, so the second reading triggers it (high hit
+    count 2), not the second past the high gap in a row, which half its samples would make a wait of many cycles;
+    a reading under the low gap is a dip, and completes no count."""
     steady = {"a:1": 71.0, "b:1": 29.0}
-    state = StrategyState()
-    fired = []
-    for distance in (21.0, 19.5, 19.5, 21.0):
+    fired, state = [], StrategyState()
+    for distance in (19.5, 21.0, 19.5):
         state, triggered = _read(state, distance, steady)
         fired.append("a:1" in triggered)
-    assert fired == [False, False, False, True]
+    assert fired == [False, True, True]
     assert not _read(StrategyState(), 21.0, steady)[1]  # one reading past the gap is one hit
+    dipped, _ = _read(StrategyState(), 21.0, steady)
+    assert not _read(dipped, 4.0, steady)[1]
     # no steady level past it: cleared, as AvgShedder's
     assert "a:1" not in _read(StrategyState(), 19.5)[0].avg_hits_high
 

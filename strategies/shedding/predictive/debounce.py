@@ -64,8 +64,10 @@ def hits(
     wait many times the count; not counting it would add a cycle for each. Where the steady level says it is past
     the gap, one reading under it, however deep, is a sample's error, not the broker's. But such a reading never
     completes the count: a broker is triggered on a reading of its own past the gap (a model lagging traffic that
-    jitters reads past the gap where the broker is not). So too for a reading between the two gaps where the steady
-    level is past the high one: it counts as a high hit, but never the one that triggers. Two readings under the gap
+    jitters reads past the gap where the broker is not). A reading between the two gaps where the steady level is
+    past the high one is a high hit: the reading is the broker's own past the gap, and a level 20 points from the mean
+    is past the target by any sample's error, so AvgShedder's two high hits say when, not whether, to act (a broker
+    whose samples jitter about the high gap would otherwise wait for the low hit count). Two readings under the gap
     in a row clear, as does any where the steady level is inside the gap too: a broker whose traffic jitters around
     the mean crosses the gap and comes back, and must not add up its crossings into a trigger. A broker already
     triggered (one being balanced) is not held: under the gap, it is done — unless the moves it was in left it past
@@ -108,10 +110,8 @@ def hits(
                 low[broker] = min(low.get(broker, 0) + 1, count - 1)
             continue
         low[broker] = one_more(low.get(broker, 0))
-        if gap >= high_gap:
+        if gap >= high_gap or steady_gap >= high_gap:
             high[broker] = one_more(high.get(broker, 0))
-        elif steady_gap >= high_gap and high.get(broker, 0) < high_count:
-            high[broker] = min(high.get(broker, 0) + 1, high_count - 1)  # as a dip under the low gap counts
         else:
             high.pop(broker, None)
         if high.get(broker, 0) >= high_count or low[broker] >= count:
