@@ -230,6 +230,35 @@ def test_a_broker_departing_from_its_model_within_its_own_noise_keeps_its_model(
     assert cast.usage("b:1") == pytest.approx(50.0 + 1.4)
 
 
+def test_a_model_its_first_sample_contradicts_is_not_acted_on():
+    """Every broker reads 30 %, but the profile is stale: it says c's machine uses 5 % with no traffic, where another
+    process now takes 20 points more, so c's model reads it 20 points under the others. Its first sample, far beyond
+    the samples' noise, sets its level, as a departure lasting three samples would: nothing moves. On the model
+    alone, two bundles went to c at the first cycle, and would have come back once its samples showed it at 40."""
+    snap = snapshot(
+        {
+            "a:1": broker(5, {bundle("t/ns", i): 5.0 for i in range(5)}),
+            "b:1": broker(5, {bundle("t/ns", i): 5.0 for i in range(5, 10)}),
+            "c:1": broker(25, {bundle("t/ns", 10): 5.0}),
+        }
+    )
+    stale = LoadProfile(cost_models=MappingProxyType({(b, "cpu"): model(5) for b in ("a:1", "b:1", "c:1")}))
+    assert shed(snap, stale).unloads == ()
+
+
+def test_a_broker_away_for_a_restart_keeps_the_scale_its_fit_was_read_at():
+    """d's fit says what its traffic cost it at the mix it carried when the shedder first read it (its scale, kept
+    from cycle to cycle). While d restarts it is in no report; back empty, it has no traffic of its own to read the
+    fit at again, and a fit read at the cluster's mix instead can say half what d pays (a fit trading a negative
+    message cost for a positive byte cost): its refill would overshoot, held there by the grace period. Its kept
+    scale is carried while it is away, as long as the profile keeps its fit."""
+    state = StrategyState(predictive_scales={"d:1": (1.2, 5.0), "e:1": (0.8, 5.0)})
+    profile = LoadProfile(cost_models=MappingProxyType({**PROFILE.cost_models, ("d:1", "cpu"): model(5)}))
+    result = shed(heterogeneous(), profile, state)
+    assert result.state.predictive_scales["d:1"] == (1.2, 5.0)
+    assert "e:1" not in result.state.predictive_scales  # no fit of its own any more: gone for good
+
+
 def test_the_trigger_reads_a_bias_the_departures_show_since_the_last_lasting_change():
     """a's fit is about 1.9 points low: its departures swing ±1 around that, the median of its last three is within
     twice its noise and its steady level (what plans move) stays its model's, but their mean is beyond twice its

@@ -12,9 +12,10 @@ level. Bandwidth is exact: a bundle's bytes over the NIC's limit.
 
 A CPU sample is noisy (a point or more on a busy broker: as large as a bundle), so plans are made on each
 broker's **steady** level: its model's prediction, plus the median of its last ``RESIDUALS`` departures from the
-model when that median is beyond twice the broker's own samples' noise (one noisy sample moves a median of three
-by nothing; something the model does not know — another process starting on the machine — moves it in two
-samples). The noise is measured from the departures themselves: each broker's from its last ``NOISE_WINDOW``
+model (of those it has, before it has three) when that median is beyond twice the broker's own samples' noise (one
+noisy sample moves a median of three by nothing; something the model does not know — another process starting on
+the machine, or a fit from a profile that no longer holds — moves it in two samples, or in one before there are
+three). The noise is measured from the departures themselves: each broker's from its last ``NOISE_WINDOW``
 (machines jitter differently, and a noisy one's jitter is no lasting change), pooled for the plan's margins. The
 trigger reads each level less the bias its departures show (``Forecast.unbiased``): a fit a point off is within
 the noise of any one sample, not of their mean; a bias within twice its standard error counts as far as the spread of
@@ -238,7 +239,13 @@ class Forecast:
         self.traffic: dict[str, Traffic] = {b: r.traffic for b, r in brokers.items()}  # as planned: moves included
         self.residuals: dict[str, tuple[float, ...]] = {}
         self.learned: dict[str, tuple[float, float, float, int]] = {}
-        self.scales: dict[str, tuple[float, float]] = {}  # fitted brokers: ``fitted_scale`` as first computed
+        # fitted brokers: ``fitted_scale`` as first computed; a broker away (restarting) keeps its own while the profile
+        # keeps its fit: it comes back empty, with no traffic of its own to read the fit at
+        self.scales: dict[str, tuple[float, float]] = {
+            b: scale
+            for b, scale in state.predictive_scales.items()
+            if b not in brokers and (b, "cpu") in load.cost_models
+        }
         self.points: dict[str, list[float]] = {}
         models: dict[str, float] = {}
         for b, report in brokers.items():
@@ -261,9 +268,10 @@ class Forecast:
         self._spread: float | None = None  # ``_bias_spread``, once measured
         for b, model in models.items():
             recent = self.residuals[b][-RESIDUALS:]
-            offset = statistics.median(recent) if len(recent) == RESIDUALS else 0.0
+            offset = statistics.median(recent)
             # a lasting departure beyond twice the broker's noise (a sample's noise does that one time in twenty)
-            # is something the model does not know, such as another process on the machine: it counts
+            # is something the model does not know, such as another process on the machine: it counts; so does a
+            # first sample or two that far off (a stale profile's fit tens of points off is not to be acted on)
             self._offset[b] = offset if abs(offset) > 2 * self.broker_noise(b) else 0.0
             self.points[b][0] = max(model + self._offset[b], 0.0)
 
