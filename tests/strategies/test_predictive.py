@@ -689,27 +689,30 @@ def fitted_slopes(reports, fits):
     return forecast.slopes(load, StrategyState())
 
 
-def test_a_new_broker_of_a_kind_no_fit_knows_starts_from_the_costliest_kind():
-    """Two kinds with fits: on 8-core brokers a message per second costs 8 core-percent, on 4-core ones 12. A
-    16-core broker joins, a kind neither is: a fill planned on the cluster's pooled cost (9.3) would overshoot by more
-    than a quarter if it pays as the 4-core kind, and what it received could not move again within the grace period;
-    one planned on the costlier kind's falls short at worst, and is topped up next cycle. A broker of a kind with a
-    fit is priced from its kind, whatever the others pay."""
+def test_a_new_broker_of_a_kind_no_fit_knows_pays_each_kind_of_traffic_at_the_dearest_price():
+    """Two kinds with fits: on 8-core brokers a message per second costs 8 core-percent and a byte nothing, on 4-core
+    ones a message 4 and a thousand bytes in 6 (the cluster's traffic, mostly bytes, costs the 4-core kind more). A
+    16-core broker joins, a kind neither is. Priced as the 4-core kind, a fill of message-heavy bundles would
+    overshoot by half if it pays as the 8-core kind, and what it received could not move again within the grace
+    period; priced at each kind's dearest (8 a message, 6 a thousand bytes) it falls short at worst, and is topped
+    up next cycle. A broker of a kind with a fit is priced from its kind, whatever the others pay."""
 
-    def report(cores, points):
-        bundles = {bundle(f"t/{cores}", 0): stats(points * 50, points * 50)} if points else {}
-        return broker_report(
-            cpu=((5 + points) / 100 * cores * 100, cores * 100),
-            bw_in=(0, NIC),
-            bw_out=(0, NIC),
-            bundles=bundles,
-        )
+    def report(cores, rate, thr, used):
+        bundles = {bundle(f"t/{cores}", 0): stats(rate / 2, rate / 2, thr)} if rate else {}
+        cpu = (used / 100 * cores * 100, cores * 100)
+        return broker_report(cpu=cpu, bw_in=(0, NIC), bw_out=(0, NIC), bundles=bundles)
 
-    reports = {"a:1": report(8, 40), "a:2": report(8, 40), "b:1": report(4, 40), "new:1": report(16, 0)}
-    fits = {"a:1": model(5, 8 / 800), "a:2": model(5, 8 / 800), "b:1": model(5, 12 / 400)}
+    reports = {
+        "a:1": report(8, 4000, 0, 45),
+        "b:1": report(4, 1000, 4_000_000, 5 + 10 + 60),
+        "new:1": report(16, 0, 0, 5),
+    }
+    fits = {"a:1": model(5, 8 / 800), "b:1": CostModel(5, 4 / 400, 6 / 400 / 1000, 0.0, 0.99, 48)}
     slope = fitted_slopes(reports, fits)
-    assert slope["new:1"].borrowed and slope["new:1"].cpu[0] == pytest.approx(12 / 1600)
-    assert slope["a:1"].cpu[0] == pytest.approx(8 / 800) and slope["b:1"].cpu[0] == pytest.approx(12 / 400)
+    assert slope["new:1"].borrowed
+    assert slope["new:1"].cpu == pytest.approx((8 / 1600, 6 / 1600 / 1000, 0.0))
+    assert slope["a:1"].cpu == pytest.approx((8 / 800, 0.0, 0.0))
+    assert slope["b:1"].cpu == pytest.approx((4 / 400, 6 / 400 / 1000, 0.0))
 
 
 def test_a_new_broker_of_a_kind_whose_brokers_pay_differently_starts_from_the_dearest_of_them():

@@ -5,10 +5,10 @@ slope is the per-core cost of traffic of the broker's kind of machine, the good 
 (``spark_jobs/load_profile.py``) of that kind pooled into one (``costs.pooled``), over its own capacity (its CPU
 limit, 100 × cores), scaled to what its own traffic costs it by its fit (``slopes``); the background is its fit's
 intercept. A broker with no good fit — one that just joined has no history at all — is known from its capacity
-and its kind's per-core cost at the dearest of the kind's brokers (of a kind no fit knows, the costliest kind's: a
-fill that overshoots cannot be undone within the grace period), its scale refined from its samples as they arrive,
-the latest included (against what it used when it carried nothing: a broker joins empty); its samples are its
-level. Bandwidth is exact: a bundle's bytes over the NIC's limit.
+and its kind's per-core cost at the dearest of the kind's brokers (of a kind no fit knows, each kind of traffic at
+the dearest known kind's price: a fill that overshoots cannot be undone within the grace period), its scale refined
+from its samples as they arrive, the latest included (against what it used when it carried nothing: a broker joins
+empty); its samples are its level. Bandwidth is exact: a bundle's bytes over the NIC's limit.
 
 A CPU sample is noisy (a point or more on a busy broker: as large as a bundle), so plans are made on each
 broker's **steady** level: its model's prediction, plus the median of its last ``RESIDUALS`` departures from the
@@ -85,9 +85,9 @@ def slopes(load: LoadData, state: StrategyState) -> dict[str, Slope] | None:
     message rate and bytes together, so the fit cannot always tell what a message costs from what a byte does, and
     may say a bundle of another mix costs less than nothing. So each broker's slope is the per-core cost of traffic
     of its kind (``_kind``: the good fits of alike brokers pooled into one, whose different tenants' shares tell
-    the costs apart, none below zero — ``costs.pooled``; for a broker of a kind with no good fit, the costliest
-    kind's on the cluster's mix, ``_costliest``, or the whole cluster's where the broker has a fit) over its
-    own CPU limit, scaled so that its own traffic costs what its fit says (``fitted_scale``: a machine slower per
+    the costs apart, none below zero — ``costs.pooled``; for a broker of a kind with no good fit, each kind of
+    traffic at the dearest known kind's price, ``_envelope``, or the whole cluster's where the broker has a fit) over
+    its own CPU limit, scaled so that its own traffic costs what its fit says (``fitted_scale``: a machine slower per
     core pays more); a broker with no good fit starts from the dearest of its kind (``_dearest``) and is scaled by
     what its samples say (``learned_scale``), 1 until they do."""
     brokers = load.snapshot.brokers
@@ -104,7 +104,7 @@ def slopes(load: LoadData, state: StrategyState) -> dict[str, Slope] | None:
     per_kind = {kind: _per_core(models, brokers) for kind, models in kinds.items()}
     mix = tuple(np.sum([r.traffic for r in brokers.values()], axis=0))  # the cluster's traffic: its mix
     dearest = _dearest(per_kind, kinds, brokers)
-    unknown = _costliest(list(dearest.values()), mix) if dearest else pooled  # a broker of a kind no fit knows
+    unknown = _envelope(list(dearest.values())) if dearest else pooled  # a broker of a kind no fit knows
     out = {}
     for b, report in brokers.items():
         kind = per_kind.get(_kind(report))
@@ -128,12 +128,15 @@ def slopes(load: LoadData, state: StrategyState) -> dict[str, Slope] | None:
     return out
 
 
-def _costliest(per_kind: Sequence[np.ndarray], mix: Sequence[float]) -> np.ndarray:
-    """The per-core cost a broker of a machine kind no fit knows starts from: the kind's that prices the cluster's
-    traffic highest. Its first fill is planned on it, and the two ways to miss are not alike: a fill that falls
-    short is topped up next cycle from the givers' bundles, but one that overshoots stays, as no shedder may move
-    the bundles it received again within loadBalancerSheddingGracePeriodMinutes (half an hour by default)."""
-    return max(per_kind, key=lambda cost: float(cost @ np.array(mix)))
+def _envelope(per_kind: Sequence[np.ndarray]) -> np.ndarray:
+    """The per-core cost a broker of a machine kind no fit knows starts from: each kind of traffic (messages, bytes
+    in, bytes out) at the dearest price any known kind pays for it. Kinds differ in what they pay for a message
+    against a byte, and a bundle's mix is its tenant's, not the cluster's: a newcomer priced at one kind's costs
+    that pays as another would be overfilled with bundles of the other's expensive sort. The two ways to miss are
+    not alike: a fill that falls short is topped up next cycle from the givers' bundles, but one that overshoots
+    stays, as no shedder may move the bundles it received again within loadBalancerSheddingGracePeriodMinutes (half
+    an hour by default)."""
+    return np.max(np.stack(per_kind), axis=0)
 
 
 def _dearest(
@@ -145,7 +148,7 @@ def _dearest(
     cost times the largest ``fitted_scale`` of its brokers that carry traffic, each at its own (a fit read off the
     mix it was made on says little). Alike machines may still pay differently per message — one instance type
     across two hardware generations, or with other JVM flags — and the pooled cost is their average: a newcomer
-    priced at it that pays the most is overfilled, which, for the reason ``_costliest`` gives, cannot be undone
+    priced at it that pays the most is overfilled, which, for the reason ``_envelope`` gives, cannot be undone
     within the grace period, while a fill that falls short is topped up once its first report says what it pays."""
     dearest = {}
     for kind, cost in per_kind.items():
