@@ -269,6 +269,17 @@ def test_a_new_broker_of_a_kind_whose_brokers_pay_differently_is_not_overfilled(
     assert event["unloads"] <= family_report.RATIO_GOAL * event["moves"], event
 
 
+def test_a_broker_the_grace_period_holds_past_the_target_has_the_others_filled_toward_it():
+    """rolling-restart#3111 (a development run): a restart's reassignment put bundles the shedder had unloaded
+    minutes before on one broker, 7 points above the mean; the grace period held them there, and the others sat
+    inside the band around the level, the two coolest 10.5 points below it. Planned around the level alone, the
+    spread stayed past the target until the hold expired and 4 cycles more (5 past the floor, which counts the
+    hold). Filling the coolest toward the held broker from those above the level, it is within a cycle of it."""
+    result = run(families.generate("rolling-restart", 3111), OURS)
+    (part,) = [p for p in result.metrics["segments"] if p["judged"] and p["start"] == 22]
+    assert part["cycles"] is not None and part["cycles"] <= part["floor"] + 1, part
+
+
 def test_a_small_broker_whose_every_bundle_overshoots_swaps_for_smaller_ones():
     """scale-out#39 (a development run): a 64-core broker joins 4- and 32-core brokers. Each 4-core broker holds three
     bundles of 16 to 28 points there, 9 points over the level: any one of them leaves it under the band, and the

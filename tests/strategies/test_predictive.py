@@ -945,3 +945,25 @@ def test_no_relay_is_made_where_the_receiver_cannot_hand_on_enough_to_end_within
     assert relay(5.0) == []
     assert len(relay(6.25)) == 3  # a band of 6.25 (15.75 at the top): hot in, two quarters handed on (15.5)
     assert prediction.usage("h:1") == pytest.approx(20.0)  # the search leaves the forecast as it found it
+
+
+def test_a_broker_whose_bundles_the_grace_period_holds_has_the_coolest_filled_up_to_it():
+    """h carries 60 %, every bundle of it unloaded a minute ago (a restart's reassignment put them there): the grace
+    period holds them. The others sit inside the band around the level (52.5), but the two coolest are 12 points
+    below h: the spread stays past the target for half an hour unless they rise. m, above the level, hands them its
+    small bundles; h is not touched."""
+
+    def bundles(name, sizes):
+        return {bundle(f"t/{name}{i // 16}", i % 16): size for i, size in enumerate(sizes)}
+
+    held = bundles("h", [5.0] * 11)
+    reports = {
+        "h:1": broker(5, held),
+        "m:1": broker(5, bundles("m", [2.0] * 24 + [1.0])),
+        "c1:1": broker(5, bundles("c1", [1.0] * 43)),
+        "c2:1": broker(5, bundles("c2", [1.0] * 43)),
+    }
+    profile = LoadProfile(cost_models=MappingProxyType({(b, "cpu"): model(5) for b in reports}))
+    state = StrategyState(recently_unloaded={b: NOW - 60_000 for b in held})
+    result = shed(snapshot(reports), profile, state)
+    assert result.unloads and {(u.source, u.destination) for u in result.unloads} <= {("m:1", "c1:1"), ("m:1", "c2:1")}

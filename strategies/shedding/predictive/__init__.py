@@ -18,7 +18,8 @@ broker (``forecast``) both are predictable. Each cycle:
    moves that lead fastest to the end state first; what the plan cannot fix, one best move at a time
    (``pairing``), splitting a bundle too big to move (``splits``, with the split trigger's splits), or, where
    none can split, swapping it for smaller ones; a bundle too big for any receiver's band goes to one that hands
-   smaller ones on (a relay; both in ``swaps``).
+   smaller ones on (a relay; both in ``swaps``); where the grace period holds a broker above the band, the brokers
+   it keeps the spread past the target from are filled toward it from those above the level.
 
 A broker whose background usage alone is at or above the mean never receives load; a move never leaves its
 destination above the overload threshold, or above the band where balance itself puts brokers past the threshold
@@ -253,13 +254,15 @@ class _Cycle:
         """What the plan leaves out of the band: one best move at a time while the caps allow (from a broker above the
         level now, though the plan's bundles would take it under the band), a bundle too big to move split first when
         moving a piece helps more than any plain move; and a giver whose planned bundle would leave its receiver
-        above the band, a relay or nothing."""
+        above the band, a relay or nothing. Where one above the band can give nothing, the brokers it keeps the spread
+        past the target from are filled toward it (``_behind``)."""
         outside = plan.outside()
         hot = {b for b in outside if plan.level[b] > plan.target}  # above the level now: the plan may overshoot it
         cold = outside - hot
         stranded = {b for b in self.stranded - hot if self.forecast.usage(b) - plan.target > plan.tolerance(b)}
         hot |= stranded
         done: set[str] = set()
+        noted = False
         rails = self.load.rails
         while self.actions() < rails.max_unloads_per_cycle:
             cap_left = {
@@ -271,9 +274,18 @@ class _Cycle:
             }
             sources = sorted(cap_left & hot, key=lambda b: (-self.forecast.usage(b), b))
             destinations = self.takers - set(self.pieces.per_source)
-            if not sources and any(abs(self.forecast.usage(b) - plan.target) > plan.tolerance(b) for b in cold):
+            past, behind = self._behind(hot & done, plan)
+            if not sources and (
+                behind or any(abs(self.forecast.usage(b) - plan.target) > plan.tolerance(b) for b in cold)
+            ):
                 sources = sorted(cap_left, key=lambda b: (-self.forecast.usage(b), b))
-                destinations &= cold
+                destinations &= cold | behind
+                if behind and not noted:
+                    noted = True
+                    self.notes.append(
+                        f"{NAME}: the grace period holds {', '.join(sorted(past))} above the band: filling "
+                        f"{', '.join(sorted(behind))} toward it"
+                    )
             if not sources:
                 return
             source = sources[0]
@@ -288,6 +300,26 @@ class _Cycle:
             for move in moves:
                 self._carry_out(move, plan.target)
             hot = {b for b in hot if abs(self.forecast.usage(b) - plan.target) > plan.tolerance(b)}
+
+    def _behind(self, stuck: set[str], plan: endstate.EndState) -> tuple[set[str], set[str]]:
+        """Of the brokers that can take load above the band and can give nothing that helps (``stuck``), those the
+        grace period holds past it — it carries bundles unloaded within loadBalancerSheddingGracePeriodMinutes: a
+        restart's reassignment can put such bundles on a broker that never received them from a shedder; and the
+        brokers that can take load they keep the spread past the target from: below the highest of them by more
+        than the settled gap and the band. Balance then closes from below, from the brokers above the level, until
+        the hold expires. (A broker with nothing held that gives nothing — a hot topic's — is left to the moves
+        above: filling every other broker toward it would move load for nothing.)"""
+        brokers = self.load.snapshot.brokers
+        past = {
+            b
+            for b in stuck & self.takers
+            if self.forecast.usage(b) - plan.target > plan.tolerance(b)
+            and any(x in self.load.recently_unloaded for x in brokers[b].lastStats)
+        }
+        if not past:
+            return past, set()
+        floor = max(self.forecast.usage(b) for b in past) - debounce.settled_gap(self.config) - plan.band
+        return past, {b for b in self.takers if self.forecast.usage(b) < floor}
 
     def _best(self, source: str, destinations: set[str], plan: endstate.EndState) -> list[pairing.Move]:
         """The moves that help ``source`` most: a plain move; a bundle too big to move split first, when moving a
