@@ -93,13 +93,22 @@ class StrategyState:
 
     def forget_unloads(self, bundles: set[str]) -> StrategyState:
         """Planned unloads that were not carried out (refused, skipped, a dry run, a proposal): out of the grace
-        period, the in-flight moves, and — for a source none of whose unloads is left — TransferShedder's
-        recentlyUnloadedBrokers (back to what it was before the plan)."""
+        period, the in-flight moves, the predictions of the brokers none of whose moves is left (no report will show
+        a move never made: checked against one, a prediction would read as missing by the whole move, in the notes,
+        the metrics and the broker's level; one with a move left keeps its own, which its next report checks), and
+        — for a source none of whose unloads is left — TransferShedder's recentlyUnloadedBrokers (back to what it
+        was before the plan)."""
         if not bundles:
             return self
+        forgotten = [m for b, m in self.predictive_pending.items() if b in bundles]
+        kept = [m for b, m in self.predictive_pending.items() if b not in bundles]
+        involved = {b for m in forgotten for b in (m.source, m.destination)} - {
+            b for m in kept for b in (m.source, m.destination)
+        }
         changes: dict[str, Any] = {
             "recently_unloaded": {b: t for b, t in self.recently_unloaded.items() if b not in bundles},
             "predictive_pending": {b: m for b, m in self.predictive_pending.items() if b not in bundles},
+            "predictions": {b: p for b, p in self.predictions.items() if b not in involved},
         }
         if any(b in bundles for b in self.transfer_planned):
             kept = {b: source for b, source in self.transfer_planned.items() if b not in bundles}

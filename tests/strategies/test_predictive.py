@@ -399,6 +399,21 @@ def test_moves_the_reports_do_not_show_yet_are_not_planned_again():
     assert len(shed(heterogeneous(NOW + 60_000), PROFILE, forgotten).unloads) == 4
 
 
+def test_a_dry_run_plans_the_same_moves_again_and_reports_no_prediction_error():
+    """A dry run sends nothing, and the cycle forgets what it planned. The predictions of the brokers those moves
+    involved go with them: checked against the next reports, which cannot show the moves, they read as a miss of
+    the whole move (20 points here) — in the notes, in the prediction error metric, and in the brokers' levels, set
+    from their samples as after a real miss. The next cycle plans the same moves and reports no error."""
+    first = shed(heterogeneous(), PROFILE)
+    planned = {u.bundle for u in first.unloads}
+    again = shed(heterogeneous(NOW + 60_000), PROFILE, first.state.forget_unloads(planned))
+    assert {(u.bundle, u.source, u.destination) for u in again.unloads} == {
+        (u.bundle, u.source, u.destination) for u in first.unloads
+    }
+    assert dict(again.state.prediction_errors) == {}
+    assert not [n for n in again.notes if "prediction error" in n]
+
+
 def test_a_move_a_third_broker_reports_is_forgotten_and_its_destination_filled_again():
     """The four bundles planned from b to a landed on c (an older Pulsar's leader keeps one destination per bundle
     range, or someone else moved them): c's report carries them, and a is as empty as before. Counting them on a
