@@ -101,9 +101,9 @@ class StrategyState:
         if not bundles:
             return self
         forgotten = [m for b, m in self.predictive_pending.items() if b in bundles]
-        kept = [m for b, m in self.predictive_pending.items() if b not in bundles]
+        left = [m for b, m in self.predictive_pending.items() if b not in bundles]
         involved = {b for m in forgotten for b in (m.source, m.destination)} - {
-            b for m in kept for b in (m.source, m.destination)
+            b for m in left for b in (m.source, m.destination)
         }
         changes: dict[str, Any] = {
             "recently_unloaded": {b: t for b, t in self.recently_unloaded.items() if b not in bundles},
