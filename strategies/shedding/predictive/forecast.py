@@ -136,7 +136,8 @@ def _envelope(per_kind: Sequence[np.ndarray]) -> np.ndarray:
     not alike: a fill that falls short is topped up next cycle from the givers' bundles, but one that overshoots
     stays, as no shedder may move the bundles it received again within loadBalancerSheddingGracePeriodMinutes (half
     an hour by default)."""
-    return np.max(np.stack(per_kind), axis=0)
+    dearest: np.ndarray = np.max(np.stack(per_kind), axis=0)
+    return dearest
 
 
 def _dearest(
