@@ -226,6 +226,11 @@ def processes_marked(mark: str) -> list[str]:
     return found
 
 
+def _as_from_a_terminal() -> None:
+    for signum in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 def left_behind(
     args: list[str],
     signum: int,
@@ -257,7 +262,8 @@ def left_behind(
             errors="replace",  # the reader must never stop: a full pipe would block the command's next write
             cwd=work,
             # as from a terminal, even when the rehearsal itself runs as a shell's background job (SIGINT ignored)
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+            # or under nohup (SIGHUP ignored: the operator keeps a signal it was started ignoring ignored)
+            preexec_fn=_as_from_a_terminal,
         )
         lines: list[str] = []
         reader = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)

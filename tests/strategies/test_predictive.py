@@ -707,8 +707,8 @@ def fitted_slopes(reports, fits):
 def test_a_new_broker_of_a_kind_no_fit_knows_pays_each_kind_of_traffic_at_the_dearest_price():
     """Two kinds with fits: on 8-core brokers a message per second costs 8 core-percent and a byte nothing, on 4-core
     ones a message 4 and a thousand bytes in 6 (the cluster's traffic, mostly bytes, costs the 4-core kind more). A
-    16-core broker joins, a kind neither is. Priced as the 4-core kind, a fill of message-heavy bundles would
-    overshoot by half if it pays as the 8-core kind, and what it received could not move again within the grace
+    16-core broker joins, a kind neither is. Priced as the 4-core kind, a fill of message-heavy bundles would land
+    twice what was planned if it pays as the 8-core kind, and what it received could not move again within the grace
     period; priced at each kind's dearest (8 a message, 6 a thousand bytes) it falls short at worst, and is topped
     up next cycle. A broker of a kind with a fit is priced from its kind, whatever the others pay."""
 
