@@ -251,7 +251,7 @@ def _apply(
     # a Pulsar before 4.0.10 keeps one destination per bundle range: the executor defers an unload whose range another
     # namespace's unload, sent and not yet verified, has (operator/act/executor.py); a cycle's moves settle by the next
     by_range = bundle_names.destination_keyed_by_range(cluster.scenario.broker_version)
-    ranges: set[str] = set()
+    ranges: set[bundle_names.BundleRange] = set()
     for action in actions:
         if sent >= rails.max_unloads_per_cycle or per_broker.get(action.source, 0) >= rails.max_unloads_per_broker:
             continue
@@ -265,7 +265,7 @@ def _apply(
             continue
         if action.destination not in cluster.active_ids() or cluster.owner_of(action.bundle) != action.source:
             continue
-        bundle_range = action.bundle.rsplit("/", 1)[1]
+        _, bundle_range = bundle_names.split_bundle_name(action.bundle)
         if by_range and bundle_range in ranges:
             continue
         stats = cluster.bundle_stats(action.bundle)[0]

@@ -100,14 +100,14 @@ class StrategyState:
         was before the plan)."""
         if not bundles:
             return self
+        pending = {b: m for b, m in self.predictive_pending.items() if b not in bundles}
         forgotten = [m for b, m in self.predictive_pending.items() if b in bundles]
-        left = [m for b, m in self.predictive_pending.items() if b not in bundles]
         involved = {b for m in forgotten for b in (m.source, m.destination)} - {
-            b for m in left for b in (m.source, m.destination)
+            b for m in pending.values() for b in (m.source, m.destination)
         }
         changes: dict[str, Any] = {
             "recently_unloaded": {b: t for b, t in self.recently_unloaded.items() if b not in bundles},
-            "predictive_pending": {b: m for b, m in self.predictive_pending.items() if b not in bundles},
+            "predictive_pending": pending,
             "predictions": {b: p for b, p in self.predictions.items() if b not in involved},
         }
         if any(b in bundles for b in self.transfer_planned):

@@ -274,7 +274,7 @@ class _Cycle:
             }
             sources = sorted(cap_left & hot, key=lambda b: (-self.forecast.usage(b), b))
             destinations = self.takers - set(self.pieces.per_source)
-            past, behind = self._behind(hot & done, plan)
+            past, behind = self._behind(hot & done, plan) if not sources else (set(), set())
             if not sources and (
                 behind or any(abs(self.forecast.usage(b) - plan.target) > plan.tolerance(b) for b in cold)
             ):
