@@ -82,6 +82,9 @@ class StrategyState:
     predictive_changed_at: int = 0  # when a broker last joined or left
     predictive_halves: frozenset[str] = frozenset()  # bundles its own splits made last cycle: expected, not a change
     predictive_dipped: frozenset[str] = frozenset()  # brokers whose hit counters the last reading held (``debounce``)
+    # a broker being balanced (its counters not cleared since its last move) → that move's planned_at (``debounce``)
+    predictive_moved_at: Mapping[str, int] = field(default_factory=_frozen)
+    predictive_held: frozenset[str] = frozenset()  # of those, the ones a reading under the gap has not cleared since
     # each broker's last CPU samples less its cost model's prediction (its steady level is their median's)
     predictive_residuals: Mapping[str, tuple[float, ...]] = field(default_factory=_frozen)
     # a broker without a good model of its own: (its background when it carried nothing, Σ cost × predicted,
@@ -95,7 +98,8 @@ class StrategyState:
         """Planned unloads that were not carried out (refused, skipped, a dry run, a proposal): out of the grace
         period, the in-flight moves, the predictions of the brokers none of whose moves is left (no report will show
         a move never made: checked against one, a prediction would read as missing by the whole move, in the notes,
-        the metrics and the broker's level; one with a move left keeps its own, which its next report checks), and
+        the metrics and the broker's level; one with a move left keeps its own, which its next report checks) and
+        their moves' times (no landing to wait for), and
         — for a source none of whose unloads is left — TransferShedder's recentlyUnloadedBrokers (back to what it
         was before the plan)."""
         if not bundles:
@@ -109,6 +113,11 @@ class StrategyState:
             "recently_unloaded": {b: t for b, t in self.recently_unloaded.items() if b not in bundles},
             "predictive_pending": pending,
             "predictions": {b: p for b, p in self.predictions.items() if b not in involved},
+            "predictive_moved_at": {
+                b: t
+                for b, t in self.predictive_moved_at.items()
+                if b not in involved or t not in {m.planned_at for m in forgotten}
+            },
         }
         if any(b in bundles for b in self.transfer_planned):
             kept = {b: source for b, source in self.transfer_planned.items() if b not in bundles}
@@ -150,6 +159,12 @@ class StrategyState:
             "predictiveHalves": sorted(self.predictive_halves),
             # written only when there is one, so that a state file written before it reads back byte for byte
             **({"predictiveDipped": sorted(self.predictive_dipped)} if self.predictive_dipped else {}),
+            **(
+                {"predictiveMovedAt": dict(sorted(self.predictive_moved_at.items()))}
+                if self.predictive_moved_at
+                else {}
+            ),
+            **({"predictiveHeld": sorted(self.predictive_held)} if self.predictive_held else {}),
             "predictiveResiduals": {b: list(v) for b, v in sorted(self.predictive_residuals.items())},
             "predictiveLearned": {b: list(v) for b, v in sorted(self.predictive_learned.items())},
             "predictiveScales": {b: list(v) for b, v in sorted(self.predictive_scales.items())},
@@ -213,6 +228,8 @@ class StrategyState:
             predictive_changed_at=root.child("predictiveChangedAt", required=False, default=0).integer(),
             predictive_halves=frozenset(root.child("predictiveHalves", required=False, default=[]).string_list()),
             predictive_dipped=frozenset(root.child("predictiveDipped", required=False, default=[]).string_list()),
+            predictive_moved_at=table("predictiveMovedAt", Reader.integer),
+            predictive_held=frozenset(root.child("predictiveHeld", required=False, default=[]).string_list()),
             predictive_residuals=table("predictiveResiduals", residuals),
             predictive_learned=table("predictiveLearned", learned),
             predictive_scales=table("predictiveScales", scale),

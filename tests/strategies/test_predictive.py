@@ -103,7 +103,7 @@ def _read(state, distance, steady=None, averaged=None):
     steady levels ``steady``; none: no model; ``averaged``: their levels at their average traffic), folded into the
     state as the shedder folds it; (the state, the brokers triggered)."""
     readings, takers = {"a:1": 50 + distance, "b:1": 50 - distance}, {"a:1", "b:1"} if averaged else set()
-    high, low, triggered, dipped = debounce.hits(readings, 50, cfg(), state, takers, steady or {}, averaged or {})
+    high, low, triggered, dipped, _ = debounce.hits(readings, 50, cfg(), state, takers, steady or {}, averaged or {})
     return state.evolve(avg_hits_high=high, avg_hits_low=low, predictive_dipped=dipped), triggered
 
 
@@ -122,6 +122,40 @@ def test_a_dip_under_the_gap_where_the_steady_level_is_past_it_holds_the_low_hit
     assert _low_hits(readings, steady=4.0) == 3
     assert _low_hits(readings, steady=None) == 3
     assert _low_hits([5.5, 5.5, 5.5, 4.6, 4.6, 5.5]) == 1
+
+
+def test_a_broker_being_balanced_keeps_its_count_through_dips_until_its_landing_is_shown():
+    """a's moves last cycle were to land it inside the gap; if they left it just past it, a's samples read it
+    under the gap every other cycle. Cleared on such a reading, it would count the low hit count (8) again from
+    nothing and sit past the target that long. Within the low hit count's cycles of its last move its counters
+    are kept through any reading under the gap, and it is triggered again on a reading past it — once such a dip
+    was held, only where the brokers' steady levels at their bundles' average traffic are past the target too: a
+    burst's reading is no landing's (the spread rule still says whether anything moves). Once that window is over,
+    a dip clears as before."""
+    count = cfg().loadBalancerAvgShedderHitCountLowThreshold
+    window = debounce.landing_ms(cfg())
+    assert window == count * 60_000  # the low hit count's cycles at Pulsar's 1-minute shedding interval
+    moved = StrategyState(avg_hits_low={"a:1": count}, predictive_moved_at={"a:1": NOW - 60_000})
+    apart, together = {"a:1": 55.2, "b:1": 44.8}, {"a:1": 53.0, "b:1": 47.0}
+
+    def read(distance, state, at_average=apart, now=NOW):
+        readings = {"a:1": 50 + distance, "b:1": 50 - distance}
+        averaged = {b: (level, 0.3) for b, level in at_average.items()}  # not twice the gap apart for good
+        _, low, triggered, _, held = debounce.hits(
+            readings, 50, cfg(), state, {"a:1", "b:1"}, {}, averaged, now, at_average
+        )
+        return low.get("a:1", 0), "a:1" in triggered, "a:1" in held
+
+    assert read(4.2, moved) == (count, False, True)  # under the gap: kept, not triggered, and held since
+    assert read(5.3, moved, together) == (count + 1, True, False)  # never held: triggered as before
+    held = moved.evolve(predictive_held=frozenset({"a:1"}))
+    assert read(5.3, held) == (count + 1, True, True)
+    assert read(5.3, held, together) == (count + 1, False, True)  # at their average traffic in target
+    assert read(4.2, moved, now=NOW - 60_000 + window) == (0, False, False)  # its landing window over: cleared
+    assert read(4.2, moved.evolve(predictive_moved_at={})) == (0, False, False)  # no move of its own
+    state = held.evolve(predictive_moved_at={"a:1": NOW, "b:1": NOW - window})
+    again = StrategyState.from_json(state.to_json())
+    assert (again.predictive_moved_at, again.predictive_held) == (state.predictive_moved_at, state.predictive_held)
 
 
 def test_the_two_brokers_furthest_apart_at_their_average_traffic_count_their_dips_as_hits():
@@ -172,9 +206,9 @@ def test_a_triggered_broker_reading_inside_the_gap_is_cleared_however_noisy():
     config = cfg()
     state = StrategyState(avg_hits_low={"a:1": config.loadBalancerAvgShedderHitCountLowThreshold})
     steady = {"a:1": 55.5, "b:1": 44.5}
-    _, low, triggered, _ = debounce.hits({"a:1": 54.5, "b:1": 45.5}, 50, config, state, set(), steady, {})
+    _, low, triggered, _, _ = debounce.hits({"a:1": 54.5, "b:1": 45.5}, 50, config, state, set(), steady, {})
     assert "a:1" not in low and not triggered
-    _, low, _, _ = debounce.hits(
+    _, low, _, _, _ = debounce.hits(
         {"a:1": 54.5, "b:1": 45.5}, 50, config, StrategyState(avg_hits_low={"a:1": 3}), set(), steady, {}
     )
     assert low["a:1"] == 4  # not yet triggered: held, and counted
@@ -403,9 +437,12 @@ def test_a_dry_run_plans_the_same_moves_again_and_reports_no_prediction_error():
     """A dry run sends nothing, and the cycle forgets what it planned. The predictions of the brokers those moves
     involved go with them: checked against the next reports, which cannot show the moves, they read as a miss of
     the whole move (20 points here) — in the notes, in the prediction error metric, and in the brokers' levels, set
-    from their samples as after a real miss. The next cycle plans the same moves and reports no error."""
+    from their samples as after a real miss. So do the brokers' landing windows (no move of theirs is landing). The
+    next cycle plans the same moves and reports no error."""
     first = shed(heterogeneous(), PROFILE)
     planned = {u.bundle for u in first.unloads}
+    assert set(first.state.predictive_moved_at) == {"a:1", "b:1"}
+    assert first.state.forget_unloads(planned).predictive_moved_at == {}
     again = shed(heterogeneous(NOW + 60_000), PROFILE, first.state.forget_unloads(planned))
     assert {(u.bundle, u.source, u.destination) for u in again.unloads} == {
         (u.bundle, u.source, u.destination) for u in first.unloads

@@ -101,14 +101,18 @@ class _Cycle:
         self.backgrounds = {b: self.forecast.background(b) for b in brokers}
         self.takers = {b for b in brokers if self.backgrounds[b] < overall}
         self.mean = sum(scores[b] for b in self.takers) / len(self.takers) if self.takers else overall
-        self.high, self.low, self.triggered, self.dipped = debounce.hits(
+        steady = {b: self.forecast.unbiased(b) for b in scores}
+        averaged = {b: self.forecast.averaged(load, b) for b in self.takers}  # only takers can be the pair
+        self.high, self.low, self.triggered, self.dipped, self.held = debounce.hits(
             scores,
             self.mean,
             config,
             state,
             self.takers,
-            {b: self.forecast.unbiased(b) for b in scores},
-            {b: self.forecast.averaged(load, b) for b in self.takers},  # only takers can be the pair
+            steady,
+            averaged,
+            load.snapshot.taken_at,
+            {b: level + steady[b] - self.forecast.usage(b) for b, (level, _) in averaged.items()},
         )
         self.empty = debounce.empty(load) & self.takers
         sheddable = load.sheddable_bundles()
@@ -401,8 +405,12 @@ class _Cycle:
             high.pop(b, None)
             low[b] = self.config.loadBalancerAvgShedderHitCountLowThreshold
         predictions = dict(self.waiting)
+        now = self.load.snapshot.taken_at
         for b in moved:
-            predictions[b] = (self.forecast.usage(b), self.load.snapshot.taken_at)
+            predictions[b] = (self.forecast.usage(b), now)
+        # being balanced until its counters clear (``debounce.hits``)
+        moved_at = {b: t for b, t in self.state.predictive_moved_at.items() if b in low}
+        moved_at.update((b, now) for b in moved)
         return self.state.evolve(
             avg_hits_high=high,
             avg_hits_low=low,
@@ -413,6 +421,8 @@ class _Cycle:
             predictive_changed_at=changed_at,
             predictive_halves=frozenset(self.pieces.halves),
             predictive_dipped=self.dipped,
+            predictive_moved_at=moved_at,
+            predictive_held=self.held - moved,
             predictive_residuals=_finite(self.forecast.residuals),
             predictive_learned=_finite(self.forecast.learned),
             predictive_scales=_finite(self.forecast.scales),

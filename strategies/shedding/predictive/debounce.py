@@ -3,7 +3,9 @@
 * Each broker counts AvgShedder's high and low hits on its distance from the mean: a high hit at half of
   AvgShedder's high pair gap (20 points by default: the gap is between two brokers), a low hit at a third of its
   low gap (5: our target is a spread under 10, which AvgShedder's 15-point pair gap cannot reach); it is
-  triggered after loadBalancerAvgShedderHitCountHighThreshold high hits or ...LowThreshold low ones.
+  triggered after loadBalancerAvgShedderHitCountHighThreshold high hits or ...LowThreshold low ones. A broker
+  being balanced keeps its count through readings under the gap until its moves have had as long to show (once one
+  is held, it is triggered only where the brokers at their average traffic are past the target too).
 * A broker that carries nothing — one that joined, or came back from a restart — is a membership event, acted on
   with no hit to wait for, as Cruise Control's add-broker is (a new one once every broker has reported since).
 * After a broker leaves, or someone else splits a bundle, bundles are still being placed; after a new broker
@@ -37,6 +39,12 @@ def settle_ms(config: LoadBalancerConfig) -> int:
     return 3 * config.loadBalancerSheddingIntervalMinutes * 60_000
 
 
+def landing_ms(config: LoadBalancerConfig) -> int:
+    """How long after its last move a broker being balanced keeps its counters through readings under the gap
+    (``hits``): the low hit count's cycles, as long as a broker cleared would take to be triggered again."""
+    return config.loadBalancerAvgShedderHitCountLowThreshold * config.loadBalancerSheddingIntervalMinutes * 60_000
+
+
 def hits(
     scores: Mapping[str, float],
     mean: float,
@@ -45,9 +53,12 @@ def hits(
     takers: Set[str],
     steady: Mapping[str, float],
     averaged: Mapping[str, tuple[float, float]],
-) -> tuple[dict[str, int], dict[str, int], set[str], frozenset[str]]:
+    now: int = 0,
+    steady_averaged: Mapping[str, float] | None = None,
+) -> tuple[dict[str, int], dict[str, int], set[str], frozenset[str], frozenset[str]]:
     """AvgShedder's two hit counters, per broker, on its distance from the mean; the brokers triggered; the brokers
-    whose counters this reading held.
+    whose counters this reading held; the brokers being balanced whose counters a reading has held since their last
+    move (``landing_ms``).
 
     None of the ``takers`` (brokers that can take load) is acted on while their spread — the hottest less the
     coolest, the pair AvgShedder compares — is under twice the gap: a broker just past the gap on one side, with
@@ -76,6 +87,17 @@ def hits(
     no model of its own (one that just joined) its only measure: one under the gap is the sample's error, as above,
     and the next cycle goes on with it.
 
+    Nor is a broker being balanced (one with a move on record, ``state.predictive_moved_at``, and its counters not
+    cleared since) cleared by a reading under the gap within ``landing_ms`` of its last move: a plan lands each
+    broker within a model's miss of the band's edge, and one left just past the gap reads under it every other
+    sample. Clearing on those readings, it would count the low hit count again from nothing while the cluster sits
+    just past the target; kept, it is triggered on its next reading past the gap. But once such a reading was held,
+    it is triggered only while the brokers' steady levels at their bundles' average traffic (``steady_averaged``;
+    the levels of ``averaged`` by default) are past the target too: its count was set by its move, not counted, and
+    under bursting traffic the next burst's reading past the gap would set off a move after every move. (Before
+    any reading was held it is triggered as before: after a surge the average lags the traffic for ten samples.)
+    The spread rule above still says whether anything moves.
+
     Where the two takers furthest apart stay twice the gap apart for good (``apart``), each sits just past the gap
     from the mean, reads inside it every few samples, and two such readings in a row would clear its count every
     few cycles: it would never be acted on, and the cluster would stay just outside the target. A reading of either
@@ -84,6 +106,7 @@ def hits(
     goes)."""
     high, low = dict(state.avg_hits_high), dict(state.avg_hits_low)
     triggered, dipped = set(), set()
+    held = set(state.predictive_held)
     settled = settled_gap(config)
     within = [steady.get(b, scores[b]) for b in takers if b in scores]
     paired = bool(within) and max(within) - min(within) < 2 * settled
@@ -91,6 +114,11 @@ def hits(
     high_gap = config.loadBalancerAvgShedderHighThreshold / 2
     high_count = config.loadBalancerAvgShedderHitCountHighThreshold
     pair = apart(averaged, takers & set(scores), settled)
+    if steady_averaged is None:
+        steady_averaged = {b: level for b, (level, _) in averaged.items()}
+    levels = [steady_averaged[b] for b in takers & set(scores) if b in steady_averaged]
+    lasting = bool(levels) and max(levels) - min(levels) >= 2 * settled  # at the bundles' average traffic
+    landing = {b for b, at in state.predictive_moved_at.items() if now - at < landing_ms(config)}
     for broker, value in scores.items():
         gap, steady_gap = abs(value - mean), abs(steady.get(broker, mean) - mean)
         if broker in pair:
@@ -100,6 +128,10 @@ def hits(
         holdable = broker not in state.predictive_dipped and (
             past or (predicted is not None and abs(predicted[0] - mean) >= settled)
         )
+        balancing = broker in state.predictive_moved_at and low.get(broker, 0) >= count
+        if gap < settled and balancing and broker in landing:
+            held.add(broker)
+            continue  # being balanced, its landing not yet shown: a reading under the gap may be a sample's error
         if gap < settled and not holdable:
             high.pop(broker, None)
             low.pop(broker, None)
@@ -114,6 +146,8 @@ def hits(
             high[broker] = one_more(high.get(broker, 0))
         else:
             high.pop(broker, None)
+        if balancing and broker in held and not lasting:
+            continue  # a burst's reading past the gap, not the landing's: at their average traffic, in target
         if high.get(broker, 0) >= high_count or low[broker] >= count:
             triggered.add(broker)
     if paired:
@@ -122,7 +156,8 @@ def hits(
         if broker not in scores:
             high.pop(broker, None)
             low.pop(broker, None)
-    return high, low, triggered, frozenset(dipped)
+    held &= {b for b in state.predictive_moved_at if low.get(b, 0) >= count}
+    return high, low, triggered, frozenset(dipped), frozenset(held)
 
 
 def apart(averaged: Mapping[str, tuple[float, float]], takers: Set[str], settled: float) -> frozenset[str]:
