@@ -53,12 +53,12 @@ def hits(
     takers: Set[str],
     steady: Mapping[str, float],
     averaged: Mapping[str, tuple[float, float]],
-    now: int = 0,
+    now: int | None = None,
     steady_averaged: Mapping[str, float] | None = None,
 ) -> tuple[dict[str, int], dict[str, int], set[str], frozenset[str], frozenset[str]]:
     """AvgShedder's two hit counters, per broker, on its distance from the mean; the brokers triggered; the brokers
     whose counters this reading held; the brokers being balanced whose counters a reading has held since their last
-    move (``landing_ms``).
+    move (``landing_ms`` from ``now``, the snapshot's time; None: no broker's landing is waited for).
 
     None of the ``takers`` (brokers that can take load) is acted on while their spread — the hottest less the
     coolest, the pair AvgShedder compares — is under twice the gap: a broker just past the gap on one side, with
@@ -118,7 +118,8 @@ def hits(
         steady_averaged = {b: level for b, (level, _) in averaged.items()}
     levels = [steady_averaged[b] for b in takers & set(scores) if b in steady_averaged]
     lasting = bool(levels) and max(levels) - min(levels) >= 2 * settled  # at the bundles' average traffic
-    landing = {b for b, at in state.predictive_moved_at.items() if now - at < landing_ms(config)}
+    window = landing_ms(config)
+    landing = set() if now is None else {b for b, at in state.predictive_moved_at.items() if now - at < window}
     for broker, value in scores.items():
         gap, steady_gap = abs(value - mean), abs(steady.get(broker, mean) - mean)
         if broker in pair:
