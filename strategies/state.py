@@ -109,14 +109,13 @@ class StrategyState:
         involved = {b for m in forgotten for b in (m.source, m.destination)} - {
             b for m in pending.values() for b in (m.source, m.destination)
         }
+        forgotten_at = {m.planned_at for m in forgotten}
         changes: dict[str, Any] = {
             "recently_unloaded": {b: t for b, t in self.recently_unloaded.items() if b not in bundles},
             "predictive_pending": pending,
             "predictions": {b: p for b, p in self.predictions.items() if b not in involved},
             "predictive_moved_at": {
-                b: t
-                for b, t in self.predictive_moved_at.items()
-                if b not in involved or t not in {m.planned_at for m in forgotten}
+                b: t for b, t in self.predictive_moved_at.items() if b not in involved or t not in forgotten_at
             },
         }
         if any(b in bundles for b in self.transfer_planned):
