@@ -158,6 +158,41 @@ def test_a_broker_being_balanced_keeps_its_count_through_dips_until_its_landing_
     assert (again.predictive_moved_at, again.predictive_held) == (state.predictive_moved_at, state.predictive_held)
 
 
+def test_a_broker_past_the_gap_while_the_cluster_is_being_balanced_waits_the_high_hit_count():
+    """A noisy neighbour's processes start on two brokers: a's reports show it 20 points over the mean and the
+    high hit count (2) sets its moves off; c's show it 14.8 over a report later. A cluster at rest waits the low
+    hit count (8) for a broker under the high gap, as AvgShedder does: a broker's bursts carry it past the gap
+    now and then. But while a's moves are landing, the imbalance has been confirmed and is being acted on, and c
+    past the gap at its average traffic too, with the brokers there past the target, is part of it: it is
+    triggered after the high hit count, not 8 cycles on. Not a broker whose level at its average traffic is inside
+    the gap (a burst), nor one whose cluster is within the target there (just past the gap, with none as far on the
+    other side: another broker's burst lifted the mean), nor one in a cluster at rest."""
+    config = cfg()
+    high_count = config.loadBalancerAvgShedderHitCountHighThreshold
+    moved = StrategyState(predictive_moved_at={"a:1": NOW - 60_000})
+    readings = {"a:1": 52.0, "b:1": 46.0, "c:1": 64.8, "d:1": 37.2}
+    takers = set(readings)
+
+    def cycles_to_trigger(state, c_at_average, at_average=readings):
+        averaged = {b: (level, 0.3) for b, level in at_average.items()} | {"c:1": (c_at_average, 0.3)}
+        steady_averaged = {b: level for b, (level, _) in averaged.items()}
+        for cycle in range(1, config.loadBalancerAvgShedderHitCountLowThreshold + 1):
+            high, low, triggered, dipped, _ = debounce.hits(
+                readings, 50, config, state, takers, readings, averaged, NOW, steady_averaged
+            )
+            if "c:1" in triggered:
+                return cycle
+            state = state.evolve(avg_hits_high=high, avg_hits_low=low, predictive_dipped=dipped)
+        return None
+
+    assert cycles_to_trigger(moved, 64.8) == high_count
+    assert cycles_to_trigger(moved, 50.0) == config.loadBalancerAvgShedderHitCountLowThreshold  # a burst
+    within = {"a:1": 48.2, "b:1": 48.2, "d:1": 48.2}  # c 5.5 over their mean, 7.3 apart: within the target
+    assert cycles_to_trigger(moved, 55.5, within) == config.loadBalancerAvgShedderHitCountLowThreshold
+    at_rest = moved.evolve(predictive_moved_at={"a:1": NOW - debounce.landing_ms(config)})
+    assert cycles_to_trigger(at_rest, 64.8) == config.loadBalancerAvgShedderHitCountLowThreshold
+
+
 def test_the_two_brokers_furthest_apart_at_their_average_traffic_count_their_dips_as_hits():
     """a and b sit 5.1 points either side of the mean: 10.2 apart, past the target for good, but each reads inside
     the gap (5) every few samples, and two such readings in a row clear the count: the rule above never acts on

@@ -5,7 +5,8 @@
   low gap (5: our target is a spread under 10, which AvgShedder's 15-point pair gap cannot reach); it is
   triggered after loadBalancerAvgShedderHitCountHighThreshold high hits or ...LowThreshold low ones. A broker
   being balanced keeps its count through readings under the gap until its moves have had as long to show (once one
-  is held, it is triggered only where the brokers at their average traffic are past the target too).
+  is held, it is triggered only where the brokers at their average traffic are past the target too); meanwhile a
+  broker no move touched that turns up past the gap is part of the imbalance being acted on: the high hit count.
 * A broker that carries nothing — one that joined, or came back from a restart — is a membership event, acted on
   with no hit to wait for, as Cruise Control's add-broker is (a new one once every broker has reported since).
 * After a broker leaves, or someone else splits a bundle, bundles are still being placed; after a new broker
@@ -98,6 +99,14 @@ def hits(
     any reading was held it is triggered as before: after a surge the average lags the traffic for ten samples.)
     The spread rule above still says whether anything moves.
 
+    While some broker's moves are landing (one moved within ``landing_ms``), the cluster's imbalance has been
+    confirmed and is being acted on: a broker no move has touched that turns up past the gap — by its reading, its
+    steady level and its level at its bundles' average traffic alike (the last against the brokers' mean there), with
+    the brokers there past the target, so no burst of its own or another's — is part of that imbalance, and is
+    triggered after AvgShedder's high hit count rather than the low one (a noisy neighbour's processes starting on two
+    brokers a report apart: the second would wait 8 cycles after the first was acted on). A cluster at rest waits the
+    low hit count as before.
+
     Where the two takers furthest apart stay twice the gap apart for good (``apart``), each sits just past the gap
     from the mean, reads inside it every few samples, and two such readings in a row would clear its count every
     few cycles: it would never be acted on, and the cluster would stay just outside the target. A reading of either
@@ -118,8 +127,10 @@ def hits(
         steady_averaged = {b: level for b, (level, _) in averaged.items()}
     levels = [steady_averaged[b] for b in takers & set(scores) if b in steady_averaged]
     lasting = bool(levels) and max(levels) - min(levels) >= 2 * settled  # at the bundles' average traffic
+    averaged_mean = sum(levels) / len(levels) if levels else mean
     window = landing_ms(config)
     landing = set() if now is None else {b for b, at in state.predictive_moved_at.items() if now - at < window}
+    acting = bool(landing)  # an imbalance was confirmed and is being acted on
     for broker, value in scores.items():
         gap, steady_gap = abs(value - mean), abs(steady.get(broker, mean) - mean)
         if broker in pair:
@@ -149,7 +160,14 @@ def hits(
             high.pop(broker, None)
         if balancing and broker in held and not lasting:
             continue  # a burst's reading past the gap, not the landing's: at their average traffic, in target
-        if high.get(broker, 0) >= high_count or low[broker] >= count:
+        joined = (  # part of the imbalance being acted on, not a burst
+            acting
+            and lasting
+            and broker not in state.predictive_moved_at
+            and steady_gap >= settled
+            and abs(steady_averaged.get(broker, averaged_mean) - averaged_mean) >= settled
+        )
+        if high.get(broker, 0) >= high_count or low[broker] >= count or (joined and low[broker] >= high_count):
             triggered.add(broker)
     if paired:
         triggered -= takers
