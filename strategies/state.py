@@ -85,6 +85,7 @@ class StrategyState:
     # a broker being balanced (its counters not cleared since its last move) → that move's planned_at (``debounce``)
     predictive_moved_at: Mapping[str, int] = field(default_factory=_frozen)
     predictive_held: frozenset[str] = frozenset()  # of those, the ones a reading under the gap has not cleared since
+    predictive_deferred: frozenset[str] = frozenset()  # brokers of the last plan's moves the rails' caps left to later
     # each broker's last CPU samples less its cost model's prediction (its steady level is their median's)
     predictive_residuals: Mapping[str, tuple[float, ...]] = field(default_factory=_frozen)
     # a broker without a good model of its own: (its background when it carried nothing, Σ cost × predicted,
@@ -99,7 +100,8 @@ class StrategyState:
         period, the in-flight moves, the predictions of the brokers none of whose moves is left (no report will show
         a move never made: checked against one, a prediction would read as missing by the whole move, in the notes,
         the metrics and the broker's level; one with a move left keeps its own, which its next report checks) and
-        their moves' times (no landing to wait for), and
+        their moves' times (no landing to wait for), the brokers of the plan's moves the caps left to later (the rest
+        of a plan not carried out), and
         — for a source none of whose unloads is left — TransferShedder's recentlyUnloadedBrokers (back to what it
         was before the plan)."""
         if not bundles:
@@ -117,6 +119,7 @@ class StrategyState:
             "predictive_moved_at": {
                 b: t for b, t in self.predictive_moved_at.items() if b not in involved or t not in forgotten_at
             },
+            "predictive_deferred": frozenset(),  # the rest of a plan whose moves were not all made is no plan's
         }
         if any(b in bundles for b in self.transfer_planned):
             kept = {b: source for b, source in self.transfer_planned.items() if b not in bundles}
@@ -164,6 +167,7 @@ class StrategyState:
                 else {}
             ),
             **({"predictiveHeld": sorted(self.predictive_held)} if self.predictive_held else {}),
+            **({"predictiveDeferred": sorted(self.predictive_deferred)} if self.predictive_deferred else {}),
             "predictiveResiduals": {b: list(v) for b, v in sorted(self.predictive_residuals.items())},
             "predictiveLearned": {b: list(v) for b, v in sorted(self.predictive_learned.items())},
             "predictiveScales": {b: list(v) for b, v in sorted(self.predictive_scales.items())},
@@ -229,6 +233,7 @@ class StrategyState:
             predictive_dipped=frozenset(root.child("predictiveDipped", required=False, default=[]).string_list()),
             predictive_moved_at=table("predictiveMovedAt", Reader.integer),
             predictive_held=frozenset(root.child("predictiveHeld", required=False, default=[]).string_list()),
+            predictive_deferred=frozenset(root.child("predictiveDeferred", required=False, default=[]).string_list()),
             predictive_residuals=table("predictiveResiduals", residuals),
             predictive_learned=table("predictiveLearned", learned),
             predictive_scales=table("predictiveScales", scale),

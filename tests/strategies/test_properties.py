@@ -265,6 +265,7 @@ STATE_DOC = {
     "predictiveDipped": ["b:1"],
     "predictiveMovedAt": {"a:8080": NOW},
     "predictiveHeld": ["a:8080"],
+    "predictiveDeferred": ["b:8080"],
     "predictiveResiduals": {"a:8080": [-0.5, 1.25, 0.0]},
     "predictiveLearned": {"c:8080": [4.5, 120.0, 100.0, 3]},
     "predictiveScales": {"a:8080": [1.1, 5.0]},

@@ -131,6 +131,7 @@ class _Cycle:
         # back what just arrived: where it is truly above the band, the next cycle shows it again)
         self.received = {m.destination for m in state.predictive_pending.values()}
         self.stranded: set[str] = set()  # givers whose planned move leaves its receiver above the band
+        self.deferred: set[str] = set()  # brokers of the plan's moves the caps left to the next cycle
         self.notes = [f"{NAME}: mean usage of the {len(self.takers)} brokers that can take load {self.mean:.1f}"]
         self.notes += [
             f"{NAME}: {b} has no good CPU model; its capacity and the cluster's per-core cost stand in"
@@ -231,6 +232,7 @@ class _Cycle:
             rails.max_unloads_per_broker,
             self.config.loadBalancerBrokerOverloadedThresholdPercentage,
         )
+        self.deferred = {b for move in set(plan.moves) - set(now) for b in (move[0], move[2])}
         outside = plan.outside()
         for giver, bundle, destination in now:
             if giver in self.received or destination in self.pieces.per_source:
@@ -423,6 +425,7 @@ class _Cycle:
             predictive_dipped=self.dipped,
             predictive_moved_at=moved_at,
             predictive_held=self.held - moved,
+            predictive_deferred=frozenset(self.deferred),
             predictive_residuals=_finite(self.forecast.residuals),
             predictive_learned=_finite(self.forecast.learned),
             predictive_scales=_finite(self.forecast.scales),

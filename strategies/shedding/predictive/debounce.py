@@ -7,6 +7,7 @@
   being balanced keeps its count through readings under the gap until its moves have had as long to show (once one
   is held, it is triggered only where the brokers at their average traffic are past the target too); meanwhile a
   broker no move touched that turns up past the gap is part of the imbalance being acted on: the high hit count.
+  A plan the rails' caps cut short goes on where the spread would stop it.
 * A broker that carries nothing — one that joined, or came back from a restart — is a membership event, acted on
   with no hit to wait for, as Cruise Control's add-broker is (a new one once every broker has reported since).
 * After a broker leaves, or someone else splits a bundle, bundles are still being placed; after a new broker
@@ -99,6 +100,11 @@ def hits(
     any reading was held it is triggered as before: after a surge the average lags the traffic for ten samples.)
     The spread rule above still says whether anything moves.
 
+    Nor does the spread rule stop a plan the rails' caps cut short (``state.predictive_deferred``: the brokers of
+    the moves the caps left to the next cycle): the plan found those moves needed where the cluster was read past
+    the target, and a spread its first moves leave read a few tenths under the target is as likely a true one a few
+    tenths over. Each such broker still goes on only on a reading of its own past the gap.
+
     While some broker's moves are landing (one moved within ``landing_ms``), the cluster's imbalance has been
     confirmed and is being acted on: a broker no move has touched that turns up past the gap — by its reading, its
     steady level and its level at its bundles' average traffic alike (the last against the brokers' mean there), with
@@ -170,7 +176,7 @@ def hits(
         if high.get(broker, 0) >= high_count or low[broker] >= count or (joined and low[broker] >= high_count):
             triggered.add(broker)
     if paired:
-        triggered -= takers
+        triggered -= takers - state.predictive_deferred
     for broker in list(high) + list(low):
         if broker not in scores:
             high.pop(broker, None)
