@@ -422,3 +422,13 @@ def test_a_plan_the_caps_cut_short_is_finished_though_its_first_moves_read_under
     start = result.metrics["segments"][0]
     assert start["cycles"] is not None and start["cycles"] <= start["floor"] + 1, start
     assert start["unloads"] <= family_report.RATIO_GOAL * start["moves"], start
+
+
+def test_a_small_broker_every_bundle_overshoots_is_filled_with_a_piece_of_one():
+    """scale-out#4502 (a run first read as a fresh one): a 4-core broker among 16-core ones pays eight times what
+    they do for a bundle, and after the fill it sat 8.5 points under the mean with the others within the band. Every
+    bundle they could give would have carried it 10 to 40 points past the band, and none of them was above the band
+    to split one: it stayed there for 36 cycles. The smallest bundle that overshoots it is split and a half moves."""
+    result = run(families.generate("scale-out", 4502), OURS)
+    (event,) = [p for p in result.metrics["segments"] if p["kind"] == "event"]
+    assert event["cycles"] is not None and event["cycles"] <= event["floor"] + 2, event

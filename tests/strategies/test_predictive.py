@@ -1000,6 +1000,32 @@ def test_no_swap_is_made_where_no_bundle_taken_back_lands_the_broker_within_the_
     assert _swap(*_swap_case(12.0, 2)) == []
 
 
+def test_a_small_broker_no_bundle_fits_takes_a_piece_of_one_split_for_it():
+    """s, a 2-core machine among 8-core ones, pays five times what they do for the same traffic: at 7.5 %, 10 points
+    under the brokers' mean, it is past the band, and the others, 3.4 over it, are within theirs. Every bundle of
+    theirs (4 points where it is) would cost s 20 and carry it past the band: no plain move fills it, and none of
+    them is above the band to split one of its own. The smallest bundle that overshoots s is split
+    (range_equally_divide, the halves kept on their owner) and a half moves to s: 7.5 → 17.5."""
+
+    def big(name):
+        bundles = {bundle(f"t/{name[0]}", i): stats(200, 200, topics=4) for i in range(4)}
+        return broker_report(cpu=(21 / 100 * CPU, CPU), bw_in=(0, NIC), bw_out=(0, NIC), bundles=bundles)
+
+    small = broker_report(
+        cpu=(7.5 / 100 * 200, 200), bw_in=(0, NIC), bw_out=(0, NIC), bundles={bundle("t/s", 0): stats(25, 25)}
+    )
+    snap = snapshot({"a:1": big("a:1"), "b:1": big("b:1"), "c:1": big("c:1"), "s:1": small})
+    models = {(b, "cpu"): model(5) for b in ("a:1", "b:1", "c:1")} | {("s:1", "cpu"): model(5, slope=0.05)}
+    result = shed(snap, LoadProfile(cost_models=MappingProxyType(models)))
+    (split,) = result.splits
+    (unload,) = result.unloads
+    assert split.source in {"a:1", "b:1", "c:1"} and not split.unload
+    assert unload.source == split.source and unload.destination == "s:1"
+    assert unload.bundle.startswith(split.bundle.split("/0x")[0]) and unload.bundle != split.bundle  # a half
+    assert "s:1 7.5→17.5" in unload.reason
+    assert f"{split.bundle} would carry s:1 past the band" in split.reason
+
+
 def _relay_case(points: float):
     """h: a 10 % background and one hot 10-point bundle (20 %); r, s, t: 5 % and four ``points`` bundles each. No
     auto split (the hot bundle is one topic's, or the namespace is at its bundle limit)."""

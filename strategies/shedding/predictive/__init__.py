@@ -349,7 +349,9 @@ class _Cycle:
         relay: list[pairing.Move] = []
         if above and _leaves_above(plain, level, band):
             relay = self._relay(source, destinations, level, band, room)
-        if self.config.loadBalancerAutoBundleSplitEnabled and above:
+        # a broker below the band that no plain move fills without overshooting it takes a piece of a bundle
+        receiving = not above and not plain and any(level - self.forecast.usage(d) > band for d in destinations)
+        if self.config.loadBalancerAutoBundleSplitEnabled and (above or receiving):
             trial = self.pieces.copy()
             moves, movable = splits.split_to_move(
                 self.load,
@@ -362,6 +364,7 @@ class _Cycle:
                 self.config,
                 trial,
                 room,
+                receiving,
             )
             if splits.gains_more(moves, plain, level) and pairing.gains(moves, level) >= pairing.gains(relay, level):
                 self.pieces = trial

@@ -4,7 +4,9 @@ A split keeps its halves on the owner (``unload=false``) and the halves are plac
 same forecast, as any bundle. A bundle that alone is more than its broker's excess over the balanced level (and
 twice the band) is split, range_equally_divide, when moving a half helps more than any plain move; where either
 half would still overshoot, the larger half is split again in the same cycle and a quarter moves (a broker
-holding only a hot half would otherwise stay over the level for good). Each split counts against the caps.
+holding only a hot half would otherwise stay over the level for good). A broker below the band that every bundle
+on offer would carry past it (a small machine among big ones) would stay under it for good: the smallest bundle
+that overshoots it is split the same way, and a half moves to it. Each split counts against the caps.
 """
 
 from __future__ import annotations
@@ -99,18 +101,23 @@ def split_to_move(
     config: LoadBalancerConfig,
     pieces: Pieces,
     room: int,
+    receiving: bool = False,
 ) -> tuple[list[Move], list[str]]:
     """Split ``source``'s biggest bundle that alone exceeds its excess over ``level`` (and twice the band),
     range_equally_divide with the halves kept on ``source``, and move the half that helps most; ([], movable) if
-    none can move without overshooting. A piece planned this cycle (the split trigger's) may be split again: the
-    split runs after its parent's. Only a bundle of at least two topics (a piece: its parent's share), whose range
-    can be split, in a namespace under loadBalancerNamespaceMaximumBundles; the splits and the unload count against
-    the caps. ``pieces`` is updated; the source's movable bundles after the splits come back with the moves."""
+    none can move without overshooting. ``receiving``: the split is for the coolest of ``takers``, below the band,
+    which every bundle of ``source`` would carry past it (a small machine among big ones: a bundle that costs a big
+    broker 2 points costs it 17); the smallest bundle that overshoots it is split instead. A piece planned this
+    cycle (the split trigger's) may be split again: the split runs after its parent's. Only a bundle of at least two
+    topics (a piece: its parent's share), whose range can be split, in a namespace under
+    loadBalancerNamespaceMaximumBundles; the splits and the unload count against the caps. ``pieces`` is updated;
+    the source's movable bundles after the splits come back with the moves."""
     cap = load.rails.max_unloads_per_broker
     if room < 2 or pieces.per_source.get(source, 0) + 2 > cap:
         return [], movable
     usage = forecast.usage(source)
     excess = usage - level
+    coolest = min(sorted(takers), key=forecast.usage, default=source)
     sizes = []
     for bundle in movable:
         if pieces.topics_of(load, source, bundle) < 2:
@@ -121,6 +128,11 @@ def split_to_move(
         if bundles_after_splits(load, namespace, pieces.splits) >= config.loadBalancerNamespaceMaximumBundles:
             continue
         traffic = bundle_traffic(load, source, bundle, pieces.halves)
+        if receiving:
+            arrival = forecast.usage(coolest, forecast.shifted(coolest, traffic, +1)) - forecast.usage(coolest)
+            if arrival > level + band - forecast.usage(coolest):
+                sizes.append((-arrival, bundle))
+            continue
         drop = usage - forecast.usage(source, forecast.shifted(source, traffic, -1))
         if drop > max(excess, 2 * band):
             sizes.append((drop, bundle))
@@ -150,9 +162,14 @@ def split_to_move(
         return [], movable
     pieces.halves.update(parts)
     pieces.topics.update({piece: topics // (4 if piece in quarters else 2) for piece in parts})
+    why = (
+        f"{bundle} would carry {coolest} past the band and no bundle of {source}'s fills it without overshooting"
+        if receiving
+        else f"{bundle} alone is more than {source}'s {excess:.1f} points over the balanced level and no bundle can "
+        "move without overshooting"
+    )
     reasons = [
-        f"{bundle} alone is more than {source}'s {excess:.1f} points over the balanced level and no bundle can move "
-        f"without overshooting: split, the halves stay on {source}, "
+        f"{why}: split, the halves stay on {source}, "
         + ("one moves now" if len(split_cuts) == 1 else "and one is split again"),
         f"either half of {bundle} would overshoot: {next(reversed(split_cuts))} split again, a quarter moves now",
     ]
