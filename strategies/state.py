@@ -185,6 +185,9 @@ class StrategyState:
         def table(key: str, read: Callable[[Reader], Any]) -> dict[str, Any]:
             return {name: read(entry) for name, entry in root.child(key, required=False, default={}).entries()}
 
+        def names(key: str) -> frozenset[str]:
+            return frozenset(root.child(key, required=False, default=[]).string_list())
+
         def ema(reader: Reader) -> float:
             return reader.number(maximum=MAX_FINITE)
 
@@ -227,13 +230,13 @@ class StrategyState:
             predictive_pending=table("predictivePending", lambda r: PendingMove.from_json(r.value, r.path)),
             predictions=table("predictions", prediction),
             prediction_errors=table("predictionErrors", lambda r: r.number(maximum=MAX_FINITE, non_negative=False)),
-            predictive_members=frozenset(root.child("predictiveMembers", required=False, default=[]).string_list()),
+            predictive_members=names("predictiveMembers"),
             predictive_changed_at=root.child("predictiveChangedAt", required=False, default=0).integer(),
-            predictive_halves=frozenset(root.child("predictiveHalves", required=False, default=[]).string_list()),
-            predictive_dipped=frozenset(root.child("predictiveDipped", required=False, default=[]).string_list()),
+            predictive_halves=names("predictiveHalves"),
+            predictive_dipped=names("predictiveDipped"),
             predictive_moved_at=table("predictiveMovedAt", Reader.integer),
-            predictive_held=frozenset(root.child("predictiveHeld", required=False, default=[]).string_list()),
-            predictive_deferred=frozenset(root.child("predictiveDeferred", required=False, default=[]).string_list()),
+            predictive_held=names("predictiveHeld"),
+            predictive_deferred=names("predictiveDeferred"),
             predictive_residuals=table("predictiveResiduals", residuals),
             predictive_learned=table("predictiveLearned", learned),
             predictive_scales=table("predictiveScales", scale),
