@@ -117,7 +117,8 @@ def split_to_move(
         return [], movable
     usage = forecast.usage(source)
     excess = usage - level
-    coolest = min(sorted(takers), key=forecast.usage, default=source)
+    coolest = min(sorted(takers), key=forecast.usage, default=source) if receiving else source
+    coolest_at = forecast.usage(coolest)
     sizes = []
     for bundle in movable:
         if pieces.topics_of(load, source, bundle) < 2:
@@ -129,8 +130,8 @@ def split_to_move(
             continue
         traffic = bundle_traffic(load, source, bundle, pieces.halves)
         if receiving:
-            arrival = forecast.usage(coolest, forecast.shifted(coolest, traffic, +1)) - forecast.usage(coolest)
-            if arrival > level + band - forecast.usage(coolest):
+            arrival = forecast.usage(coolest, forecast.shifted(coolest, traffic, +1)) - coolest_at
+            if arrival > level + band - coolest_at:
                 sizes.append((-arrival, bundle))
             continue
         drop = usage - forecast.usage(source, forecast.shifted(source, traffic, -1))
