@@ -432,3 +432,24 @@ def test_a_small_broker_every_bundle_overshoots_is_filled_with_a_piece_of_one():
     result = run(families.generate("scale-out", 4502), OURS)
     (event,) = [p for p in result.metrics["segments"] if p["kind"] == "event"]
     assert event["cycles"] is not None and event["cycles"] <= event["floor"] + 2, event
+
+
+def test_a_broker_whose_level_sits_at_the_high_gap_goes_after_the_high_hit_count():
+    """noisy-neighbour#4909 (a run first read as a fresh one): other processes put a broker 20.6 points over the
+    mean, just past the high hits' gap (20). Its samples read 21.7, 19.9, 20.1, 19.4…: each reading under the high
+    gap cleared its high count, and it waited for the low hit count (8), 4 cycles past the floor. A reading
+    between the gaps right after a high hit holds the count, as a dip under the gap holds the low one."""
+    result = run(families.generate("noisy-neighbour", 4909), OURS)
+    event = next(p for p in result.metrics["segments"] if p["kind"] == "event")
+    assert event["cycles"] is not None and event["cycles"] <= event["floor"] + 1, event
+    assert event["unloads"] <= family_report.RATIO_GOAL * event["moves"], event
+
+
+def test_models_a_gap_off_either_way_make_no_pair_on_a_cluster_at_rest():
+    """noise#4908 (a run first read as a fresh one): twelve brokers within 4.5 points of each other, their traffic
+    jittering by up to 30 % a reading. Two brokers' models are off by about 7 points, one each way, and put them 15.8
+    apart at their average traffic: as AvgShedder's pair, every reading of theirs counted, and the extremes of a
+    dozen noisy samples completed the count: 4 unloads at the start, 17 more later. Their departures show those
+    biases beyond doubt, and with them the pair is 2.9 apart: nothing moves."""
+    result = run(families.generate("noise", 4908), OURS)
+    assert result.moves == []

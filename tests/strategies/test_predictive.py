@@ -240,6 +240,30 @@ def test_the_two_brokers_furthest_apart_at_their_average_traffic_count_their_dip
     assert debounce.apart(three, set(three), 5.0) == {"a:1", "b:1"}  # the pair: the broker between is not one
 
 
+def test_no_pair_where_the_biases_its_brokers_show_beyond_doubt_put_it_within_the_target():
+    """a's and b's models put them 15.8 points apart at their average traffic, but each model is off by 7 points or
+    so, and their departures show it beyond doubt: with those biases they are 2.9 apart. Counted as AvgShedder's
+    pair, their readings (each past the gap every other sample, as a dozen noisy brokers' extremes are) would
+    complete the low hit count on a cluster the target has no quarrel with. A bias under the gap (a point or so, as
+    a few samples can show where there is none) is no such case: the pair counts as before."""
+    count = cfg().loadBalancerAvgShedderHitCountLowThreshold
+    averaged = {"a:1": (57.9, 0.0), "b:1": (42.1, 0.0)}
+
+    def read(firm):
+        state, triggered = StrategyState(), set()
+        for distance in [5.5, 4.6, 4.7, 5.5, 4.5, 4.8, 5.5, 5.4][:count]:
+            readings = {"a:1": 50 + distance, "b:1": 50 - distance}
+            high, low, triggered, dipped, _ = debounce.hits(
+                readings, 50, cfg(), state, {"a:1", "b:1"}, {}, averaged, None, None, firm
+            )
+            state = state.evolve(avg_hits_high=high, avg_hits_low=low, predictive_dipped=dipped)
+        return triggered
+
+    assert not read({"a:1": (51.4, 0.4), "b:1": (48.5, 0.4)})
+    assert read({"a:1": (57.9, 0.0), "b:1": (42.1, 0.0)}) == {"a:1", "b:1"}
+    assert read(None) == {"a:1", "b:1"}
+
+
 def test_a_reading_under_the_high_gap_where_the_steady_level_is_past_it_is_a_high_hit():
     """A tenant's surge puts a broker 21 points over the mean by its steady level, just past the high hits' gap
     (20: half AvgShedder's high pair gap); its samples read 19.5 and 21 by turns. A reading under the high gap but
@@ -257,6 +281,25 @@ def test_a_reading_under_the_high_gap_where_the_steady_level_is_past_it_is_a_hig
     assert not _read(dipped, 4.0, steady)[1]
     # no steady level past it: cleared, as AvgShedder's
     assert "a:1" not in _read(StrategyState(), 19.5)[0].avg_hits_high
+
+
+def test_a_reading_between_the_gaps_right_after_one_past_the_high_gap_holds_the_high_hits():
+    """A noisy neighbour puts a broker 20.6 points over the mean, just past the high hits' gap (20), and its steady
+    level, read a point off, does not say so: its samples read 21.7, 19.9 and 20.1. Cleared by the reading under
+    the high gap, it would wait for two past it in a row, or for the low hit count (8); held, as a dip under the low
+    gap is, the reading after it triggers it. Two readings between the gaps in a row clear the high count (a broker
+    truly under the high gap waits for the low hit count), and a reading with no high hit before holds nothing."""
+    fired, state = [], StrategyState()
+    for distance in (21.7, 19.9, 20.1):
+        state, triggered = _read(state, distance)
+        fired.append("a:1" in triggered)
+    assert fired == [False, False, True]
+    state = StrategyState()
+    for distance in (21.7, 19.9, 19.4):
+        state, triggered = _read(state, distance)
+    assert "a:1" not in state.avg_hits_high
+    assert "a:1" not in _read(state, 21.0)[1]
+    assert "a:1" not in _read(StrategyState(), 19.9)[0].avg_hits_high
 
 
 def test_a_triggered_broker_reading_inside_the_gap_is_cleared_however_noisy():

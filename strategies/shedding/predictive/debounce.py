@@ -57,6 +57,7 @@ def hits(
     averaged: Mapping[str, tuple[float, float]],
     now: int | None = None,
     steady_averaged: Mapping[str, float] | None = None,
+    firm_averaged: Mapping[str, tuple[float, float]] | None = None,
 ) -> tuple[dict[str, int], dict[str, int], set[str], frozenset[str], frozenset[str]]:
     """AvgShedder's two hit counters, per broker, on its distance from the mean; the brokers triggered; the brokers
     whose counters this reading held; the brokers being balanced whose counters a reading has held since their last
@@ -78,16 +79,18 @@ def hits(
     the gap, one reading under it, however deep, is a sample's error, not the broker's. But such a reading never
     completes the count: a broker is triggered on a reading of its own past the gap (a model lagging traffic that
     jitters reads past the gap where the broker is not). A reading between the two gaps where the steady level is
-    past the high one is a high hit: the reading is the broker's own past the gap, and a level 20 points from the mean
-    is past the target by any sample's error, so AvgShedder's two high hits say when, not whether, to act (a broker
-    whose samples jitter about the high gap would otherwise wait for the low hit count). Two readings under the gap
-    in a row clear, as does any where the steady level is inside the gap too: a broker whose traffic jitters around
-    the mean crosses the gap and comes back, and must not add up its crossings into a trigger. A broker already
-    triggered (one being balanced) is not held: under the gap, it is done — unless the moves it was in left it past
-    the gap by their own prediction (``state.predictions``: the rails' caps ended the plan's cycle before it was
-    done, or the plan left it for one move at a time). Its first reading since is one sample, and for a broker with
-    no model of its own (one that just joined) its only measure: one under the gap is the sample's error, as above,
-    and the next cycle goes on with it.
+    past the high one is a high hit: the reading is the broker's own past the gap, and a level 20 points from the
+    mean is past the target by any sample's error, so AvgShedder's two high hits say when, not whether, to act (a
+    broker whose samples jitter about the high gap would otherwise wait for the low hit count). Likewise one reading
+    between the two gaps right after a high hit holds the high count, as a dip under the gap holds the low one: a
+    broker whose level sits at the high gap reads under it every other sample, and its steady level, a point off,
+    may not say so; two such readings in a row clear it. Two readings under the gap in a row clear, as does any
+    where the steady level is inside the gap too: a broker whose traffic jitters around the mean crosses the gap and
+    comes back, and must not add up its crossings into a trigger. A broker already triggered (one being balanced) is
+    not held: under the gap, it is done — unless the moves it was in left it past the gap by their own prediction
+    (``state.predictions``: the rails' caps ended the plan's cycle before it was done, or the plan left it for one
+    move at a time). Its first reading since is one sample, and for a broker with no model of its own (one that just
+    joined) its only measure: one under the gap is the sample's error, as above, and the next cycle goes on with it.
 
     Nor is a broker being balanced (one with a move on record, ``state.predictive_moved_at``, and its counters not
     cleared since) cleared by a reading under the gap within ``landing_ms`` of its last move: a plan lands each
@@ -118,7 +121,11 @@ def hits(
     few cycles: it would never be acted on, and the cluster would stay just outside the target. A reading of either
     inside the gap then counts as a low hit, as AvgShedder counts its pair, on the brokers' levels at their average
     traffic (``averaged``) rather than on the samples or the steady levels (a bias read from a few samples comes and
-    goes)."""
+    goes). But not where the biases their departures show beyond doubt, each of the gap or more (``firm_averaged``:
+    those levels with the biases, each with how far it may be off), put the takers within the target even at their
+    widest: a model the gap off makes a pair of brokers the target has no quarrel with, and the extremes of a dozen
+    noisy samples would complete its count. A bias under the gap is left out: it moves no broker across the gap on
+    its own, and one read from a few samples comes and goes."""
     high, low = dict(state.avg_hits_high), dict(state.avg_hits_low)
     triggered, dipped = set(), set()
     held = set(state.predictive_held)
@@ -129,6 +136,8 @@ def hits(
     high_gap = config.loadBalancerAvgShedderHighThreshold / 2
     high_count = config.loadBalancerAvgShedderHitCountHighThreshold
     pair = apart(averaged, takers & set(scores), settled)
+    if pair and firm_averaged and _within(firm_averaged, takers & set(scores), settled):
+        pair = frozenset()
     if steady_averaged is None:
         steady_averaged = {b: level for b, (level, _) in averaged.items()}
     levels = [steady_averaged[b] for b in takers & set(scores) if b in steady_averaged]
@@ -162,6 +171,8 @@ def hits(
         low[broker] = one_more(low.get(broker, 0))
         if gap >= high_gap or steady_gap >= high_gap:
             high[broker] = one_more(high.get(broker, 0))
+        elif high.get(broker) and broker not in state.predictive_dipped:
+            dipped.add(broker)  # under the high gap right after a reading past it: held, as a dip under the gap is
         else:
             high.pop(broker, None)
         if balancing and broker in held and not lasting:
@@ -189,11 +200,30 @@ def apart(averaged: Mapping[str, tuple[float, float]], takers: Set[str], settled
     """The hottest and coolest of the ``takers`` by their levels at their average traffic (``averaged``: each a level
     and how far it may be off), if they are twice the ``settled`` gap apart even with each moved toward the other by
     as much as it may be off; else none. A spread their traffic's jitter could make is not one the target sees."""
-    known = sorted((averaged[b], b) for b in takers if b in averaged)
-    if len(known) < 2:
+    ends = _extremes(averaged, takers)
+    if ends is None:
         return frozenset()
-    ((low, low_off), coolest), ((high, high_off), hottest) = known[0], known[-1]
+    ((low, low_off), coolest), ((high, high_off), hottest) = ends
     return frozenset({coolest, hottest}) if (high - high_off) - (low + low_off) >= 2 * settled else frozenset()
+
+
+def _within(levels: Mapping[str, tuple[float, float]], takers: Set[str], settled: float) -> bool:
+    """Whether the ``takers``' ``levels`` (each a level and how far it may be off) are less than twice the
+    ``settled`` gap apart even with the hottest and coolest each moved away from the other by as much."""
+    ends = _extremes(levels, takers)
+    if ends is None:
+        return False
+    ((low, low_off), _), ((high, high_off), _) = ends
+    return (high + high_off) - (low - low_off) < 2 * settled
+
+
+def _extremes(
+    levels: Mapping[str, tuple[float, float]], takers: Set[str]
+) -> tuple[tuple[tuple[float, float], str], tuple[tuple[float, float], str]] | None:
+    """The coolest and hottest of the ``takers`` by their ``levels``, each as (level, off) and name; None with
+    fewer than two known."""
+    known = sorted((levels[b], b) for b in takers if b in levels)
+    return (known[0], known[-1]) if len(known) >= 2 else None
 
 
 def empty(load: LoadData) -> set[str]:

@@ -321,7 +321,19 @@ class Forecast:
     def unbiased(self, broker: str) -> float:
         """The broker's usage at its steady level, less its model's bias where its departures show one (``bias``):
         what the trigger reads (``debounce.hits``)."""
-        bias = self.bias(broker)
+        return self._biased(broker, self.bias(broker))
+
+    def firmly_unbiased(self, broker: str, least: float) -> tuple[float, float]:
+        """``unbiased`` with only a bias its departures show beyond doubt (their mean beyond twice its standard error,
+        as ``bias`` counts it whole) and of ``least`` points or more, and how far that may be off (twice the standard
+        error; 0 without one)."""
+        shown = None if self._offset.get(broker) else self.departures_since(broker)
+        if shown is None or abs(shown[0]) <= max(2 * shown[1], least):
+            return self.usage(broker), 0.0
+        return self._biased(broker, shown[0]), 2 * shown[1]
+
+    def _biased(self, broker: str, bias: float) -> float:
+        """The broker's usage with ``bias`` CPU points added to its model's."""
         if not bias:
             return self.usage(broker)
         cpu, *rest = self.points[broker]
