@@ -41,7 +41,10 @@ from pulsar_lb_operator.strategies.shedding.predictive.pairing import ceiling, p
 # a second of one core for a thousand (``python benchmarks/decide.py`` prints the decide time).
 MILP_MAX_PAIRS = 1_000
 MILP_NODES = 200  # HiGHS's branch-and-bound budget: a count, so the same cycle gives the same plan on any machine
-MILP_SECONDS = 5.0  # a safety net under the node budget; a plan cut short by it is not used
+# A safety net under the node budget, well above what the budget takes (seconds at the most pairs on 2 cores): at
+# 5 s, a budget that came close to it on an idle machine ran past it on a busy one, and the plan depended on the
+# load. A plan cut short by it is not used.
+MILP_SECONDS = 30.0
 # Brokers must end strictly inside the band (the hit counters clear a broker strictly inside their gap): the
 # program's bounds sit a hundredth of a point inside it (no estimate is that precise), and ending outside by as
 # much costs more than every candidate move together.
