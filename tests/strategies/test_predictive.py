@@ -98,12 +98,15 @@ def _low_hits(distances, steady=5.5):
     return state.avg_hits_low.get("a:1", 0)
 
 
-def _read(state, distance, steady=None, averaged=None):
+def _read(state, distance, steady=None, averaged=None, firm=None):
     """One reading of the hit counters: a 50 + ``distance`` and b 50 − ``distance`` about a mean of 50 (their
-    steady levels ``steady``; none: no model; ``averaged``: their levels at their average traffic), folded into the
-    state as the shedder folds it; (the state, the brokers triggered)."""
+    steady levels ``steady``; none: no model; ``averaged``: their levels at their average traffic; ``firm``: those
+    with the biases beyond doubt), folded into the state as the shedder folds it; (the state, the brokers
+    triggered)."""
     readings, takers = {"a:1": 50 + distance, "b:1": 50 - distance}, {"a:1", "b:1"} if averaged else set()
-    high, low, triggered, dipped, _ = debounce.hits(readings, 50, cfg(), state, takers, steady or {}, averaged or {})
+    high, low, triggered, dipped, _ = debounce.hits(
+        readings, 50, cfg(), state, takers, steady or {}, averaged or {}, None, None, firm
+    )
     return state.evolve(avg_hits_high=high, avg_hits_low=low, predictive_dipped=dipped), triggered
 
 
@@ -252,11 +255,7 @@ def test_no_pair_where_the_biases_its_brokers_show_beyond_doubt_put_it_within_th
     def read(firm):
         state, triggered = StrategyState(), set()
         for distance in [5.5, 4.6, 4.7, 5.5, 4.5, 4.8, 5.5, 5.4][:count]:
-            readings = {"a:1": 50 + distance, "b:1": 50 - distance}
-            high, low, triggered, dipped, _ = debounce.hits(
-                readings, 50, cfg(), state, {"a:1", "b:1"}, {}, averaged, None, None, firm
-            )
-            state = state.evolve(avg_hits_high=high, avg_hits_low=low, predictive_dipped=dipped)
+            state, triggered = _read(state, distance, None, averaged, firm)
         return triggered
 
     assert not read({"a:1": (51.4, 0.4), "b:1": (48.5, 0.4)})

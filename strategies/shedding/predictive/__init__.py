@@ -104,6 +104,7 @@ class _Cycle:
         self.mean = sum(scores[b] for b in self.takers) / len(self.takers) if self.takers else overall
         steady = {b: self.forecast.unbiased(b) for b in scores}
         averaged = {b: self.forecast.averaged(load, b) for b in self.takers}  # only takers can be the pair
+        firm = {b: self.forecast.firmly_unbiased(b, debounce.settled_gap(config)) for b in averaged}
         self.high, self.low, self.triggered, self.dipped, self.held = debounce.hits(
             scores,
             self.mean,
@@ -114,11 +115,7 @@ class _Cycle:
             averaged,
             load.snapshot.taken_at,
             {b: level + steady[b] - self.forecast.usage(b) for b, (level, _) in averaged.items()},
-            {
-                b: (level + firm - self.forecast.usage(b), off)
-                for b, (level, _) in averaged.items()
-                for firm, off in [self.forecast.firmly_unbiased(b, debounce.settled_gap(config))]
-            },
+            {b: (level + firm[b][0] - self.forecast.usage(b), firm[b][1]) for b, (level, _) in averaged.items()},
         )
         self.empty = debounce.empty(load) & self.takers
         sheddable = load.sheddable_bundles()

@@ -327,7 +327,7 @@ class Forecast:
         """``unbiased`` with only a bias its departures show beyond doubt (their mean beyond twice its standard error,
         as ``bias`` counts it whole) and of ``least`` points or more, and how far that may be off (twice the standard
         error; 0 without one)."""
-        shown = None if self._offset.get(broker) else self.departures_since(broker)
+        shown = self._uncounted(broker)
         if shown is None or abs(shown[0]) <= max(2 * shown[1], least):
             return self.usage(broker), 0.0
         return self._biased(broker, shown[0]), 2 * shown[1]
@@ -347,13 +347,15 @@ class Forecast:
         beyond twice its standard error; within that, as far as the spread of the cluster's biases makes a bias of
         that size likely (``shrunk``). Plans are not made on it but for brokers the trigger flagged
         (``count_bias``): after a move the departures kept are of the traffic the broker no longer carries."""
-        if self._offset.get(broker):
-            return 0.0
-        shown = self.departures_since(broker)
+        shown = self._uncounted(broker)
         if shown is None:
             return 0.0
         mean, error = shown
         return mean if abs(mean) > 2 * error else shrunk(mean, error, self._bias_spread())
+
+    def _uncounted(self, broker: str) -> tuple[float, float] | None:
+        """``departures_since``, where no lasting change is counted in the broker's level already (its offset)."""
+        return None if self._offset.get(broker) else self.departures_since(broker)
 
     def departures_since(self, broker: str) -> tuple[float, float] | None:
         """The mean of the broker's departures since the last lasting change (those within three times its noise
