@@ -8,9 +8,12 @@ sums in process. The intercept is the broker's background usage.
 One broker's fit is exact for traffic mixed as its own is, but its tenants' traffic rises and falls nearly
 together, so it cannot tell what a message costs from what a byte does: its slopes trade a large negative cost of
 one for a large positive other, and a bundle of another tenant's mix is mispredicted (by a fifth or more).
-Brokers of one machine type pay about the same for a message and a byte, each with a background of its own, and
-carry different tenants' shares: ``pooled`` fits them together, from each fit's sums about its own means, with no
-cost below zero (a message or a byte never frees CPU).
+Brokers of one machine type split their cost between a message and a byte alike, each with a background of its own,
+and carry different tenants' shares: ``pooled`` fits them together, from each fit's sums about its own means, with no
+cost below zero (a message or a byte never frees CPU). Alike machines need not run at one speed (one instance type
+across two hardware generations, another JVM's flags): each fit has a speed of its own in the pool, the one split
+shared, as a slower machine pays more for a message and for a byte alike. Pooled at one speed, the brokers' levels
+would set the split: brokers whose tenants send large messages running slower would read as bytes costing more.
 """
 
 from __future__ import annotations
@@ -70,17 +73,37 @@ def pooled(fits: Iterable[tuple[CostModel, float]]) -> np.ndarray | None:
 
     Non-negative least squares over three costs: each subset of them held at zero is solved, and the one with the
     least squares among those with no negative cost is kept (eight small solves)."""
-    xx, xy = np.zeros((N - 1, N - 1)), np.zeros(N - 1)
+    per_xx: list[np.ndarray] = []
+    per_xy: list[np.ndarray] = []
+    left, freedom = 0.0, 0  # the squares the fits leave, and their degrees of freedom
     sums = len(UPPER[0])
     for model, weight in fits:
         if len(model.centred) != sums + N - 1:
             return None
         upper = np.zeros((N - 1, N - 1))
         upper[UPPER] = model.centred[:sums]
-        xx += upper + np.triu(upper, 1).T
-        xy += weight * np.array(model.centred[sums:])
+        xy = np.array(model.centred[sums:])
+        per_xx.append(upper + np.triu(upper, 1).T)
+        per_xy.append(weight * xy)
+        explained = float(np.array([model.per_msg_rate, model.per_byte_in, model.per_byte_out]) @ xy)
+        if 0 < model.r2 <= 1 and explained > 0 and model.samples > N:  # the squares it leaves, from its r²
+            left += weight * weight * explained * (1 / model.r2 - 1)
+            freedom += model.samples - N
+    if not per_xy:
+        return None
+    stacked_xx, stacked_xy = np.array(per_xx), np.array(per_xy)
+    xx, xy = stacked_xx.sum(axis=0), stacked_xy.sum(axis=0)
     if not (np.isfinite(xx).all() and np.isfinite(xy).all()) or not xx.any():
         return None
+    beta = _non_negative(xx, xy)
+    if beta is None or len(per_xy) < 2:
+        return beta
+    sped = _with_speeds(stacked_xx, stacked_xy, beta)
+    return sped if _speeds_tell(stacked_xx, stacked_xy, beta, sped, left, freedom) else beta
+
+
+def _non_negative(xx: np.ndarray, xy: np.ndarray) -> np.ndarray | None:
+    """Non-negative least squares over the three costs, from the normal equations xx·β = xy."""
     best: tuple[float, np.ndarray] | None = None
     for free in itertools.product((False, True), repeat=N - 1):
         beta = np.zeros(N - 1)
@@ -91,6 +114,61 @@ def pooled(fits: Iterable[tuple[CostModel, float]]) -> np.ndarray | None:
         if (beta >= 0).all() and np.isfinite(loss) and (best is None or loss < best[0]):
             best = (loss, beta)
     return None if best is None else best[1]
+
+
+SPEED_ROUNDS = 50  # alternations of speeds and split at the most; each lowers the squares, a few dozen settle them
+SPEED_CONFIDENCE = 0.99  # speeds per broker are kept where noise alone would explain their gain 1 time in 100
+
+
+def _speeds(xx: np.ndarray, xy: np.ndarray, beta: np.ndarray) -> np.ndarray:
+    """Each fit's speed given the split β (``xx``, ``xy``: the fits' normal equations, stacked): its own least
+    squares, none below zero."""
+    across = np.einsum("i,kij,j->k", beta, xx, beta)
+    along = xy @ beta
+    return np.where(across > 0, np.maximum(along, 0.0) / np.where(across > 0, across, 1.0), 0.0)
+
+
+def _squares(xx: np.ndarray, xy: np.ndarray, beta: np.ndarray, speeds: np.ndarray) -> float:
+    """The fits' squares at split β and ``speeds``, less what neither changes."""
+    return float(speeds**2 @ np.einsum("i,kij,j->k", beta, xx, beta) - 2 * speeds @ (xy @ beta))
+
+
+def _with_speeds(xx: np.ndarray, xy: np.ndarray, beta: np.ndarray) -> np.ndarray:
+    """The split shared by the fits (``xx``, ``xy``: each one's normal equations about its own means, stacked) with
+    a speed per fit: each fit's traffic costs its speed × β. Least squares in turn over the speeds (each fit's own,
+    given β) and β (non-negative, given the speeds), from the one-speed pool's β; the result at the fits' mean
+    speed, so a kind at one speed is priced as before. A fit its traffic explains nothing of (no speed above zero)
+    drops out."""
+    for _ in range(SPEED_ROUNDS):
+        speeds = _speeds(xx, xy, beta)
+        if not speeds.any():
+            return beta
+        shared = _non_negative(np.einsum("k,kij->ij", speeds**2, xx), speeds @ xy)
+        if shared is None or not shared.any():
+            return beta
+        settled = np.allclose(shared, beta, rtol=1e-9, atol=0.0)
+        beta = shared
+        if settled:
+            break
+    running = _speeds(xx, xy, beta)
+    running = running[running > 0]
+    return beta * float(running.mean()) if running.size else beta
+
+
+def _speeds_tell(xx: np.ndarray, xy: np.ndarray, one: np.ndarray, sped: np.ndarray, left: float, freedom: int) -> bool:
+    """Whether a speed per fit explains the samples better than one speed by more than their noise would (an F
+    test at the 1 % level, on the squares the fits leave, ``left`` over ``freedom`` degrees): with the brokers'
+    tenants rising and falling together, a speed can trade against the split, and speeds fitted to noise would
+    turn a well-told split. Exact fits (no squares left) always tell."""
+    gain = _squares(xx, xy, one, np.ones(len(xy))) - _squares(xx, xy, sped, _speeds(xx, xy, sped))
+    if gain <= 0:
+        return False
+    if left <= 0 or freedom <= 0:
+        return True
+    from scipy.stats import f as f_distribution
+
+    extra = len(xy) - 1
+    return (gain / extra) / (left / freedom) > float(f_distribution.ppf(SPEED_CONFIDENCE, extra, freedom))
 
 
 class CostLearner:

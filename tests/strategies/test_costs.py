@@ -7,6 +7,7 @@ import random
 import numpy as np
 import pytest
 
+from pulsar_lb_operator.strategies import costs
 from pulsar_lb_operator.strategies.costs import CostLearner, pooled
 
 TRUE = np.array([0.002, 2e-7, 1e-7])  # usage % per msg/s (in + out), per B/s in, per B/s out
@@ -21,14 +22,16 @@ def _tenant(t: int, k: int) -> np.ndarray:
     return np.array([rate * (1 + fanout), rate * size, rate * size * fanout]) * f
 
 
-def _fits(noise: float = 0.5):
-    """A day of half-hourly samples of four alike brokers, each carrying the two tenants in its own shares."""
+def _fits(noise: float = 0.5, speeds: dict[str, float] | None = None):
+    """A day of half-hourly samples of four alike brokers, each carrying the two tenants in its own shares (and
+    paying ``speeds`` times the true cost: 1 unless given)."""
     rng = random.Random(1)
     learner = CostLearner()
     for k in range(48):
         for broker, (first, second) in SHARES.items():
             traffic = first * _tenant(0, k) + second * _tenant(1, k)
-            learner.add(broker, tuple(traffic), {"cpu": 5.0 + TRUE @ traffic + rng.gauss(0, noise)})
+            cost = (speeds or {}).get(broker, 1.0) * TRUE @ traffic
+            learner.add(broker, tuple(traffic), {"cpu": 5.0 + cost + rng.gauss(0, noise)})
     return {b: m for (b, resource), m in learner.models().items() if resource == "cpu"}
 
 
@@ -52,6 +55,24 @@ def test_the_pool_is_per_core_and_never_prices_traffic_below_zero():
     assert per_core is not None and (per_core >= 0).all()
     bundle = _tenant(0, 0)
     assert per_core @ bundle / 400.0 == pytest.approx(TRUE @ bundle, rel=1e-6)
+
+
+def test_alike_brokers_at_two_speeds_share_one_split_of_their_cost(monkeypatch):
+    """Two of four alike brokers pay 1.3 times the true cost for their traffic, the other two 0.8 times (two
+    hardware generations), the slow ones carrying more of the large-message tenant. Pooled at one speed, the slow
+    brokers' levels read as bytes costing more: a bundle of that tenant priced 40 % dearer against the other's than
+    it is, which a fill would overshoot by. With a speed per broker the split is the true one (the shedder scales
+    each broker to its own speed)."""
+    models = _fits(noise=0.0, speeds={"a": 0.8, "b": 1.3, "c": 1.3, "d": 0.8})
+    bundles = [_tenant(t, 0) / 10 for t in range(len(TENANTS))]
+
+    def relative(cost):  # the second tenant's bundle against the first's, each against its true cost
+        return (cost @ bundles[1] / (TRUE @ bundles[1])) / (cost @ bundles[0] / (TRUE @ bundles[0]))
+
+    shared = pooled((m, 1.0) for m in models.values())
+    assert shared is not None and relative(shared) == pytest.approx(1.0, abs=0.01)
+    monkeypatch.setattr(costs, "_speeds_tell", lambda *_: False)  # the pool at one speed
+    assert relative(pooled((m, 1.0) for m in models.values())) > 1.3
 
 
 def test_a_profile_written_before_the_sums_were_kept_is_not_pooled():

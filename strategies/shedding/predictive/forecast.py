@@ -85,11 +85,12 @@ def slopes(load: LoadData, state: StrategyState) -> dict[str, Slope] | None:
     message rate and bytes together, so the fit cannot always tell what a message costs from what a byte does, and
     may say a bundle of another mix costs less than nothing. So each broker's slope is the per-core cost of traffic
     of its kind (``_kind``: the good fits of alike brokers pooled into one, whose different tenants' shares tell
-    the costs apart, none below zero — ``costs.pooled``; for a broker of a kind with no good fit, each kind of
-    traffic at the dearest known kind's price, ``_envelope``, or the whole cluster's where the broker has a fit) over
-    its own CPU limit, scaled so that its own traffic costs what its fit says (``fitted_scale``: a machine slower per
-    core pays more); a broker with no good fit starts from the dearest of its kind (``_dearest``) and is scaled by
-    what its samples say (``learned_scale``), 1 until they do."""
+    the costs apart, none below zero, each broker at its own speed where their samples tell one — ``costs.pooled``;
+    for a broker of a kind with no good fit, each kind of traffic at the dearest known kind's price, ``_envelope``,
+    or the whole cluster's where the broker has a fit) over its own CPU limit, scaled so that its own traffic costs
+    what its fit says (``fitted_scale``: a machine slower per core pays more); a broker with no good fit starts from
+    the dearest of its kind (``_dearest``) and is scaled by what its samples say (``learned_scale``), 1 until they
+    do."""
     brokers = load.snapshot.brokers
     models = {b: load.cost_models.get((b, "cpu")) for b in brokers}
     fitted = {b: m for b, m in models.items() if good(m) and brokers[b].cpu.limit > 0}
