@@ -96,13 +96,14 @@ def slopes(load: LoadData, state: StrategyState) -> dict[str, Slope] | None:
     fitted = {b: m for b, m in models.items() if good(m) and brokers[b].cpu.limit > 0}
     if not fitted:
         return None
-    pooled = _per_core(fitted, brokers)
-    if pooled is None:
-        return None
     kinds: dict[tuple[float, float], dict[str, CostModel]] = {}
     for b, m in fitted.items():
         kinds.setdefault(_kind(brokers[b]), {})[b] = m
     per_kind = {kind: _per_core(models, brokers) for kind, models in kinds.items()}
+    # one kind: the whole cluster's pool is that kind's (the same fits, solved once)
+    pooled = next(iter(per_kind.values())) if len(per_kind) == 1 else _per_core(fitted, brokers)
+    if pooled is None:
+        return None
     mix = tuple(np.sum([r.traffic for r in brokers.values()], axis=0))  # the cluster's traffic: its mix
     dearest = _dearest(per_kind, kinds, brokers)
     unknown = _envelope(list(dearest.values())) if dearest else pooled  # a broker of a kind no fit knows
