@@ -29,7 +29,8 @@ background plus 50 points at the mean msg rate, so the busiest brokers are over 
 The state is what a cycle a minute before left (every bundle sampled once), and AvgShedder's and
 TransferShedder's hit-count thresholds are set so they act on this cycle (as ``--set
 loadBalancerAvgShedderHitCountHighThreshold=1`` does in docs/configuration.md's example); PredictivePairingShedder
-gets that CPU law as every broker's cost model, so it does not fall back to AvgShedder.
+gets every broker's cost model fitted on that CPU law, with the sums its machine kind's pooled cost is solved from
+(``profile``), so it does not fall back to AvgShedder and pays for everything it does on a real profile.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
+
+import numpy as np
 
 from pulsar_lb_operator.strategies import (
     ClusterSnapshot,
@@ -79,6 +82,7 @@ CPU_LIMIT = 800.0  # 8 cores, in percent-of-one-core units
 NIC_KBIT = 10_000_000.0  # 10 Gbit/s
 BROKER_MSG_RATE_IN = 10_000  # a broker's mean msg rate in, whatever the number of bundles
 HOT_EVERY = 2000  # one bundle in 2,000 is over the split thresholds
+FIT_SAMPLES = 100  # readings per broker's fit (the decide reads only their sums: any count times the same)
 STRATEGIES = tuple(SHEDDING)  # in the registry's order
 # Thresholds set so every strategy acts on the cycle timed (the defaults wait for 2 or 4 cycles).
 CONFIG_OVERRIDES = {
@@ -188,19 +192,43 @@ def earlier_state(snapshot: ClusterSnapshot) -> StrategyState:
     return StrategyState().evolve(bundle_data=update_bundle_data({}, before))
 
 
-def profile(snapshot: ClusterSnapshot) -> LoadProfile:
-    """A cost model per broker, as the Spark job fits them: what PredictivePairingShedder needs to act.
+def profile(snapshot: ClusterSnapshot, seed: int = 0) -> LoadProfile:
+    """A cost model per broker, fitted as the Spark job fits them (least squares with an intercept, and the sums
+    the kind's pooled cost is solved from): what PredictivePairingShedder needs to act, at its full cost.
 
-    It is the generator's own CPU law (5 points of background, 50 points at the mean msg rate)."""
+    The samples follow the generator's own CPU law (5 points of background, 50 points at the mean msg rate) with a
+    point of noise, over ``FIT_SAMPLES`` readings of the broker's traffic scaled by the day's swing and each
+    feature's own jitter (so the three features are not collinear); a broker that restarted empty is fitted on
+    the mean broker's traffic (its history from before). Built outside the timed decide: the daemon reads it
+    from a file the Spark job wrote."""
+    rng = np.random.default_rng(seed)
     busy = [load.msg_rate for load in snapshot.brokers.values() if load.bundles and load.cpu.usage > 0.06 * CPU_LIMIT]
     per_msg = 50 / (sum(busy) / len(busy)) if busy else 0.0
-    models = {(b, "cpu"): CostModel(5.0, per_msg, 0.0, 0.0, 0.95, 100) for b in snapshot.brokers}
+    carried = [load.traffic for load in snapshot.brokers.values() if load.msg_rate > 0]
+    mean = np.mean(carried, axis=0) if carried else np.ones(3)
+    models = {}
+    for b, load in snapshot.brokers.items():
+        traffic = np.array(load.traffic) if load.msg_rate > 0 else mean
+        swing = rng.uniform(0.5, 1.5, (FIT_SAMPLES, 1))
+        x = traffic * swing * rng.uniform(0.9, 1.1, (FIT_SAMPLES, 3))
+        y = 5 + per_msg * x[:, 0] + rng.normal(0, 1, FIT_SAMPLES)
+        design = np.column_stack([np.ones(FIT_SAMPLES), x])
+        beta = np.linalg.lstsq(design, y, rcond=None)[0]
+        centred_x, centred_y = x - x.mean(axis=0), y - y.mean()
+        r2 = 1 - float(np.sum((y - design @ beta) ** 2) / np.sum(centred_y**2))
+        kept = [*(centred_x.T @ centred_x)[np.triu_indices(3)], *(centred_x.T @ centred_y)]
+        intercept, per_msg_rate, per_byte_in, per_byte_out = map(float, beta)
+        fit = CostModel(intercept, per_msg_rate, per_byte_in, per_byte_out, r2, FIT_SAMPLES, tuple(map(float, kept)))
+        models[(b, "cpu")] = fit
     return LoadProfile(cost_models=models)
 
 
-def decide(snapshot: ClusterSnapshot, strategy: str, state: StrategyState, seed: int = 0) -> tuple[Plan, StrategyState]:
-    """One cycle of ``operator rebalance --snapshot`` after parsing: the plan and the next state."""
-    prof = profile(snapshot) if strategy == "PredictivePairingShedder" else None
+def decide(
+    snapshot: ClusterSnapshot, strategy: str, state: StrategyState, fits: LoadProfile, seed: int = 0
+) -> tuple[Plan, StrategyState]:
+    """One cycle of ``operator rebalance --snapshot`` after parsing: the plan and the next state (``fits``: the
+    profile PredictivePairingShedder reads; the other strategies are given none)."""
+    prof = fits if strategy == "PredictivePairingShedder" else None
     return plan_cycle(snapshot, config(), state, random.Random(seed), shedding=strategy, profile=prof)
 
 
@@ -248,7 +276,7 @@ def child(path: str, strategy: str) -> None:
 
     snapshot = files.read_snapshot(path)
     if strategy:
-        decide(snapshot, strategy, earlier_state(snapshot))
+        decide(snapshot, strategy, earlier_state(snapshot), profile(snapshot))
     print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
@@ -265,15 +293,15 @@ def measure(brokers: int, bundles: int, repeat: int, seed: int, memory: bool) ->
         row["json_s"], _ = best_of(repeat, lambda: json.loads(raw))
         row["parse_s"], snapshot = best_of(repeat, lambda: files.snapshot_from_bytes(raw, path))
         row["topics"] = sum(s.topics for b in snapshot.brokers.values() for s in b.lastStats.values())
-        state = earlier_state(snapshot)
+        state, fits = earlier_state(snapshot), profile(snapshot, seed)
         if memory:
             row["process_mib"]["(reading only)"] = process_peak_mib(path, "")
         for name in STRATEGIES:
-            seconds, (plan, _) = best_of(repeat, functools.partial(decide, snapshot, name, state, seed))
+            seconds, (plan, _) = best_of(repeat, functools.partial(decide, snapshot, name, state, fits, seed))
             row["decide_s"][name] = seconds
             row["actions"][name] = (len(plan.unloads), len(plan.splits))
             if memory:
-                row["decide_mib"][name] = decide_peak_mib(functools.partial(decide, snapshot, name, state, seed))
+                row["decide_mib"][name] = decide_peak_mib(functools.partial(decide, snapshot, name, state, fits, seed))
                 row["process_mib"][name] = process_peak_mib(path, name)
             print(f"  {bundles:,} bundles, {name}: {seconds[0]:.3f} s", file=sys.stderr, flush=True)
     load = sampled(snapshot, state)

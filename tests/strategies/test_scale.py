@@ -71,14 +71,14 @@ def _cpu_seconds(runs: dict[int, object], repeat: int = 7, sample_s: float = 0.0
 def test_decide_time_grows_linearly_with_bundles(bench: object, snapshots: dict[int, object], strategy: str) -> None:
     runs, plans = {}, {}
     for n, snap in snapshots.items():
-        state = bench.earlier_state(snap)
+        state, fits = bench.earlier_state(snap), bench.profile(snap)
         if strategy == "split trigger":
             load = bench.sampled(snap, state)
             runs[n] = lambda load=load: bench.split_trigger(load)
             plans[n] = bench.split_trigger(load)[0]
         else:
-            runs[n] = lambda snap=snap, state=state: bench.decide(snap, strategy, state)
-            plans[n] = bench.decide(snap, strategy, state)[0].actions
+            runs[n] = lambda snap=snap, state=state, fits=fits: bench.decide(snap, strategy, state, fits)
+            plans[n] = bench.decide(snap, strategy, state, fits)[0].actions
     seconds = _cpu_seconds(runs)
     assert plans[LARGE], f"{strategy} decided nothing at {LARGE:,} bundles: the test would measure nothing"
     ratio = seconds[LARGE] / seconds[SMALL]
