@@ -21,7 +21,7 @@ from types import MappingProxyType, SimpleNamespace
 import pytest
 
 from pulsar_lb_operator.benchmarks import decide as decide_benchmark
-from pulsar_lb_operator.strategies import parse_snapshot
+from pulsar_lb_operator.strategies import costs, parse_snapshot
 from pulsar_lb_operator.strategies.config import LoadBalancerConfig
 from pulsar_lb_operator.strategies.index import SnapshotIndex
 from pulsar_lb_operator.strategies.loaddata import build_load_data
@@ -86,6 +86,21 @@ def test_decide_time_grows_linearly_with_bundles(bench: object, snapshots: dict[
         f"{strategy}: {seconds[SMALL]:.4f} s at {SMALL:,} bundles, {seconds[LARGE]:.4f} s at {LARGE:,} "
         f"({ratio:.1f}× for 4× the bundles, bound {BOUND:.1f}×): faster than linear growth"
     )
+
+
+def test_the_benchmark_profile_is_pooled_as_a_real_one_is(bench: object, snapshots: dict[int, object]) -> None:
+    """The decide benchmark times PredictivePairingShedder on fits that carry the sums the Spark job keeps, so the
+    machine kind's pooled cost is solved in the timed cycle — and it prices a message as the generator's CPU law
+    does (50 points at the mean msg rate), messages being what the law charges."""
+    snap = snapshots[SMALL]
+    fits = bench.profile(snap)
+    pooled = costs.pooled((model, snap.brokers[b].cpu.limit) for (b, _), model in fits.cost_models.items())
+    assert pooled is not None, "the benchmark's fits carry no sums to pool: the pooled cost would not be timed"
+    busy = [r.msg_rate for r in snap.brokers.values() if r.bundles and r.cpu.usage > 0.06 * bench.CPU_LIMIT]
+    per_core = 50 / (sum(busy) / len(busy)) * bench.CPU_LIMIT
+    assert pooled[0] == pytest.approx(per_core, rel=0.05)
+    traffic = sum(r.traffic[1] + r.traffic[2] for r in snap.brokers.values()) / len(snap.brokers)
+    assert (pooled[1] + pooled[2]) * traffic < 0.05 * per_core * sum(busy) / len(busy)  # bytes: next to nothing
 
 
 # --------------------------------------------------------------------------------------------
