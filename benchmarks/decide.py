@@ -58,7 +58,7 @@ import numpy as np
 
 from pulsar_lb_operator.strategies import (
     ClusterSnapshot,
-    CostModel,
+    CostLearner,
     LoadBalancerConfig,
     LoadData,
     LoadProfile,
@@ -193,8 +193,8 @@ def earlier_state(snapshot: ClusterSnapshot) -> StrategyState:
 
 
 def profile(snapshot: ClusterSnapshot, seed: int = 0) -> LoadProfile:
-    """A cost model per broker, fitted as the Spark job fits them (least squares with an intercept, and the sums
-    the kind's pooled cost is solved from): what PredictivePairingShedder needs to act, at its full cost.
+    """A cost model per broker, fitted by the least squares the Spark job's fits are solved with (``CostLearner``:
+    the same sums, the pooled cost's included): what PredictivePairingShedder needs to act, at its full cost.
 
     The samples follow the generator's own CPU law (5 points of background, 50 points at the mean msg rate) with a
     point of noise, over ``FIT_SAMPLES`` readings of the broker's traffic scaled by the day's swing and each
@@ -206,20 +206,15 @@ def profile(snapshot: ClusterSnapshot, seed: int = 0) -> LoadProfile:
     per_msg = 50 / (sum(busy) / len(busy)) if busy else 0.0
     carried = [load.traffic for load in snapshot.brokers.values() if load.msg_rate > 0]
     mean = np.mean(carried, axis=0) if carried else np.ones(3)
-    models = {}
+    learner = CostLearner()
     for b, load in snapshot.brokers.items():
         traffic = np.array(load.traffic) if load.msg_rate > 0 else mean
         swing = rng.uniform(0.5, 1.5, (FIT_SAMPLES, 1))
-        x = traffic * swing * rng.uniform(0.9, 1.1, (FIT_SAMPLES, 3))
-        y = 5 + per_msg * x[:, 0] + rng.normal(0, 1, FIT_SAMPLES)
-        design = np.column_stack([np.ones(FIT_SAMPLES), x])
-        beta = np.linalg.lstsq(design, y, rcond=None)[0]
-        centred_x, centred_y = x - x.mean(axis=0), y - y.mean()
-        r2 = 1 - float(np.sum((y - design @ beta) ** 2) / np.sum(centred_y**2))
-        kept = [*(centred_x.T @ centred_x)[np.triu_indices(3)], *(centred_x.T @ centred_y)]
-        intercept, per_msg_rate, per_byte_in, per_byte_out = map(float, beta)
-        fit = CostModel(intercept, per_msg_rate, per_byte_in, per_byte_out, r2, FIT_SAMPLES, tuple(map(float, kept)))
-        models[(b, "cpu")] = fit
+        samples = traffic * swing * rng.uniform(0.9, 1.1, (FIT_SAMPLES, 3))
+        usage = 5 + per_msg * samples[:, 0] + rng.normal(0, 1, FIT_SAMPLES)
+        for x, y in zip(samples, usage):
+            learner.add(b, tuple(x), {"cpu": float(y)})
+    models = learner.models()
     return LoadProfile(cost_models=models)
 
 
