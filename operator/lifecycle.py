@@ -40,6 +40,7 @@ from typing import Any
 
 PREFIX = "pulsar-lb-"
 STOP_GRACE_S = 10.0  # SIGTERM → SIGKILL
+KILLED_GONE_S = 5.0  # SIGKILL → gone, at the most (as ``stop`` waits for a child it killed)
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -142,15 +143,24 @@ def finish() -> None:
         for pid in others:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE_S
-        while others and time.monotonic() < deadline:
-            time.sleep(0.05)
-            others = [pid for pid in others if pid in _processes()]
+        others = _ended(others, STOP_GRACE_S)
         for pid in others:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        # a process is gone some time after SIGKILL (the kernel ends its threads one by one): until then a JVM's
+        # threads may still make files in the directories, and a removal running meanwhile would leave them
+        _ended(others, KILLED_GONE_S)
         for path in directories:
             shutil.rmtree(path, ignore_errors=True)
+
+
+def _ended(pids: list[int], seconds: float) -> list[int]:
+    """Waits up to ``seconds`` for ``pids`` to end; those still running."""
+    deadline = time.monotonic() + seconds
+    while pids and time.monotonic() < deadline:
+        time.sleep(0.05)
+        pids = [pid for pid in pids if pid in _processes()]
+    return pids
 
 
 def quiet() -> None:
