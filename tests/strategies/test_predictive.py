@@ -220,6 +220,25 @@ def test_a_plan_the_caps_cut_short_goes_on_though_the_spread_reads_under_the_tar
     assert planned.forget_unloads({"t/ns/0x00000000_0xffffffff"}).predictive_deferred == frozenset()
 
 
+def test_a_pair_past_the_target_at_its_average_traffic_is_acted_on_though_steady_levels_read_it_inside():
+    """A broker left and its bundles landed unevenly: a ends 5.2 over the mean and b 5.2 under, 10.4 apart at their
+    average traffic, and their readings past the gap complete the low hit count. Their steady levels read them
+    9.2 apart (a bias read from their few samples since the change, shrunk toward the cluster's), and the spread
+    rule alone would wait until the samples happened to read them past the target. Their levels at their average
+    traffic, with no bias beyond doubt to say otherwise, say they are the pair past the target: they are acted on."""
+    count = cfg().loadBalancerAvgShedderHitCountLowThreshold
+    steady = {"a:1": 54.6, "b:1": 45.4}
+
+    def read(averaged):
+        state, triggered = StrategyState(), set()
+        for _ in range(count):
+            state, triggered = _read(state, 5.5, steady, averaged)
+        return triggered
+
+    assert read({"a:1": (55.2, 0.0), "b:1": (44.8, 0.0)}) == {"a:1", "b:1"}
+    assert read({"a:1": (54.6, 0.0), "b:1": (45.4, 0.0)}) == set()  # at their average traffic too: inside
+
+
 def test_the_two_brokers_furthest_apart_at_their_average_traffic_count_their_dips_as_hits():
     """a and b sit 5.1 points either side of the mean: 10.2 apart, past the target for good, but each reads inside
     the gap (5) every few samples, and two such readings in a row clear the count: the rule above never acts on

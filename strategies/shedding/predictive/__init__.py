@@ -7,10 +7,10 @@ broker (``forecast``) both are predictable. Each cycle:
 1. **When** (``debounce``): brokers are scored as AvgShedder scores them and debounced with its hit counters
    (no history EMA, so nothing is unloaded twice), and none is acted on while the spread of their steady levels
    (less the bias their samples show) is within the target; the pair furthest apart at their average traffic
-   count every reading as a hit while they stay past it (``debounce.apart``), unless models a gap or more off by
-   their departures made the pair; a broker that carries nothing — one that joined or came back — is acted on
-   without hits; after a broker leaves or a new one joins, or someone else splits a bundle, the shedder waits
-   until every broker has reported since.
+   count every reading as a hit while they stay past it (``debounce.apart``), and are acted on, unless models a gap
+   or more off by their departures made the pair; a broker that carries nothing — one that joined or came back — is
+   acted on without hits; after a broker leaves or a new one joins, or someone else splits a bundle, the shedder
+   waits until every broker has reported since.
 2. **Where to** (``endstate``): the balanced level every broker that can take load would share, each at its own
    cost, and the plan that brings every broker into the band around it with the fewest moves, then the
    narrowest spread, then topics. A broker the trigger flagged is planned at the level the trigger read it at

@@ -70,6 +70,9 @@ def hits(
     ``forecast.Forecast.unbiased``), not on the samples: the hottest and coolest of a dozen noisy samples are further
     apart than the brokers are, and a receiver just filled would be read past the target by one noisy sample and
     give back. Its counters go on counting: one sample that puts the spread under twice the gap clears nothing.
+    But the rule does not hold back the pair furthest apart at their average traffic (``apart`` below, with no bias
+    beyond doubt to say otherwise): a steady level shrinks a bias read from a few samples toward the cluster's, and
+    reads such a pair inside the target for as long as its samples take to show the bias beyond doubt.
 
     A single reading under the gap, where the broker's ``steady`` level is past it, is held: it does not clear the
     broker's counters, and counts as the low hit its steady level says it is. A sample is a point or more off the
@@ -138,6 +141,7 @@ def hits(
     pair = apart(averaged, takers & set(scores), settled)
     if pair and firm_averaged and _within(firm_averaged, takers & set(scores), settled):
         pair = frozenset()
+    paired = paired and not pair
     if steady_averaged is None:
         steady_averaged = {b: level for b, (level, _) in averaged.items()}
     levels = [steady_averaged[b] for b in takers & set(scores) if b in steady_averaged]
