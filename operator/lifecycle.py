@@ -40,7 +40,7 @@ from typing import Any
 
 PREFIX = "pulsar-lb-"
 STOP_GRACE_S = 10.0  # SIGTERM → SIGKILL
-KILLED_GONE_S = 5.0  # SIGKILL → gone, at the most (as ``stop`` waits for a child it killed)
+KILLED_GONE_S = 5.0  # SIGKILL → gone, at the most (a child ``stop`` killed; the others ``finish`` killed)
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -108,7 +108,7 @@ def stop(process: subprocess.Popen[Any], grace_s: float = STOP_GRACE_S) -> None:
             process.wait(grace_s)
         except subprocess.TimeoutExpired:
             _signal(process, signal.SIGKILL, own_group)
-            process.wait(5)
+            process.wait(KILLED_GONE_S)
     with _lock:
         _children.pop(process.pid, None)
 
