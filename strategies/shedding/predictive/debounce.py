@@ -133,15 +133,14 @@ def hits(
     triggered, dipped = set(), set()
     held = set(state.predictive_held)
     settled = settled_gap(config)
-    within = [steady.get(b, scores[b]) for b in takers if b in scores]
-    paired = bool(within) and max(within) - min(within) < 2 * settled
     count = config.loadBalancerAvgShedderHitCountLowThreshold
     high_gap = config.loadBalancerAvgShedderHighThreshold / 2
     high_count = config.loadBalancerAvgShedderHitCountHighThreshold
     pair = apart(averaged, takers & set(scores), settled)
     if pair and firm_averaged and _within(firm_averaged, takers & set(scores), settled):
         pair = frozenset()
-    paired = paired and not pair
+    within = [steady.get(b, scores[b]) for b in takers if b in scores]
+    paired = not pair and bool(within) and max(within) - min(within) < 2 * settled
     if steady_averaged is None:
         steady_averaged = {b: level for b, (level, _) in averaged.items()}
     levels = [steady_averaged[b] for b in takers & set(scores) if b in steady_averaged]
