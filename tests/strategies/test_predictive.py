@@ -116,15 +116,17 @@ def test_a_dip_under_the_gap_where_the_steady_level_is_past_it_holds_the_low_hit
     counts as the hit the steady level says it is, so the low hit count (8) is reached in 8 readings, not 8 past
     the gap in a row. But a dip never completes the count: the broker is triggered on a reading past the gap. Where
     the steady level is inside the gap too, or there is no model to say, a reading under the gap clears as
-    AvgShedder's does; so do two readings under the gap in a row (traffic jittering around the mean: its crossings
-    do not add up)."""
+    AvgShedder's does. A second reading under the gap in a row takes a hit off: a broker drifting just past the gap
+    reads under it twice now and then, and starting over would wait the count again while the drift goes on."""
     readings = [5.5, 5.5, 5.5, 4.6, 5.5, 5.5, 4.5, 5.5, 5.5, 5.5]
     assert _low_hits(readings[:8]) == 8
     assert _low_hits([5.5, 5.5, 5.5, 2.0, 5.5]) == 5  # deep, but one reading against the model's level
     assert _low_hits([5.5] * 7 + [4.6]) == 7 and _low_hits([5.5] * 7 + [4.6, 5.5]) == 8
     assert _low_hits(readings, steady=4.0) == 3
     assert _low_hits(readings, steady=None) == 3
-    assert _low_hits([5.5, 5.5, 5.5, 4.6, 4.6, 5.5]) == 1
+    assert _low_hits([5.5, 5.5, 5.5, 4.6, 4.6, 5.5]) == 4  # 3, held as 4, one off for the second dip, 4
+    assert _low_hits([5.5, 5.5, 4.6, 4.6, 4.6, 4.6]) == 0  # a run of dips wears the count away
+    assert _low_hits([5.5, 5.5, 5.5, 4.6, 4.6, 5.5], steady=4.0) == 1  # jitter about the mean: its crossings
 
 
 def test_a_broker_being_balanced_keeps_its_count_through_dips_until_its_landing_is_shown():

@@ -3,11 +3,12 @@
 * Each broker counts AvgShedder's high and low hits on its distance from the mean: a high hit at half of
   AvgShedder's high pair gap (20 points by default: the gap is between two brokers), a low hit at a third of its
   low gap (5: our target is a spread under 10, which AvgShedder's 15-point pair gap cannot reach); it is
-  triggered after loadBalancerAvgShedderHitCountHighThreshold high hits or ...LowThreshold low ones. A broker
-  being balanced keeps its count through readings under the gap until its moves have had as long to show (once one
-  is held, it is triggered only where the brokers at their average traffic are past the target too); meanwhile a
-  broker no move touched that turns up past the gap is part of the imbalance being acted on: the high hit count.
-  A plan the rails' caps cut short goes on where the spread would stop it.
+  triggered after loadBalancerAvgShedderHitCountHighThreshold high hits or ...LowThreshold low ones. A reading
+  under the gap where the broker's steady level is past it holds its count rather than clearing it (a second in a
+  row takes a hit off). A broker being balanced keeps its count through readings under the gap until its moves
+  have had as long to show (once one is held, it is triggered only where the brokers at their average traffic are
+  past the target too); meanwhile a broker no move touched that turns up past the gap is part of the imbalance
+  being acted on: the high hit count. A plan the rails' caps cut short goes on where the spread would stop it.
 * A broker that carries nothing — one that joined, or came back from a restart — is a membership event, acted on
   with no hit to wait for, as Cruise Control's add-broker is (a new one once every broker has reported since).
 * After a broker leaves, or someone else splits a bundle, bundles are still being placed; after a new broker
@@ -87,13 +88,17 @@ def hits(
     broker whose samples jitter about the high gap would otherwise wait for the low hit count). Likewise one reading
     between the two gaps right after a high hit holds the high count, as a dip under the gap holds the low one: a
     broker whose level sits at the high gap reads under it every other sample, and its steady level, a point off,
-    may not say so; two such readings in a row clear it. Two readings under the gap in a row clear, as does any
-    where the steady level is inside the gap too: a broker whose traffic jitters around the mean crosses the gap and
-    comes back, and must not add up its crossings into a trigger. A broker already triggered (one being balanced) is
-    not held: under the gap, it is done — unless the moves it was in left it past the gap by their own prediction
-    (``state.predictions``: the rails' caps ended the plan's cycle before it was done, or the plan left it for one
-    move at a time). Its first reading since is one sample, and for a broker with no model of its own (one that just
-    joined) its only measure: one under the gap is the sample's error, as above, and the next cycle goes on with it.
+    may not say so; two such readings in a row clear it. A reading under the gap where the steady level is inside
+    the gap too clears: a broker whose traffic jitters around the mean crosses the gap and comes back, and must not
+    add up its crossings into a trigger. A second reading under the gap in a row, where the steady level is still
+    past it, takes a hit off instead (each reading after it another): a broker whose traffic drifts just past the
+    gap reads under it twice in a row now and then, and starting over would wait the whole count again while the
+    drift goes on; a run of readings under the gap still wears the count away. A broker already triggered (one
+    being balanced) is not held: under the gap, it is done — unless the moves it was in left it past the gap by
+    their own prediction (``state.predictions``: the rails' caps ended the plan's cycle before it was done, or the
+    plan left it for one move at a time). Its first reading since is one sample, and for a broker with no model of
+    its own (one that just joined) its only measure: one under the gap is the sample's error, as above, and the next
+    cycle goes on with it.
 
     Nor is a broker being balanced (one with a move on record, ``state.predictive_moved_at``, and its counters not
     cleared since) cleared by a reading under the gap within ``landing_ms`` of its last move: a plan lands each
@@ -162,6 +167,13 @@ def hits(
         if gap < settled and balancing and broker in landing:
             held.add(broker)
             continue  # being balanced, its landing not yet shown: a reading under the gap may be a sample's error
+        if gap < settled and past and broker in state.predictive_dipped:
+            dipped.add(broker)  # another reading under the gap, its steady level still past it: one hit off
+            high.pop(broker, None)
+            low[broker] = low.get(broker, 0) - 1
+            if low[broker] <= 0:
+                low.pop(broker)
+            continue
         if gap < settled and not holdable:
             high.pop(broker, None)
             low.pop(broker, None)
