@@ -141,14 +141,15 @@ def hits(
     count = config.loadBalancerAvgShedderHitCountLowThreshold
     high_gap = config.loadBalancerAvgShedderHighThreshold / 2
     high_count = config.loadBalancerAvgShedderHitCountHighThreshold
-    pair = apart(averaged, takers & set(scores), settled)
-    if pair and firm_averaged and _within(firm_averaged, takers & set(scores), settled):
+    present = takers & set(scores)  # takers with a reading
+    pair = apart(averaged, present, settled)
+    if pair and firm_averaged and _within(firm_averaged, present, settled):
         pair = frozenset()
-    within = [steady.get(b, scores[b]) for b in takers if b in scores]
+    within = [steady.get(b, scores[b]) for b in present]
     paired = not pair and bool(within) and max(within) - min(within) < 2 * settled
     if steady_averaged is None:
         steady_averaged = {b: level for b, (level, _) in averaged.items()}
-    levels = [steady_averaged[b] for b in takers & set(scores) if b in steady_averaged]
+    levels = [steady_averaged[b] for b in present if b in steady_averaged]
     lasting = bool(levels) and max(levels) - min(levels) >= 2 * settled  # at the bundles' average traffic
     averaged_mean = sum(levels) / len(levels) if levels else mean
     window = landing_ms(config)
@@ -160,33 +161,30 @@ def hits(
             gap = max(gap, settled)
         predicted = state.predictions.get(broker)  # where last cycle's moves were to leave it
         past = low.get(broker, 0) < count and steady_gap >= settled
-        holdable = broker not in state.predictive_dipped and (
-            past or (predicted is not None and abs(predicted[0] - mean) >= settled)
-        )
+        again = broker in state.predictive_dipped  # the last reading was held (a dip)
+        holdable = past or (not again and predicted is not None and abs(predicted[0] - mean) >= settled)
         balancing = broker in state.predictive_moved_at and low.get(broker, 0) >= count
         if gap < settled and balancing and broker in landing:
             held.add(broker)
             continue  # being balanced, its landing not yet shown: a reading under the gap may be a sample's error
-        if gap < settled and past and broker in state.predictive_dipped:
-            dipped.add(broker)  # another reading under the gap, its steady level still past it: one hit off
-            high.pop(broker, None)
-            low[broker] = low.get(broker, 0) - 1
-            if low[broker] <= 0:
-                low.pop(broker)
-            continue
         if gap < settled and not holdable:
             high.pop(broker, None)
             low.pop(broker, None)
             continue
         if gap < settled:
             dipped.add(broker)
-            if past:  # the hit its steady level says it is, but never the one that triggers it
+            if past and again:  # its steady level still past the gap: one hit off, not a fresh start
+                high.pop(broker, None)
+                low[broker] = low.get(broker, 0) - 1
+                if low[broker] <= 0:
+                    low.pop(broker)
+            elif past:  # the hit its steady level says it is, but never the one that triggers it
                 low[broker] = min(low.get(broker, 0) + 1, count - 1)
             continue
         low[broker] = one_more(low.get(broker, 0))
         if gap >= high_gap or steady_gap >= high_gap:
             high[broker] = one_more(high.get(broker, 0))
-        elif high.get(broker) and broker not in state.predictive_dipped:
+        elif high.get(broker) and not again:
             dipped.add(broker)  # under the high gap right after a reading past it: held, as a dip under the gap is
         else:
             high.pop(broker, None)
