@@ -323,17 +323,40 @@ def test_a_reading_between_the_gaps_right_after_one_past_the_high_gap_holds_the_
 
 
 def test_a_triggered_broker_reading_inside_the_gap_is_cleared_however_noisy():
-    """One being balanced (its low hits at the count): a reading under the gap says it is done, though its model's
-    steady level is still past the gap and the dip is within the noise."""
+    """One being balanced (its low hits at the count, a move on record): a reading under the gap says it is done,
+    though its model's steady level is still past the gap and the dip is within the noise."""
     config = cfg()
-    state = StrategyState(avg_hits_low={"a:1": config.loadBalancerAvgShedderHitCountLowThreshold})
+    count = config.loadBalancerAvgShedderHitCountLowThreshold
+    state = StrategyState(avg_hits_low={"a:1": count}, predictive_moved_at={"a:1": NOW - 3_600_000})
     steady = {"a:1": 55.5, "b:1": 44.5}
-    _, low, triggered, _, _ = debounce.hits({"a:1": 54.5, "b:1": 45.5}, 50, config, state, set(), steady, {})
+    _, low, triggered, _, _ = debounce.hits({"a:1": 54.5, "b:1": 45.5}, 50, config, state, set(), steady, {}, NOW)
     assert "a:1" not in low and not triggered
     _, low, _, _, _ = debounce.hits(
         {"a:1": 54.5, "b:1": 45.5}, 50, config, StrategyState(avg_hits_low={"a:1": 3}), set(), steady, {}
     )
     assert low["a:1"] == 4  # not yet triggered: held, and counted
+
+
+def test_a_complete_count_no_move_touched_is_held_through_a_dip():
+    """a:1 counted its low hits while the spread rule held the cluster back (its steady level 5.5 past the mean, the
+    coolest 4.5 under): no move has touched it. One reading under the gap, its steady level still past it, is a
+    sample's error: the count is held one short (that reading never triggers), and the next reading past the gap
+    acts once the spread allows, instead of counting the whole low hit count again while the drift goes on."""
+    config = cfg()
+    count = config.loadBalancerAvgShedderHitCountLowThreshold
+    takers = {"a:1", "b:1"}
+    state = StrategyState(avg_hits_low={"a:1": count + 2})
+    steady = {"a:1": 55.5, "b:1": 44.5}
+    _, low, triggered, _, _ = debounce.hits({"a:1": 54.5, "b:1": 45.5}, 50, config, state, takers, steady, {}, NOW)
+    assert low["a:1"] == count - 1 and not triggered
+    wider = {"a:1": 56.0, "b:1": 43.5}  # the drift goes on: the spread rule no longer holds it
+    _, _, triggered, _, _ = debounce.hits(
+        {"a:1": 56.5, "b:1": 44.0}, 50, config, StrategyState(avg_hits_low=low), takers, wider, {}, NOW
+    )
+    assert triggered == {"a:1"}
+    inside = {"a:1": 54.5, "b:1": 45.5}  # its steady level inside the gap too: cleared, as before
+    _, low, _, _, _ = debounce.hits({"a:1": 54.5, "b:1": 45.5}, 50, config, state, takers, inside, {}, NOW)
+    assert "a:1" not in low
 
 
 def test_a_broker_its_moves_were_to_leave_past_the_gap_is_not_released_by_one_reading_inside():

@@ -93,12 +93,14 @@ def hits(
     add up its crossings into a trigger. A second reading under the gap in a row, where the steady level is still
     past it, takes a hit off instead (each reading after it another): a broker whose traffic drifts just past the
     gap reads under it twice in a row now and then, and starting over would wait the whole count again while the
-    drift goes on; a run of readings under the gap still wears the count away. A broker already triggered (one
-    being balanced) is not held: under the gap, it is done — unless the moves it was in left it past the gap by
-    their own prediction (``state.predictions``: the rails' caps ended the plan's cycle before it was done, or the
-    plan left it for one move at a time). Its first reading since is one sample, and for a broker with no model of
-    its own (one that just joined) its only measure: one under the gap is the sample's error, as above, and the next
-    cycle goes on with it.
+    drift goes on; a run of readings under the gap still wears the count away. A broker whose count is complete but
+    that no move has touched (the spread rule held it back while a drift was still inside the target) is held the
+    same way, one short of the count: clearing it would make a drift that goes on past the target wait the whole
+    count again. A broker already triggered and moved (one being balanced) is not held: under the gap, it is done —
+    unless the moves it was in left it past the gap by their own prediction (``state.predictions``: the rails' caps
+    ended the plan's cycle before it was done, or the plan left it for one move at a time). Its first reading since
+    is one sample, and for a broker with no model of its own (one that just joined) its only measure: one under the
+    gap is the sample's error, as above, and the next cycle goes on with it.
 
     Nor is a broker being balanced (one with a move on record, ``state.predictive_moved_at``, and its counters not
     cleared since) cleared by a reading under the gap within ``landing_ms`` of its last move: a plan lands each
@@ -160,7 +162,9 @@ def hits(
         if broker in pair:
             gap = max(gap, settled)
         predicted = state.predictions.get(broker)  # where last cycle's moves were to leave it
-        past = low.get(broker, 0) < count and steady_gap >= settled
+        # a dip where its steady level is past the gap is a sample's error: held, unless its count is complete and a
+        # move has touched it (being balanced, under the gap it is done)
+        past = steady_gap >= settled and (low.get(broker, 0) < count or broker not in state.predictive_moved_at)
         again = broker in state.predictive_dipped  # the last reading was held (a dip)
         holdable = past or (not again and predicted is not None and abs(predicted[0] - mean) >= settled)
         balancing = broker in state.predictive_moved_at and low.get(broker, 0) >= count
