@@ -162,12 +162,12 @@ def hits(
         if broker in pair:
             gap = max(gap, settled)
         predicted = state.predictions.get(broker)  # where last cycle's moves were to leave it
-        # a dip where its steady level is past the gap is a sample's error: held, unless its count is complete and a
-        # move has touched it (being balanced, under the gap it is done)
-        past = steady_gap >= settled and (low.get(broker, 0) < count or broker not in state.predictive_moved_at)
+        balancing = broker in state.predictive_moved_at and low.get(broker, 0) >= count
+        # a dip where its steady level is past the gap is a sample's error: held, unless it is being balanced (its
+        # count complete and a move on record: under the gap, it is done)
+        past = steady_gap >= settled and not balancing
         again = broker in state.predictive_dipped  # the last reading was held (a dip)
         holdable = past or (not again and predicted is not None and abs(predicted[0] - mean) >= settled)
-        balancing = broker in state.predictive_moved_at and low.get(broker, 0) >= count
         if gap < settled and balancing and broker in landing:
             held.add(broker)
             continue  # being balanced, its landing not yet shown: a reading under the gap may be a sample's error
