@@ -951,6 +951,40 @@ def test_the_exact_program_finds_the_plan_the_greedy_packing_misses():
     assert len(rows) == 2  # each giver's 6: the greedy's choice, which no packing lands in the band
 
 
+def test_too_many_pairs_for_the_program_it_plans_the_empty_receivers_the_greedy_packing_leaves_out(monkeypatch):
+    """As above — two givers 6 over the level (45) with bundles of 6, 4 and 2, three receivers 4 under it, a band of
+    2 — but the receivers carry nothing (back from a restart; what their machines' other processes use puts them
+    there), and two brokers half a point under the level, inside the band, could receive too. With more (bundle,
+    receiver) pairs than the program may take (lowered here to 20: 6 bundles × 5 receivers), the greedy packing's
+    plan leaves the empty receivers out of the band; the program over them (6 × 3 pairs) finds the four moves that
+    put every broker in the band, none to the two already in it. Receivers that carry load are left to one move at
+    a time, as before."""
+    monkeypatch.setattr(endstate, "MILP_MAX_PAIRS", 20)
+
+    def plan(empty):
+        bundles = {"g1:1": [34.0, 6.0, 4.0, 2.0], "g2:1": [34.0, 6.0, 4.0, 2.0]}  # the 34 stays (not movable)
+        reports = {
+            g: broker(5, {bundle(f"t/{g[:2]}", i): p for i, p in enumerate(sizes)}) for g, sizes in bundles.items()
+        }
+        receivers = {f"r{k}:1": broker(41, {}) if empty else broker(5, {bundle(f"t/r{k}", 0): 36.0}) for k in range(3)}
+        reports |= receivers | {f"e{k}:1": broker(5, {bundle(f"t/e{k}", 0): 39.5}) for k in range(2)}
+        reports["h:1"] = broker(5, {bundle("t/h", 0): 41.0})  # a point over the level, nothing movable
+        snap = snapshot(reports)
+        fits = {b: model(41 if empty and b in receivers else 5) for b in reports}
+        profile = LoadProfile(cost_models=MappingProxyType({(b, "cpu"): m for b, m in fits.items()}))
+        load = build_load_data(snap, {}, {}, ONE_HIT.grace_period_ms)[0].with_profile(profile)
+        state = StrategyState()
+        prediction = forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state)
+        movable = {b: sorted(r.lastStats)[1:] if b.startswith("g") else [] for b, r in snap.brokers.items()}
+        return endstate.plan(load, prediction, movable, set(snap.brokers), 2.0, ONE_HIT, {}, {}, set(snap.brokers))
+
+    empty, carrying = plan(empty=True), plan(empty=False)
+    assert empty.target == pytest.approx(45.0) and empty.solver == "milp"
+    assert empty.outside() == set() and len(empty.moves) == 4
+    assert {receiver for _, _, receiver in empty.moves} == {"r0:1", "r1:1", "r2:1"}
+    assert carrying.target == pytest.approx(45.0) and carrying.solver == "greedy" and carrying.outside()
+
+
 def test_of_plans_as_short_the_exact_program_keeps_the_one_that_leaves_the_brokers_closest():
     """A receiver 9 points under the level needs two 2.5-point bundles (a band of 4.5). A giver a point over the
     level could give both — its bundles disconnect one topic each, the others' three — and end 4 under, with two

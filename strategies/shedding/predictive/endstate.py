@@ -14,7 +14,10 @@ lands the brokers within the noise of twice the band apart (estimates a few tent
 from the target), or uses more moves than the givers' and receivers' own counts need, the whole choice is made again
 as a mixed-integer program (HiGHS, through ``scipy.optimize.milp``) — bundles of any broker above the level,
 receivers below it, within the namespace policies and under the overload threshold — with a deterministic node
-budget, and kept when it is better.
+budget, and kept when it is better. Where every receiver would make too many (bundle, receiver) pairs for the
+program and the receivers the packing leaves out of the band carry nothing (on a scale-out, the new brokers, each
+of which a coarse bundle may overfill or leave short, while the many old brokers just under the level need
+nothing), it is made over those receivers.
 
 **This cycle's moves**, when the rails' caps spread the plan over cycles: first what each giver must give now for
 the plan to take no more cycles than it needs (a giver with more moves than the per-broker cap allows in the
@@ -33,7 +36,7 @@ import numpy as np
 
 from pulsar_lb_operator.strategies.config import LoadBalancerConfig
 from pulsar_lb_operator.strategies.loaddata import LoadData
-from pulsar_lb_operator.strategies.shedding.predictive import packing
+from pulsar_lb_operator.strategies.shedding.predictive import debounce, packing
 from pulsar_lb_operator.strategies.shedding.predictive.forecast import Forecast, Traffic, carried
 from pulsar_lb_operator.strategies.shedding.predictive.pairing import ceiling, permitted
 
@@ -232,7 +235,32 @@ def plan(
         exact = _milp(found, nothing)
         if exact is not None and _score(exact, found) < _score(greedy, found):
             return exact
+    elif not exact_size and (short := _for_the_short(load, forecast, items, receivers, limit, nothing, greedy)):
+        return short
     return greedy
+
+
+def _for_the_short(
+    load: LoadData,
+    forecast: Forecast,
+    items: list[tuple[str, str, Traffic, float, int]],
+    receivers: list[str],
+    limit: float,
+    nothing: EndState,
+    greedy: EndState,
+) -> EndState | None:
+    """The program over the receivers the ``greedy`` plan leaves out of the band, where every receiver made too many
+    pairs for it and each of them carries nothing (joined or came back): what a broker receives empty, the grace
+    period keeps on it, so its first fill is planned whole; one already carrying load is topped up one move at a
+    time. Kept when it is better; None where these too are too many, or it finds nothing better."""
+    short = [r for r in receivers if r in greedy.outside()]
+    if not short or not debounce.empty(load) >= set(short) or len(items) * len(short) > MILP_MAX_PAIRS:
+        return None
+    found = _candidates(load, forecast, items, range(len(items)), short, limit)
+    exact = None if found is None else _milp(found, nothing)
+    if exact is None or found is None or _score(exact, found) >= _score(greedy, found):
+        return None
+    return exact
 
 
 def _items(
