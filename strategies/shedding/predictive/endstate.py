@@ -254,7 +254,7 @@ def _for_the_short(
     period keeps on it, so its first fill is planned whole; one already carrying load is topped up one move at a
     time. Kept when it is better; None where these too are too many, or it finds nothing better."""
     short = [r for r in receivers if r in greedy.outside()]
-    if not short or not debounce.empty(load) >= set(short) or len(items) * len(short) > MILP_MAX_PAIRS:
+    if not short or len(items) * len(short) > MILP_MAX_PAIRS or not debounce.empty(load) >= set(short):
         return None
     found = _candidates(load, forecast, items, range(len(items)), short, limit)
     exact = None if found is None else _milp(found, nothing)
