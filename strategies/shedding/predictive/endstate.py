@@ -40,8 +40,9 @@ from pulsar_lb_operator.strategies.shedding.predictive import debounce, packing
 from pulsar_lb_operator.strategies.shedding.predictive.forecast import Forecast, Traffic, carried
 from pulsar_lb_operator.strategies.shedding.predictive.pairing import ceiling, permitted
 
-# A plan with more candidate (bundle, receiver) pairs than this is left to the greedy packing: HiGHS needs about
-# a second of one core for a thousand (``python benchmarks/decide.py`` prints the decide time).
+# A plan with more candidate (bundle, receiver) pairs than this is left to the greedy packing (but for the first fill
+# of empty receivers, ``_first_fill``): HiGHS needs about a second of one core for a thousand (``python
+# benchmarks/decide.py`` prints the decide time).
 MILP_MAX_PAIRS = 1_000
 MILP_NODES = 200  # HiGHS's branch-and-bound budget: a count, so the same cycle gives the same plan on any machine
 # A safety net under the node budget, well above what the budget takes (seconds at the most pairs on 2 cores): at
@@ -235,12 +236,12 @@ def plan(
         exact = _milp(found, nothing)
         if exact is not None and _score(exact, found) < _score(greedy, found):
             return exact
-    elif not exact_size and (short := _for_the_short(load, forecast, items, receivers, limit, nothing, greedy)):
-        return short
+    elif not exact_size and (filled := _first_fill(load, forecast, items, receivers, limit, nothing, greedy)):
+        return filled
     return greedy
 
 
-def _for_the_short(
+def _first_fill(
     load: LoadData,
     forecast: Forecast,
     items: list[tuple[str, str, Traffic, float, int]],
