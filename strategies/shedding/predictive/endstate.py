@@ -233,8 +233,7 @@ def plan(
     chosen = [k for k, row in enumerate(found.rows) if row in fewest]
     greedy = _greedy(found, chosen, nothing, limit)
     if exact_size and _may_pay(greedy, found):
-        exact = _milp(found, nothing)
-        if exact is not None and _score(exact, found) < _score(greedy, found):
+        if exact := _better(found, nothing, greedy):
             return exact
     elif not exact_size and (filled := _first_fill(load, forecast, items, receivers, limit, nothing, greedy)):
         return filled
@@ -254,14 +253,18 @@ def _first_fill(
     pairs for it and each of them carries nothing (joined or came back): what a broker receives empty, the grace
     period keeps on it, so its first fill is planned whole; one already carrying load is topped up one move at a
     time. Kept when it is better; None where these too are too many, or it finds nothing better."""
-    short = [r for r in receivers if r in greedy.outside()]
+    outside = greedy.outside()
+    short = [r for r in receivers if r in outside]
     if not short or len(items) * len(short) > MILP_MAX_PAIRS or not debounce.empty(load) >= set(short):
         return None
     found = _candidates(load, forecast, items, range(len(items)), short, limit)
-    exact = None if found is None else _milp(found, nothing)
-    if exact is None or found is None or _score(exact, found) >= _score(greedy, found):
-        return None
-    return exact
+    return None if found is None else _better(found, nothing, greedy)
+
+
+def _better(found: _Candidates, nothing: EndState, greedy: EndState) -> EndState | None:
+    """The program's plan over ``found``, where it scores better than the ``greedy`` one; else None."""
+    exact = _milp(found, nothing)
+    return exact if exact is not None and _score(exact, found) < _score(greedy, found) else None
 
 
 def _items(
