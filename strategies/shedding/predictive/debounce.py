@@ -23,11 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Set
 
-from pulsar_lb_operator.strategies import bundles as bundle_names
 from pulsar_lb_operator.strategies.config import LoadBalancerConfig
 from pulsar_lb_operator.strategies.documents import one_more
 from pulsar_lb_operator.strategies.loaddata import LoadData
-from pulsar_lb_operator.strategies.shedding.predictive.forecast import NO_TRAFFIC, reported_after
+from pulsar_lb_operator.strategies.shedding.predictive.forecast import carries_traffic, reported_after
 from pulsar_lb_operator.strategies.state import StrategyState
 
 
@@ -246,11 +245,7 @@ def _extremes(
 def empty(load: LoadData) -> set[str]:
     """Brokers that carry no traffic: a broker that joined, or came back from a restart (Pulsar assigns a broker
     that starts nothing but its heartbeat bundles)."""
-    return {
-        b
-        for b, report in load.snapshot.brokers.items()
-        if all(bundle_names.is_system_bundle(x) or s.traffic == NO_TRAFFIC for x, s in report.lastStats.items())
-    }
+    return {b for b, report in load.snapshot.brokers.items() if not carries_traffic(report)}
 
 
 def changed_at(load: LoadData, state: StrategyState, expected: frozenset[str]) -> int:

@@ -36,8 +36,8 @@ import numpy as np
 
 from pulsar_lb_operator.strategies.config import LoadBalancerConfig
 from pulsar_lb_operator.strategies.loaddata import LoadData
-from pulsar_lb_operator.strategies.shedding.predictive import debounce, packing
-from pulsar_lb_operator.strategies.shedding.predictive.forecast import Forecast, Traffic, carried
+from pulsar_lb_operator.strategies.shedding.predictive import packing
+from pulsar_lb_operator.strategies.shedding.predictive.forecast import Forecast, Traffic, carried, carries_traffic
 from pulsar_lb_operator.strategies.shedding.predictive.pairing import ceiling, permitted
 
 # A plan with more candidate (bundle, receiver) pairs than this is left to the greedy packing (but for the first fill
@@ -255,7 +255,9 @@ def _first_fill(
     time. Kept when it is better; None where these too are too many, or it finds nothing better."""
     outside = greedy.outside()
     short = [r for r in receivers if r in outside]
-    if not short or len(items) * len(short) > MILP_MAX_PAIRS or not debounce.empty(load) >= set(short):
+    if not short or len(items) * len(short) > MILP_MAX_PAIRS:
+        return None
+    if any(carries_traffic(load.snapshot.brokers[r]) for r in short):
         return None
     found = _candidates(load, forecast, items, range(len(items)), short, limit)
     return None if found is None else _better(found, nothing, greedy)

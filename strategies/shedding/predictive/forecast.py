@@ -258,7 +258,7 @@ class Forecast:
             cpu, *rest = sampled_points[b]
             self.points[b] = [cpu, *rest]  # as sampled, until a model says better
             base = background(load, state, b, slope[b])
-            if base is None and not _carries_traffic(report):
+            if base is None and not carries_traffic(report):
                 base = cpu  # carries nothing: what it uses is its background
             if base is None:
                 continue
@@ -508,7 +508,9 @@ def shrunk(mean: float, error: float, spread: float) -> float:
     return counted if math.isfinite(counted) else 0.0  # a jitter past the largest float: nothing to tell
 
 
-def _carries_traffic(report: BrokerLoad) -> bool:
+def carries_traffic(report: BrokerLoad) -> bool:
+    """Whether the broker carries any traffic beyond its heartbeat bundles (one that just joined or came back from a
+    restart carries none: Pulsar assigns it nothing else)."""
     return any(not bundle_names.is_system_bundle(b) and s.traffic != NO_TRAFFIC for b, s in report.lastStats.items())
 
 
