@@ -13,9 +13,10 @@ from pulsar_lb_operator.strategies.loaddata import build_load_data
 from pulsar_lb_operator.strategies.profile import CostModel, LoadProfile
 from pulsar_lb_operator.strategies.rails import Rails
 from pulsar_lb_operator.strategies.shedding import avg, predictive
-from pulsar_lb_operator.strategies.shedding.predictive import debounce, endstate, forecast, pairing, swaps
+from pulsar_lb_operator.strategies.shedding.predictive import debounce, endstate, forecast, pairing, pools, swaps
+from pulsar_lb_operator.strategies.snapshots import parse_snapshot
 from pulsar_lb_operator.strategies.state import PendingMove
-from tests.builders import NOW, broker_report, bundle, cfg, snapshot, stats
+from tests.builders import NOW, broker_report, bundle, cfg, snapshot, snapshot_doc, stats
 
 CPU = 800.0  # 8 cores: LocalBrokerData's cpu limit
 NIC = 1e9  # kbit/s: bandwidth never matters here
@@ -1224,3 +1225,51 @@ def test_a_broker_whose_bundles_the_grace_period_holds_has_the_coolest_filled_up
     state = StrategyState(recently_unloaded={b: NOW - 60_000 for b in held})
     result = shed(snapshot(reports), profile, state)
     assert result.unloads and {(u.source, u.destination) for u in result.unloads} <= {("m:1", "c1:1"), ("m:1", "c2:1")}
+
+
+def _isolated(i1_bundles: int, i2_bundles: int) -> dict:
+    """tenant-iso isolated on i1 and i2 (10 points a bundle), the other tenant on s1, s2 and s3 at 35 each."""
+    iso = {"i1:1": i1_bundles, "i2:1": i2_bundles}
+    brokers, index = {}, 0
+    for name, count in iso.items():
+        brokers[name] = broker(5, {bundle("tenant-iso/ns", index + i): 10.0 for i in range(count)})
+        index += count
+    for k, name in enumerate(("s1:1", "s2:1", "s3:1")):
+        brokers[name] = broker(5, {bundle("tenant-b/ns", 3 * k + i): 10.0 for i in range(3)})
+    doc = snapshot_doc(brokers)
+    failover = {"policy_type": "min_available", "parameters": {"min_limit": "1", "usage_threshold": "100"}}
+    doc["isolationPolicies"] = {
+        "iso": {
+            "namespaces": ["tenant-iso/.*"],
+            "primary": ["i[12]"],
+            "secondary": [],
+            "auto_failover_policy": failover,
+        }
+    }
+    return doc
+
+
+ISOLATED_PROFILE = LoadProfile(
+    cost_models=MappingProxyType({(b, "cpu"): model(5) for b in ("i1:1", "i2:1", "s1:1", "s2:1", "s3:1")})
+)
+
+
+def test_brokers_an_isolation_policy_keeps_apart_are_balanced_among_themselves():
+    """tenant-iso may use i1 and i2 only, and the other tenant may not use them: the cluster's mean (47) is out of
+    reach of both sides. i1 at 85 and i2 at 45 are balanced at their own level, 65; the shared brokers are left
+    alone (no bundle can move between the two groups)."""
+    result = shed(parse_snapshot(_isolated(8, 4)), ISOLATED_PROFILE)
+    assert [(u.source, u.destination) for u in result.unloads] == [("i1:1", "i2:1")] * 2
+    assert "predicted i1:1 75.0→65.0, i2:1 55.0→65.0" in result.unloads[-1].reason
+    assert any("mean usage of the 2 brokers that can take load 65.0 among i1:1, i2:1" in n for n in result.notes)
+    balanced = shed(parse_snapshot(_isolated(6, 6)), ISOLATED_PROFILE)  # 65 and 65: nothing to move, though 30 apart
+    assert balanced.unloads == ()
+
+
+def test_without_isolation_policies_the_cluster_is_one_pool():
+    doc = _isolated(8, 4)
+    del doc["isolationPolicies"]
+    load, _, _ = build_load_data(parse_snapshot(doc), {}, {}, ONE_HIT.grace_period_ms)
+    assert pools.pools(load, doc["brokers"]) == [frozenset(doc["brokers"])]
+    isolated, _, _ = build_load_data(parse_snapshot(_isolated(8, 4)), {}, {}, ONE_HIT.grace_period_ms)
+    assert pools.pools(isolated, doc["brokers"]) == [frozenset({"i1:1", "i2:1"}), frozenset({"s1:1", "s2:1", "s3:1"})]

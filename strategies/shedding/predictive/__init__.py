@@ -10,7 +10,9 @@ broker (``forecast``) both are predictable. Each cycle:
    count every reading as a hit while they stay past it (``debounce.apart``), and are acted on, unless models a gap
    or more off by their departures made the pair; a broker that carries nothing — one that joined or came back — is
    acted on without hits; after a broker leaves or a new one joins, or someone else splits a bundle, the shedder
-   waits until every broker has reported since.
+   waits until every broker has reported since. Brokers no bundle can move between — a tenant's isolation policy
+   keeps it on its own brokers, and the others off them — are counted and planned apart, each pool on its own mean
+   and level (``pools``): the cluster's is out of reach of both sides.
 2. **Where to** (``endstate``): the balanced level every broker that can take load would share, each at its own
    cost, and the plan that brings every broker into the band around it with the fewest moves, then the
    narrowest spread, then topics. A broker the trigger flagged is planned at the level the trigger read it at
@@ -31,8 +33,9 @@ notes and the state.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -43,7 +46,15 @@ from pulsar_lb_operator.strategies.loaddata import LoadData
 from pulsar_lb_operator.strategies.plans import Split, Unload
 from pulsar_lb_operator.strategies.shedding import avg
 from pulsar_lb_operator.strategies.shedding.common import SheddingResult
-from pulsar_lb_operator.strategies.shedding.predictive import debounce, endstate, forecast, pairing, splits, swaps
+from pulsar_lb_operator.strategies.shedding.predictive import (
+    debounce,
+    endstate,
+    forecast,
+    pairing,
+    pools,
+    splits,
+    swaps,
+)
 from pulsar_lb_operator.strategies.splitting import algorithms
 from pulsar_lb_operator.strategies.state import PendingMove, StrategyState
 
@@ -98,25 +109,45 @@ class _Cycle:
         self.waiting, self.errors = forecast.check_predictions(load, state, self.pending, config)
         self.forecast.trust_samples({b for b, e in self.errors.items() if abs(e) > 2 * self.forecast.sigma})
         scores = self.forecast.sampled
-        overall = sum(scores.values()) / len(scores)
         self.backgrounds = {b: self.forecast.background(b) for b in brokers}
-        self.takers = {b for b in brokers if self.backgrounds[b] < overall}
-        self.mean = sum(scores[b] for b in self.takers) / len(self.takers) if self.takers else overall
+        self.pools = pools.pools(load, scores)
+        self.takers: set[str] = set()
+        self.means: dict[frozenset[str], float] = {}
+        for pool in self.pools:
+            overall = sum(scores[b] for b in pool) / len(pool)
+            takers = {b for b in pool if self.backgrounds[b] < overall}
+            self.takers |= takers
+            self.means[pool] = sum(scores[b] for b in takers) / len(takers) if takers else overall
         steady = {b: self.forecast.unbiased(b) for b in scores}
         averaged = {b: self.forecast.averaged(load, b) for b in self.takers}  # only takers can be the pair
         firm = {b: self.forecast.firmly_unbiased(b, debounce.settled_gap(config)) for b in averaged}
-        self.high, self.low, self.triggered, self.dipped, self.held = debounce.hits(
-            scores,
-            self.mean,
-            config,
-            state,
-            self.takers,
-            steady,
-            averaged,
-            load.snapshot.taken_at,
-            {b: level + steady[b] - self.forecast.usage(b) for b, (level, _) in averaged.items()},
-            {b: (level + firm[b][0] - self.forecast.usage(b), firm[b][1]) for b, (level, _) in averaged.items()},
-        )
+        self.high: dict[str, int] = {}
+        self.low: dict[str, int] = {}
+        self.triggered: set[str] = set()
+        self.dipped: frozenset[str] = frozenset()
+        self.held: frozenset[str] = frozenset()
+        for pool in self.pools:  # each pool's brokers are counted on their distance from the pool's mean
+            high, low, triggered, dipped, held = debounce.hits(
+                {b: scores[b] for b in pool} if len(self.pools) > 1 else scores,
+                self.means[pool],
+                config,
+                state,
+                self.takers & pool,
+                steady,
+                averaged,
+                load.snapshot.taken_at,
+                {b: level + steady[b] - self.forecast.usage(b) for b, (level, _) in averaged.items() if b in pool},
+                {
+                    b: (level + firm[b][0] - self.forecast.usage(b), firm[b][1])
+                    for b, (level, _) in averaged.items()
+                    if b in pool
+                },
+            )
+            self.high |= high
+            self.low |= low
+            self.triggered |= triggered
+            self.dipped |= dipped
+            self.held |= held
         self.empty = debounce.empty(load) & self.takers
         sheddable = load.sheddable_bundles()
         self.movable = {
@@ -135,7 +166,12 @@ class _Cycle:
         self.received = {m.destination for m in state.predictive_pending.values()}
         self.stranded: set[str] = set()  # givers whose planned move leaves its receiver above the band
         self.deferred: set[str] = set()  # brokers of the plan's moves the caps left to the next cycle
-        self.notes = [f"{NAME}: mean usage of the {len(self.takers)} brokers that can take load {self.mean:.1f}"]
+        apart = len(self.pools) > 1
+        self.notes = [
+            f"{NAME}: mean usage of the {len(self.takers & pool)} brokers that can take load {self.means[pool]:.1f}"
+            + (f" among {', '.join(sorted(pool))}, which no bundle can move out of or into" if apart else "")
+            for pool in self.pools
+        ]
         self.notes += [
             f"{NAME}: {b} has no good CPU model; its capacity and the cluster's per-core cost stand in"
             for b in sorted(slope)
@@ -162,28 +198,35 @@ class _Cycle:
                 "until every broker has reported since"
             )
         passed_on = self._trigger_splits(trigger_splits)
-        plan = None
         if self.empty:
             self.notes.append(f"{NAME}: {', '.join(sorted(self.empty))} carries nothing (joined or came back): acting")
         room = self.load.rails.max_unloads_per_cycle - self.actions()
+        plans = []
         if not settling and (self.triggered or self.empty) and room > 0:  # no room: planned again next cycle
             self.forecast.count_bias(self.triggered)
-            plan = endstate.plan(
-                self.load,
-                self.forecast,
-                self.movable,
-                self.takers - set(self.pieces.per_source),
-                max(debounce.settled_gap(self.config) - self.forecast.sigma, 0.0),
-                self.config,
-                self.pieces.halves,
-                self.pieces.topics,
-                self.triggered | self.empty,
-            )
-            self._carry_out_plan(plan)
-            self._pair(plan)
+            for pool in self.pools:
+                if not (self.triggered | self.empty) & pool:
+                    continue
+                if self.actions() >= self.load.rails.max_unloads_per_cycle:
+                    break
+                with self._within(pool):
+                    plan = endstate.plan(
+                        self.load,
+                        self.forecast,
+                        self.movable,
+                        self.takers - set(self.pieces.per_source),
+                        max(debounce.settled_gap(self.config) - self.forecast.sigma, 0.0),
+                        self.config,
+                        self.pieces.halves,
+                        self.pieces.topics,
+                        (self.triggered | self.empty) & pool,
+                    )
+                    self._carry_out_plan(plan)
+                    self._pair(plan)
+                plans.append(plan)
         return SheddingResult(
             tuple(self.unloads),
-            self._next_state(plan, changed_at),
+            self._next_state(plans, changed_at),
             tuple(self.notes),
             (*self.pieces.splits, *passed_on),
         )
@@ -403,10 +446,20 @@ class _Cycle:
         args = (self.load, self.forecast, source, self.movable, destinations, relays, level, band)
         return swaps.best_relay(*args, self.config, self.pieces.halves, room, self.load.rails.max_unloads_per_broker)
 
-    def _next_state(self, plan: endstate.EndState | None, changed_at: int) -> StrategyState:
+    @contextlib.contextmanager
+    def _within(self, pool: frozenset[str]) -> Iterator[None]:
+        """Plan one pool: its takers and its brokers' movable bundles only, as though it were the whole cluster."""
+        takers, movable = self.takers, self.movable
+        self.takers, self.movable = takers & pool, {b: v for b, v in movable.items() if b in pool}
+        try:
+            yield
+        finally:
+            self.takers, self.movable = takers, {**movable, **self.movable}
+
+    def _next_state(self, plans: Sequence[endstate.EndState], changed_at: int) -> StrategyState:
         high, low = self.high, self.low
         moved = {u.source for u in self.unloads} | {u.destination for u in self.unloads if u.destination is not None}
-        planned = set() if plan is None or not self.unloads else {b for m in plan.moves for b in (m[0], m[2])}
+        planned = {b for plan in plans for m in plan.moves for b in (m[0], m[2])} if self.unloads else set()
         for b in moved | planned:
             # being balanced: it stays triggered, and the next cycle's hit count clears it once it is within the
             # gap, instead of counting low hits again from nothing while the plan or the moves' errors leave it out

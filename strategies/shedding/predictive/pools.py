@@ -1,0 +1,53 @@
+"""Pools: the groups of brokers no bundle can move between, each balanced on its own.
+
+A namespace isolation policy keeps a namespace on its primary (and secondary) brokers, and the other namespaces
+off them (``policies.apply_namespace_policies``): a tenant isolated on brokers of its own shares no bundle with
+the rest of the cluster. The cluster's balanced level is then out of reach of both sides — the isolated brokers
+can give to none of the others nor take from them — and a plan toward it finds no move, even where the isolated
+brokers are far apart from each other. So brokers are grouped into pools, joined by the namespaces that can move
+between them (each namespace joins the brokers that carry it and those its policies allow), and each pool has its
+own mean for the hit counters and its own balanced level. A cluster without isolation policies is one pool; a
+namespace whose policies could not be read is allowed nowhere, and joins only the broker that carries it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pulsar_lb_operator.strategies import bundles as bundle_names
+from pulsar_lb_operator.strategies.loaddata import LoadData
+from pulsar_lb_operator.strategies.shedding.predictive.pairing import allowed_brokers
+
+
+def pools(load: LoadData, brokers: Iterable[str]) -> list[frozenset[str]]:
+    """``brokers`` in groups no bundle can move between, each sorted group by its first broker (one group, all of
+    them, when the cluster has no isolation policy and every namespace's policies are known)."""
+    members = sorted(set(brokers))
+    policies = load.snapshot.policies
+    if not policies.isolation and not policies.unknown:
+        return [frozenset(members)] if members else []
+    parent = {b: b for b in members}
+
+    def root(broker: str) -> str:
+        while parent[broker] != broker:
+            parent[broker] = parent[parent[broker]]
+            broker = parent[broker]
+        return broker
+
+    carriers: dict[str, set[str]] = {}  # namespace → the brokers that carry it
+    example: dict[str, str] = {}  # namespace → one of its bundles (its allowed brokers depend on the namespace)
+    for broker in members:
+        for bundle in load.snapshot.index.owned(broker):
+            namespace = bundle_names.namespace_of(bundle)
+            if bundle_names.is_system_namespace(namespace):
+                continue
+            carriers.setdefault(namespace, set()).add(broker)
+            example.setdefault(namespace, bundle)
+    for namespace, carrying in carriers.items():
+        joined = sorted((carrying | allowed_brokers(load, example[namespace])) & parent.keys())
+        for broker in joined[1:]:
+            parent[root(broker)] = root(joined[0])
+    groups: dict[str, set[str]] = {}
+    for broker in members:
+        groups.setdefault(root(broker), set()).add(broker)
+    return sorted((frozenset(g) for g in groups.values()), key=min)
