@@ -8,24 +8,59 @@ Brokers differ (cores, NIC, per-message costs), so "balanced" is every broker th
 ±target/2 of the **balanced level**: the usage they would all have if their traffic were spread so as to equalise
 it (``balanced_level``). Moving load onto a broker with twice the cores lowers the mean, and a bundle counts on
 each broker at what it costs there: on its owner, what leaving takes off; on a broker below the band, what
-arriving adds. On alike brokers the balanced level is their mean usage and both costs are the same.
+arriving adds. On alike brokers the balanced level is their mean usage and both costs are the same. Brokers no
+bundle can move between (a namespace isolation policy's primaries and the rest: ``pools_of``) are judged as
+clusters of their own.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import itertools
 import math
+from collections.abc import Mapping, Set
 
 import numpy as np
 
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.model import Broker
+from pulsar_lb_operator.simulator.scenario import Scenario
 from pulsar_lb_operator.strategies import DEFAULT_RAILS, BundleStats, LoadBalancerConfig, Rails
 
 TARGET_SPREAD = 10.0  # points of usage: "balanced" means max − min below this
 GOAL_CYCLES = 3  # issue 16: balanced within 3 cycles of a disturbance, or as soon as the rails allow
 RESOURCES = ("cpu", "bandwidthIn", "bandwidthOut")  # what the simulator's weighted usage is the max of
 UNITS = (BundleStats(msgRateIn=1.0), BundleStats(msgThroughputIn=1.0), BundleStats(msgThroughputOut=1.0))
+
+
+Pools = Mapping[str, str]  # broker name → its pool: brokers no bundle can move between are judged apart
+
+
+def pools_of(scenario: Scenario) -> dict[str, str]:
+    """Each broker's pool (by name, brokers that join included) under the scenario's namespace isolation policies.
+    A policy's primary brokers carry its namespaces and no other (Pulsar's shared brokers are those no policy names
+    primary): no bundle moves between them and the rest, whose levels no strategy can bring together, so each pool
+    is judged on its own — its spread, its lower bound of moves. A policy with secondary brokers spills onto them,
+    shared ones, which joins its primaries to the rest. Empty without isolation policies: the cluster is one pool."""
+    closed = [p for p in scenario.isolation_policies if not p.secondary]
+    if not closed:
+        return {}
+    names = [b.name for b in scenario.brokers] + [
+        e.broker for e in scenario.events if e.type == "add_broker" and e.broker
+    ]
+    return {
+        name: "+".join(p.name for p in closed if any(fnmatch.fnmatchcase(name, g) for g in p.primary)) for name in names
+    }
+
+
+def pooled(usage: Mapping[str, float], pools: Pools | None) -> list[dict[str, float]]:
+    """``usage`` split by pool (``pools_of``; a broker it does not name is shared), in the order first met."""
+    if not pools:
+        return [dict(usage)]
+    out: dict[str, dict[str, float]] = {}
+    for name, value in usage.items():
+        out.setdefault(pools.get(name, ""), {})[name] = value
+    return list(out.values())
 
 
 def balanceable(usage: dict[str, float], background: dict[str, float]) -> list[str]:
@@ -43,9 +78,13 @@ def balanceable_mean(usage: dict[str, float], background: dict[str, float]) -> t
     return takers, (sum(usage[n] for n in takers) / len(takers) if takers else 0.0)
 
 
-def balanceable_spread(usage: dict[str, float], background: dict[str, float]) -> float:
-    values = [usage[name] for name in balanceable(usage, background)]
-    return max(values) - min(values) if values else 0.0
+def balanceable_spread(usage: dict[str, float], background: dict[str, float], pools: Pools | None = None) -> float:
+    """The hottest less the coolest of the brokers that can take load: in the pool where that is widest."""
+    spreads = [0.0]
+    for group in pooled(usage, pools):
+        values = [group[name] for name in balanceable(group, background)]
+        spreads.append(max(values) - min(values) if values else 0.0)
+    return max(spreads)
 
 
 def linear_usage(cluster: SimulatedCluster, broker: Broker) -> tuple[np.ndarray, np.ndarray]:
@@ -83,10 +122,13 @@ def balanced_level(lines: list[tuple[np.ndarray, np.ndarray]], traffic: np.ndarr
     return (low + high) / 2
 
 
-def bundle_contributions(cluster: SimulatedCluster) -> dict[str, dict[str, float]]:
-    """Per live broker: each owned bundle's share of its true usage (usage with − usage without)."""
+def bundle_contributions(cluster: SimulatedCluster, names: Set[str] | None = None) -> dict[str, dict[str, float]]:
+    """Per live broker (of ``names``, default all): each owned bundle's share of its true usage (usage with − usage
+    without)."""
     out: dict[str, dict[str, float]] = {}
     for broker in cluster.alive_brokers():
+        if names is not None and broker.name not in names:
+            continue
         owned = cluster.owned_by(broker.id)
         stats = {b: cluster.bundle_stats(b)[0] for b in owned}
         full = cluster.weighted_usage(broker, stats)
@@ -97,7 +139,29 @@ def bundle_contributions(cluster: SimulatedCluster) -> dict[str, dict[str, float
 
 
 def balance_needs(
-    cluster: SimulatedCluster, target: float = TARGET_SPREAD, held: frozenset[str] = frozenset()
+    cluster: SimulatedCluster,
+    target: float = TARGET_SPREAD,
+    held: frozenset[str] = frozenset(),
+    pools: Pools | None = None,
+) -> tuple[int, int]:
+    """``_pool_needs`` of each pool (``pools_of``; default: the cluster is one) added up, and the most from one
+    broker of any."""
+    total = most = 0
+    for names in _pool_names(cluster, pools):
+        needed, one = _pool_needs(cluster, target, held, names)
+        total, most = total + needed, max(most, one)
+    return total, most
+
+
+def _pool_names(cluster: SimulatedCluster, pools: Pools | None) -> list[set[str] | None]:
+    """The live brokers' names by pool; [None] (every broker) without pools."""
+    if not pools:
+        return [None]
+    return [set(group) for group in pooled({b.name: 0.0 for b in cluster.alive_brokers()}, pools)]
+
+
+def _pool_needs(
+    cluster: SimulatedCluster, target: float, held: frozenset[str], names: set[str] | None
 ) -> tuple[int, int]:
     """At least this many unloads bring every broker that can take load within ±target/2 of the balanced level,
     and at least this many of them leave one broker (the busiest giver's share). ``held``: bundles unloaded within
@@ -115,7 +179,7 @@ def balance_needs(
     the three. A bundle's cost on a broker it arrives on is the most it adds to any one resource there, which is
     never less than what it adds to the broker's weighted usage.
     """
-    now = _reading(cluster)
+    now = _reading(cluster, names)
     if now is None:
         return 0, 0
     _, usage, takers, stats, lines = now
@@ -124,7 +188,8 @@ def balance_needs(
     level = balanced_level([lines[n] for n in sorted(takers)], carried) if carried.any() else _mean(usage, takers)
     low, high = level - target / 2, level + target / 2
     contributions = {
-        n: {b: size for b, size in sizes.items() if b not in held} for n, sizes in bundle_contributions(cluster).items()
+        n: {b: size for b, size in sizes.items() if b not in held}
+        for n, sizes in bundle_contributions(cluster, names).items()
     }
     free = {n: [k for k, bundle in enumerate(per) if bundle not in held] for n, per in stats.items()}
     fits = _fits_somewhere(cluster, stats, lines, usage, takers, high)
@@ -172,10 +237,10 @@ _Reading = tuple[
 ]
 
 
-def _reading(cluster: SimulatedCluster) -> _Reading | None:
-    """What ``balance_needs`` and ``held_blocks`` read of the cluster now; None with fewer than two alive brokers,
-    where there is nothing to balance."""
-    alive = {b.name: b for b in cluster.alive_brokers()}
+def _reading(cluster: SimulatedCluster, names: set[str] | None = None) -> _Reading | None:
+    """What ``balance_needs`` and ``held_blocks`` read of the cluster (its brokers of ``names``, default all) now;
+    None with fewer than two alive brokers, where there is nothing to balance."""
+    alive = {b.name: b for b in cluster.alive_brokers() if names is None or b.name in names}
     if len(alive) < 2:
         return None
     usage = {name: cluster.true_usage(b.id) for name, b in alive.items()}
@@ -185,13 +250,24 @@ def _reading(cluster: SimulatedCluster) -> _Reading | None:
     return alive, usage, takers, stats, lines
 
 
-def held_blocks(cluster: SimulatedCluster, target: float = TARGET_SPREAD, held: frozenset[str] = frozenset()) -> bool:
-    """Whether the grace period's holds alone keep the cluster from balance: no shedder of Pulsar's may unload a
-    ``held`` bundle (one unloaded within loadBalancerSheddingGracePeriodMinutes), so each broker that can take load
-    is at least at what its held bundles cost it. Those whose floor is above the level the others would share
-    carrying all the rest (``balanced_level``) carry only their held bundles; if the highest floor is still
+def held_blocks(
+    cluster: SimulatedCluster,
+    target: float = TARGET_SPREAD,
+    held: frozenset[str] = frozenset(),
+    pools: Pools | None = None,
+) -> bool:
+    """Whether the grace period's holds alone keep some pool (``pools_of``; default: the cluster is one) from
+    balance (``_held_blocks_pool``)."""
+    return bool(held) and any(_held_blocks_pool(cluster, target, held, names) for names in _pool_names(cluster, pools))
+
+
+def _held_blocks_pool(cluster: SimulatedCluster, target: float, held: frozenset[str], names: set[str] | None) -> bool:
+    """Whether the grace period's holds alone keep the brokers of ``names`` from balance: no shedder of Pulsar's may
+    unload a ``held`` bundle (one unloaded within loadBalancerSheddingGracePeriodMinutes), so each broker that can
+    take load is at least at what its held bundles cost it. Those whose floor is above the level the others would
+    share carrying all the rest (``balanced_level``) carry only their held bundles; if the highest floor is still
     ``target`` or more above that level, no strategy behind the rails can balance, wherever the rest goes."""
-    now = None if not held else _reading(cluster)
+    now = None if not held else _reading(cluster, names)
     if now is None:
         return False
     alive, _, takers, stats, lines = now
@@ -324,21 +400,26 @@ def _fits_somewhere(
     return fits
 
 
-def moves_lower_bound(cluster: SimulatedCluster, target: float = TARGET_SPREAD) -> int:
+def moves_lower_bound(cluster: SimulatedCluster, target: float = TARGET_SPREAD, pools: Pools | None = None) -> int:
     """``balance_needs``' count of unloads."""
-    return balance_needs(cluster, target)[0]
+    return balance_needs(cluster, target, pools=pools)[0]
 
 
-def hits_to_act(usage: dict[str, float], background: dict[str, float], config: LoadBalancerConfig) -> int:
+def hits_to_act(
+    usage: dict[str, float], background: dict[str, float], config: LoadBalancerConfig, pools: Pools | None = None
+) -> int:
     """How many consecutive cycles the default hit counters make a strategy debounced like AvgShedder see this
     imbalance before it acts: loadBalancerAvgShedderHitCountHighThreshold (2) when a broker that can take load
     is at least half of loadBalancerAvgShedderHighThreshold (40 points between a pair: 20) from their mean,
     loadBalancerAvgShedderHitCountLowThreshold (8) below that. AvgShedder's own pair rule (the hottest and
-    coolest broker more than 40 points apart) never asks for fewer: such a pair has a broker 20 from the mean."""
-    takers, mean = balanceable_mean(usage, background)
-    if not takers:
+    coolest broker more than 40 points apart) never asks for fewer: such a pair has a broker 20 from the mean.
+    With ``pools`` (``pools_of``), each broker's distance is from its own pool's mean."""
+    far = -1.0
+    for group in pooled(usage, pools):
+        takers, mean = balanceable_mean(group, background)
+        far = max(far, *(abs(group[n] - mean) for n in takers))
+    if far < 0:
         return config.loadBalancerAvgShedderHitCountHighThreshold
-    far = max(abs(usage[n] - mean) for n in takers)
     if far >= config.loadBalancerAvgShedderHighThreshold / 2:
         return config.loadBalancerAvgShedderHitCountHighThreshold
     return config.loadBalancerAvgShedderHitCountLowThreshold

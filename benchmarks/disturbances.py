@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from pulsar_lb_operator.benchmarks.bounds import GOAL_CYCLES, balanceable_spread, hits_to_act, rails_floor
+from pulsar_lb_operator.benchmarks.bounds import GOAL_CYCLES, Pools, balanceable_spread, hits_to_act, rails_floor
 from pulsar_lb_operator.strategies import LoadBalancerConfig, Rails
 
 
@@ -75,9 +75,10 @@ class Tracker:
         target: float,
         report_lag: int,
         released: Callable[[], int] = lambda: 0,
+        pools: Pools | None = None,
     ) -> None:
         self.needs, self.config, self.target, self.report_lag = needs, config, target, report_lag
-        self.released = released
+        self.released, self.pools = released, pools
         self.found: list[Disturbance] = []
         self.spreads: list[float] = []
         self.pending: tuple[int, int] | None = None  # an event not yet measured: (its sample, when reports show it)
@@ -88,7 +89,7 @@ class Tracker:
         """One sample: the brokers' true usage and background, the kinds of the events since the last one, and
         whether every bundle has an owner."""
         sample = len(self.spreads)
-        spread = balanceable_spread(usage, background)
+        spread = balanceable_spread(usage, background, self.pools)
         self.spreads.append(spread)
         if events:
             shown = sample + (0 if self.JOINS.issuperset(events) else self.report_lag)
@@ -109,7 +110,7 @@ class Tracker:
 
     def _found(self, sample: int, kind: str, usage: dict[str, float], background: dict[str, float], lag: int) -> None:
         moves, most = self.needs()
-        hits = hits_to_act(usage, background, self.config)
+        hits = hits_to_act(usage, background, self.config, self.pools)
         self.found.append(Disturbance(sample, kind, moves, most, hits, lag, self.released() if moves else 0))
 
 

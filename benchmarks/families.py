@@ -15,6 +15,8 @@ heterogeneous       two or three hardware kinds, sometimes a co-tenanted machine
 rolling-restart     every broker restarted one after another, each back empty
 tenant-surge        one tenant's traffic surges into a few of its topics
 hot-topic           one topic becomes hot, a large share of a broker on its own
+isolation           a tenant isolated on brokers of its own (a namespace isolation policy), as busy as the rest;
+                    a surge in either, or a noisy neighbour: each side is judged on its own
 diurnal             tenants follow daily curves with their own phases (time zones), compressed: the load drifts
 noisy-neighbour     other processes on one or two brokers' machines start using CPU; sometimes they stop again
 mixed               heterogeneous hardware and daily curves, with two of the above one after the other
@@ -38,6 +40,7 @@ from pulsar_lb_operator.benchmarks.bounds import balanced_level, linear_usage
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.scenario import Scenario, parse_scenario
 from pulsar_lb_operator.strategies import BundleStats, UserError
+from pulsar_lb_operator.strategies import bundles as bundle_names
 
 QUIET = {"loadBalancerSheddingEnabled": False, "loadBalancerAutoBundleSplitEnabled": False}  # the operator is alone
 AFTER = 40  # minutes a scenario runs after its last disturbance: room for a large floor and to see it holds
@@ -95,12 +98,13 @@ def _brokers(rng: random.Random, count: int, kinds: int = 1, prefix: str = "brok
     ]
 
 
-def _calibrate(data: dict, usage: float, members: set[str] | None = None) -> dict:
-    """``data`` with every topic rate scaled so that the brokers (``members``, default all at the start) would all
-    be at ``usage`` % with the cluster's traffic spread evenly by capacity."""
+def _calibrate(data: dict, usage: float, members: set[str] | None = None, namespaces: set[str] | None = None) -> dict:
+    """``data`` with every topic rate (of ``namespaces``, default all) scaled so that the brokers (``members``,
+    default all at the start) would all be at ``usage`` % with that traffic spread evenly by capacity."""
     cluster = SimulatedCluster(parse_scenario(data))
     brokers = [b for b in cluster.alive_brokers() if members is None or b.name in members]
-    traffic = np.array([cluster.bundle_stats(b)[0].traffic for b in cluster.all_bundles()]).sum(axis=0)
+    bundles = [b for b in cluster.all_bundles() if namespaces is None or bundle_names.namespace_of(b) in namespaces]
+    traffic = np.array([cluster.bundle_stats(b)[0].traffic for b in bundles]).sum(axis=0)
     lines = [linear_usage(cluster, b) for b in brokers]
     low, high = 0.0, 1.0
     while balanced_level(lines, traffic * high) < usage:
@@ -110,7 +114,8 @@ def _calibrate(data: dict, usage: float, members: set[str] | None = None) -> dic
         low, high = (middle, high) if balanced_level(lines, traffic * middle) < usage else (low, middle)
     scale = (low + high) / 2
     for namespace in data["namespaces"]:
-        namespace["rate"] = namespace["rate"] * scale
+        if namespaces is None or namespace["name"] in namespaces:
+            namespace["rate"] = namespace["rate"] * scale
     return data
 
 
@@ -245,6 +250,39 @@ def _daily(amplitude: tuple[float, float], shortest: int) -> Callable[[random.Ra
     return draw
 
 
+def isolation(rng: random.Random, name: str) -> dict:
+    """A tenant isolated on two to a third of the brokers (a namespace isolation policy: its primaries, which the
+    other tenants may not use), both sides equally busy; then a surge in either tenant or a noisy neighbour."""
+    count = rng.randint(5, 14)
+    brokers = _brokers(rng, count, kinds=rng.choice([1, 1, 2]))
+    tenants = _tenants(rng, count)
+    if len(tenants) == 1:
+        tenants += _tenants(random.Random(rng.random()), count)[:1]
+        tenants[-1]["name"] = "tenant-x/ns"
+    isolated = rng.choice(tenants)["name"]
+    primary = {b["name"] for b in rng.sample(brokers, rng.randint(2, max(2, count // 3)))}
+    policy = {"namespaces": [f"^{isolated}$"], "primary": sorted(primary)}
+    data = _base(rng, name, brokers, tenants, addresses="distinct", isolation_policies={"isolated": policy})
+    usage, others = rng.uniform(35, 55), {t["name"] for t in tenants} - {isolated}
+    data = _calibrate(data, usage, primary, {isolated})
+    data = _calibrate(data, usage, {b["name"] for b in brokers} - primary, others)
+    at = _when(rng)
+    if rng.random() < 0.6:
+        surged = isolated if rng.random() < 0.5 else rng.choice(sorted(others))
+        chosen = {"namespaces": [t for t in data["namespaces"] if t["name"] == surged]}
+        event = _surge(rng, {**data, **chosen}, rng.randint(1, 3), TENANT_SURGE, at)
+    else:
+        event = {
+            "at_minute": at,
+            "type": "background",
+            "broker": rng.choice(brokers)["name"],
+            "background_cpu": round(rng.uniform(0.15, 0.4), 2),
+        }
+    data["events"] = [event]
+    data["duration_minutes"] = at + AFTER
+    return data
+
+
 def diurnal(rng: random.Random, name: str) -> dict:
     count = rng.randint(3, 14)
     daily = _daily((0.2, 0.6), 180)
@@ -340,6 +378,7 @@ FAMILIES: dict[str, Callable[[random.Random, str], dict]] = {
     "rolling-restart": rolling_restart,
     "tenant-surge": tenant_surge,
     "hot-topic": hot_topic,
+    "isolation": isolation,
     "diurnal": diurnal,
     "noisy-neighbour": noisy_neighbour,
     "mixed": mixed,

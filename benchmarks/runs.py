@@ -30,6 +30,8 @@ from pulsar_lb_operator.benchmarks.bounds import (
     balanceable_spread,
     held_blocks,
     moves_lower_bound,
+    pooled,
+    pools_of,
 )
 from pulsar_lb_operator.benchmarks.metrics import (
     FLAP_WINDOW_S,
@@ -110,6 +112,7 @@ class RunResult:
     background: list[dict[str, float]] = field(default_factory=list)
     moves: list[Move] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
+    pools: dict[str, str] = field(default_factory=dict)  # broker name → its pool (``bounds.pools_of``); {}: one
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "moves": [asdict(m) for m in self.moves]}
@@ -148,6 +151,7 @@ def run(
         seed,
         interval_s,
         {s.name: s.background_cpu >= COTENANT_BACKGROUND for s in _all_specs(scenario)},
+        pools=pools_of(scenario),
     )
     names = {b.id: b.name for b in cluster.brokers.values()}
     report_lag = math.ceil(scenario.report_interval_s / interval_s)
@@ -165,11 +169,16 @@ def run(
 
     def released() -> int:
         return disturbances.hold_release(
-            free_at(), cycle + 1, lambda bundles: _unperturbed(cluster, held_blocks, target, bundles)
+            free_at(), cycle + 1, lambda bundles: _unperturbed(cluster, held_blocks, target, bundles, result.pools)
         )
 
     tracker = disturbances.Tracker(
-        lambda: _unperturbed(cluster, balance_needs, target, held()), config, target, report_lag, released
+        lambda: _unperturbed(cluster, balance_needs, target, held(), result.pools),
+        config,
+        target,
+        report_lag,
+        released,
+        result.pools,
     )
     event_samples: set[int] = set()  # samples taken after a scenario event: a drop there is not the strategy's
     cycle = 0
@@ -306,10 +315,9 @@ def overunloaded_sources(result: RunResult, target: float, event_samples: set[in
         if cycle in event_samples:
             continue
         after = result.usage[cycle]
-        takers, mean = balanceable_mean(after, _background_at(result, cycle))
-        if not takers:
-            continue
-        count += sum(1 for n in names if n in after and after[n] < mean - target / 2)
+        for group in pooled(after, result.pools):
+            takers, mean = balanceable_mean(group, _background_at(result, cycle))
+            count += sum(1 for n in names if n in group and takers and group[n] < mean - target / 2)
     return count
 
 
@@ -323,7 +331,9 @@ def _background_at(result: RunResult, sample: int) -> dict[str, float]:
 
 
 def _spreads(result: RunResult, start: int = 0) -> list[float]:
-    return [balanceable_spread(u, _background_at(result, k)) for k, u in enumerate(result.usage) if k >= start]
+    return [
+        balanceable_spread(u, _background_at(result, k), result.pools) for k, u in enumerate(result.usage) if k >= start
+    ]
 
 
 def _after_disturbance(
@@ -359,9 +369,9 @@ def _metrics(
         destinations.setdefault(move.cycle, set()).add(move.destination)
     overplaced = 0
     for cycle, names in destinations.items():
-        after = result.usage[cycle]
-        mean = sum(after.values()) / len(after)
-        overplaced += sum(1 for n in names if after.get(n, 0.0) > mean + target)
+        for group in pooled(result.usage[cycle], result.pools):
+            mean = sum(group.values()) / len(group)
+            overplaced += sum(1 for n in names if group.get(n, 0.0) > mean + target)
     last = metrics.samples[-1]
     hours = max(result.times[-1] / 3600, 1e-9)
     return {
@@ -374,7 +384,7 @@ def _metrics(
         "unloads_per_hour": round(len(result.moves) / hours, 2),
         "topics_disconnected": sum(m.topics for m in result.moves),
         "moves_lower_bound": initial_bound,
-        "moves_still_needed": _unperturbed(cluster, moves_lower_bound, target),
+        "moves_still_needed": _unperturbed(cluster, moves_lower_bound, target, result.pools),
         "flapping_bundles": flapping(result.moves, result.interval_s),
         "broker_cycles_over_85": metrics.broker_cycles_overloaded(),
         "wrong_direction_moves": sum(1 for m in result.moves if m.wrong_direction),
