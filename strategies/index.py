@@ -72,6 +72,11 @@ class SnapshotIndex:
             counts = self._namespace_counts[broker] = Counter(map(bundle_names.namespace_of, self.owned(broker)))
         return counts[namespace]
 
+    def namespaces(self, broker: str) -> frozenset[str]:
+        """The namespaces the broker carries bundles of."""
+        self.namespace_bundles(broker, "")
+        return frozenset(self._namespace_counts[broker])
+
     def owned_in_namespace(self, namespace: str) -> int:
         """Distinct bundles of ``namespace`` that some broker owns."""
         if self._namespace_bundles is None:

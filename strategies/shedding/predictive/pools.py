@@ -27,27 +27,35 @@ def pools(load: LoadData, brokers: Iterable[str]) -> list[frozenset[str]]:
     if not policies.isolation and not policies.unknown:
         return [frozenset(members)] if members else []
     parent = {b: b for b in members}
-
-    def root(broker: str) -> str:
-        while parent[broker] != broker:
-            parent[broker] = parent[parent[broker]]
-            broker = parent[broker]
-        return broker
-
     carriers: dict[str, set[str]] = {}  # namespace → the brokers that carry it
-    example: dict[str, str] = {}  # namespace → one of its bundles (its allowed brokers depend on the namespace)
     for broker in members:
-        for bundle in load.snapshot.index.owned(broker):
-            namespace = bundle_names.namespace_of(bundle)
-            if bundle_names.is_system_namespace(namespace):
-                continue
-            carriers.setdefault(namespace, set()).add(broker)
-            example.setdefault(namespace, bundle)
+        for namespace in load.snapshot.index.namespaces(broker):
+            if not bundle_names.is_system_namespace(namespace):
+                carriers.setdefault(namespace, set()).add(broker)
+    # each allowed set once joined (one policy's namespaces share it), with its first broker
+    anchors: dict[frozenset[str], list[str]] = {}
     for namespace, carrying in carriers.items():
-        joined = sorted((carrying | allowed_brokers(load, example[namespace])) & parent.keys())
-        for broker in joined[1:]:
-            parent[root(broker)] = root(joined[0])
+        allowed = allowed_brokers(load, f"{namespace}/{bundle_names.FULL_RANGE}")
+        anchor = anchors.get(allowed)
+        if anchor is None:
+            group = sorted(allowed & parent.keys())
+            _join(parent, group)
+            anchor = anchors[allowed] = group[:1]
+        _join(parent, sorted(carrying - allowed) + anchor)  # a namespace where its policies would not put it
     groups: dict[str, set[str]] = {}
     for broker in members:
-        groups.setdefault(root(broker), set()).add(broker)
+        groups.setdefault(_root(parent, broker), set()).add(broker)
     return sorted((frozenset(g) for g in groups.values()), key=min)
+
+
+def _root(parent: dict[str, str], broker: str) -> str:
+    while parent[broker] != broker:
+        parent[broker] = parent[parent[broker]]
+        broker = parent[broker]
+    return broker
+
+
+def _join(parent: dict[str, str], brokers: list[str]) -> None:
+    """One group of ``brokers`` (union-find: ``parent`` leads each broker to its group's root)."""
+    for broker in brokers[1:]:
+        parent[_root(parent, broker)] = _root(parent, brokers[0])
