@@ -1264,6 +1264,8 @@ def test_brokers_an_isolation_policy_keeps_apart_are_balanced_among_themselves()
     assert any("mean usage of the 2 brokers that can take load 65.0 among i1:1, i2:1" in n for n in result.notes)
     balanced = shed(parse_snapshot(_isolated(6, 6)), ISOLATED_PROFILE)  # 65 and 65: nothing to move, though 30 apart
     assert balanced.unloads == ()
+    # a pool of many brokers is named by its first few: a note stays a line
+    assert predictive._few(frozenset(f"b{i}:1" for i in range(8))) == "b0:1, b1:1, b2:1, b3:1, b4:1 and 3 more"
 
 
 def test_without_isolation_policies_the_cluster_is_one_pool():

@@ -169,7 +169,7 @@ class _Cycle:
         apart = len(self.pools) > 1
         self.notes = [
             f"{NAME}: mean usage of the {len(self.takers & pool)} brokers that can take load {self.means[pool]:.1f}"
-            + (f" among {', '.join(sorted(pool))}, which no bundle can move out of or into" if apart else "")
+            + (f" among {_few(pool)}, which no bundle can move out of or into" if apart else "")
             for pool in self.pools
         ]
         self.notes += [
@@ -489,6 +489,13 @@ class _Cycle:
             predictive_learned=_finite(self.forecast.learned),
             predictive_scales=_finite(self.forecast.scales),
         )
+
+
+def _few(brokers: frozenset[str], shown: int = 5) -> str:
+    """The brokers by name, the first ``shown`` of a larger group and how many more: a note stays a line."""
+    names = sorted(brokers)
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
 
 
 def _leaves_above(moves: Sequence[pairing.Move], level: float, band: float) -> bool:
