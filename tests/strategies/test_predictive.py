@@ -1227,6 +1227,9 @@ def test_a_broker_whose_bundles_the_grace_period_holds_has_the_coolest_filled_up
     assert result.unloads and {(u.source, u.destination) for u in result.unloads} <= {("m:1", "c1:1"), ("m:1", "c2:1")}
 
 
+SHARED = ("s1:1", "s2:1", "s3:1")
+
+
 def _isolated(i1_bundles: int, i2_bundles: int) -> dict:
     """tenant-iso isolated on i1 and i2 (10 points a bundle), the other tenant on s1, s2 and s3 at 35 each."""
     iso = {"i1:1": i1_bundles, "i2:1": i2_bundles}
@@ -1234,7 +1237,7 @@ def _isolated(i1_bundles: int, i2_bundles: int) -> dict:
     for name, count in iso.items():
         brokers[name] = broker(5, {bundle("tenant-iso/ns", index + i): 10.0 for i in range(count)})
         index += count
-    for k, name in enumerate(("s1:1", "s2:1", "s3:1")):
+    for k, name in enumerate(SHARED):
         brokers[name] = broker(5, {bundle("tenant-b/ns", 3 * k + i): 10.0 for i in range(3)})
     doc = snapshot_doc(brokers)
     failover = {"policy_type": "min_available", "parameters": {"min_limit": "1", "usage_threshold": "100"}}
@@ -1275,3 +1278,11 @@ def test_without_isolation_policies_the_cluster_is_one_pool():
     assert pools.pools(load, doc["brokers"]) == [frozenset(doc["brokers"])]
     isolated, _, _ = build_load_data(parse_snapshot(_isolated(8, 4)), {}, {}, ONE_HIT.grace_period_ms)
     assert pools.pools(isolated, doc["brokers"]) == [frozenset({"i1:1", "i2:1"}), frozenset({"s1:1", "s2:1", "s3:1"})]
+    # a namespace whose policies could not be read moves nowhere and joins nothing, but i1 and i2, which carry only
+    # it, may still take the other tenant's bundles; where every namespace's policies are unknown nothing can move
+    doc["policiesUnknown"] = {"tenant-iso/ns": "GET …/antiAffinity answered 500"}
+    unknown, _, _ = build_load_data(parse_snapshot(doc), {}, {}, ONE_HIT.grace_period_ms)
+    assert pools.pools(unknown, doc["brokers"]) == [frozenset(doc["brokers"])]
+    doc["policiesUnknown"] = {"*": "GET …/namespaceIsolationPolicies answered 500"}
+    nowhere, _, _ = build_load_data(parse_snapshot(doc), {}, {}, ONE_HIT.grace_period_ms)
+    assert pools.pools(nowhere, doc["brokers"]) == [frozenset({b}) for b in sorted(doc["brokers"])]

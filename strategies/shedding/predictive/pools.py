@@ -7,7 +7,7 @@ can give to none of the others nor take from them — and a plan toward it finds
 brokers are far apart from each other. So brokers are grouped into pools, joined by the namespaces that can move
 between them (each namespace joins the brokers that carry it and those its policies allow), and each pool has its
 own mean for the hit counters and its own balanced level. A cluster without isolation policies is one pool; a
-namespace whose policies could not be read is allowed nowhere, and joins only the broker that carries it.
+namespace whose policies could not be read is allowed nowhere, and joins no brokers.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ def pools(load: LoadData, brokers: Iterable[str]) -> list[frozenset[str]]:
     anchors: dict[frozenset[str], list[str]] = {}
     for namespace, carrying in carriers.items():
         allowed = allowed_brokers(load, f"{namespace}/{bundle_names.FULL_RANGE}")
+        if not allowed & parent.keys():
+            continue  # its policies allow no broker (or could not be read): its bundles move nowhere
         anchor = anchors.get(allowed)
         if anchor is None:
             group = sorted(allowed & parent.keys())
