@@ -269,7 +269,7 @@ def isolation(rng: random.Random, name: str) -> dict:
     at = _when(rng)
     if rng.random() < 0.6:
         surged = isolated if rng.random() < 0.5 else rng.choice(sorted(others))
-        chosen = {"namespaces": [t for t in data["namespaces"] if t["name"] == surged]}
+        chosen = {"namespaces": [t for t in data["namespaces"] if t["name"] == surged]}  # _surge draws among these
         event = _surge(rng, {**data, **chosen}, rng.randint(1, 3), TENANT_SURGE, at)
     else:
         event = {

@@ -225,18 +225,14 @@ def test_transfer_shedder_paired_with_a_dedicated_broker_moves_nothing(sim):
 # tenant-a on broker-0 and broker-1 only (no secondary: no other broker may take it, and no other tenant them),
 # dealt mostly onto broker-0: the pair 16 points apart, the shared brokers even among themselves and well below both
 ISOLATED_PAIR = {
-    "cluster": "sim",
+    **MULTI_TENANT,
     "seed": 5,
-    "addresses": "distinct",
-    "duration_minutes": 120,
-    "brokers": [{"count": 6, "cores": 4, "cost_per_msg": 0.01, "cost_per_mib": 1.0, "background_cpu": 0.02}],
     "namespaces": [
         {"name": "tenant-a/orders", "bundles": 16, "topics": 64, "rate": 120, "hot_topics": {"topic-3": 2400}},
         {"name": "public/default", "bundles": 16, "topics": 64, "rate": 120},
     ],
     "isolation_policies": {"tenant-a-dedicated": {"namespaces": ["tenant-a/.*"], "primary": ["broker-0", "broker-1"]}},
     "initial_owners": {"broker-0": 9, "broker-*": 1},
-    "config": {"loadBalancerSheddingEnabled": False, "loadBalancerAutoBundleSplitEnabled": False},
 }
 
 
