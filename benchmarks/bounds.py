@@ -267,7 +267,7 @@ def _held_blocks_pool(cluster: SimulatedCluster, target: float, held: frozenset[
     take load is at least at what its held bundles cost it. Those whose floor is above the level the others would
     share carrying all the rest (``balanced_level``) carry only their held bundles; if the highest floor is still
     ``target`` or more above that level, no strategy behind the rails can balance, wherever the rest goes."""
-    now = None if not held else _reading(cluster, names)
+    now = _reading(cluster, names)
     if now is None:
         return False
     alive, _, takers, stats, lines = now
@@ -414,13 +414,13 @@ def hits_to_act(
     loadBalancerAvgShedderHitCountLowThreshold (8) below that. AvgShedder's own pair rule (the hottest and
     coolest broker more than 40 points apart) never asks for fewer: such a pair has a broker 20 from the mean.
     With ``pools`` (``pools_of``), each broker's distance is from its own pool's mean."""
-    far = -1.0
+    distances: list[float] = []
     for group in pooled(usage, pools):
         takers, mean = balanceable_mean(group, background)
-        far = max(far, *(abs(group[n] - mean) for n in takers))
-    if far < 0:
+        distances += [abs(group[n] - mean) for n in takers]
+    if not distances:
         return config.loadBalancerAvgShedderHitCountHighThreshold
-    if far >= config.loadBalancerAvgShedderHighThreshold / 2:
+    if max(distances) >= config.loadBalancerAvgShedderHighThreshold / 2:
         return config.loadBalancerAvgShedderHitCountHighThreshold
     return config.loadBalancerAvgShedderHitCountLowThreshold
 

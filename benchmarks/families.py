@@ -90,6 +90,17 @@ def _tenants(rng: random.Random, brokers: int, pattern: Callable[[random.Random]
     return out
 
 
+def _two_tenants_at_least(
+    rng: random.Random, tenants: list[dict], brokers: int, pattern: Callable[[random.Random], dict] | None = None
+) -> list[dict]:
+    """``tenants``, with a second one (``tenant-x/ns``, drawn from a stream of its own) where ``_tenants`` drew one:
+    a family whose trouble is between tenants needs two."""
+    if len(tenants) == 1:
+        tenants += _tenants(random.Random(rng.random()), brokers, pattern)[:1]
+        tenants[-1]["name"] = "tenant-x/ns"
+    return tenants
+
+
 def _brokers(rng: random.Random, count: int, kinds: int = 1, prefix: str = "broker") -> list[dict]:
     """``count`` brokers of ``kinds`` hardware kinds (each a ``_hardware`` draw)."""
     hardware = [_hardware(rng) for _ in range(kinds)]
@@ -255,10 +266,7 @@ def isolation(rng: random.Random, name: str) -> dict:
     other tenants may not use), both sides equally busy; then a surge in either tenant or a noisy neighbour."""
     count = rng.randint(5, 14)
     brokers = _brokers(rng, count, kinds=rng.choice([1, 1, 2]))
-    tenants = _tenants(rng, count)
-    if len(tenants) == 1:
-        tenants += _tenants(random.Random(rng.random()), count)[:1]
-        tenants[-1]["name"] = "tenant-x/ns"
+    tenants = _two_tenants_at_least(rng, _tenants(rng, count), count)
     isolated = rng.choice(tenants)["name"]
     primary = {b["name"] for b in rng.sample(brokers, rng.randint(2, max(2, count // 3)))}
     policy = {"namespaces": [f"^{isolated}$"], "primary": sorted(primary)}
@@ -286,10 +294,7 @@ def isolation(rng: random.Random, name: str) -> dict:
 def diurnal(rng: random.Random, name: str) -> dict:
     count = rng.randint(3, 14)
     daily = _daily((0.2, 0.6), 180)
-    tenants = _tenants(rng, count, daily)
-    if len(tenants) == 1:
-        tenants += _tenants(random.Random(rng.random()), count, daily)[:1]
-        tenants[-1]["name"] = "tenant-x/ns"
+    tenants = _two_tenants_at_least(rng, _tenants(rng, count, daily), count, daily)
     data = _base(rng, name, _brokers(rng, count, kinds=rng.choice([1, 1, 2])), tenants)
     data["duration_minutes"] = rng.randint(90, 120)
     return _calibrate(data, rng.uniform(35, 60))

@@ -317,7 +317,8 @@ def overunloaded_sources(result: RunResult, target: float, event_samples: set[in
         after = result.usage[cycle]
         for group in pooled(after, result.pools):
             takers, mean = balanceable_mean(group, _background_at(result, cycle))
-            count += sum(1 for n in names if n in group and takers and group[n] < mean - target / 2)
+            if takers:
+                count += sum(1 for n in names if n in group and group[n] < mean - target / 2)
     return count
 
 

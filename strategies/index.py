@@ -67,15 +67,17 @@ class SnapshotIndex:
 
     def namespace_bundles(self, broker: str, namespace: str) -> int:
         """How many of the broker's bundles belong to ``namespace``."""
-        counts = self._namespace_counts.get(broker)
-        if counts is None:
-            counts = self._namespace_counts[broker] = Counter(map(bundle_names.namespace_of, self.owned(broker)))
-        return counts[namespace]
+        return self._namespace_counts_of(broker)[namespace]
 
     def namespaces(self, broker: str) -> frozenset[str]:
         """The namespaces the broker carries bundles of."""
-        self.namespace_bundles(broker, "")
-        return frozenset(self._namespace_counts[broker])
+        return frozenset(self._namespace_counts_of(broker))
+
+    def _namespace_counts_of(self, broker: str) -> Counter[str]:
+        counts = self._namespace_counts.get(broker)
+        if counts is None:
+            counts = self._namespace_counts[broker] = Counter(map(bundle_names.namespace_of, self.owned(broker)))
+        return counts
 
     def owned_in_namespace(self, namespace: str) -> int:
         """Distinct bundles of ``namespace`` that some broker owns."""

@@ -142,6 +142,13 @@ def snapshot_doc(
     return doc
 
 
+def isolation_policy(namespaces: str, primary: str) -> dict[str, Any]:
+    """One entry of a snapshot's ``isolationPolicies``, as the admin API answers: ``namespaces`` and ``primary`` are
+    regexes (of namespaces, of broker hosts), no secondary, the min_available failover of Pulsar's default."""
+    failover = {"policy_type": "min_available", "parameters": {"min_limit": "1", "usage_threshold": "100"}}
+    return {"namespaces": [namespaces], "primary": [primary], "secondary": [], "auto_failover_policy": failover}
+
+
 def snapshot(brokers: dict[str, dict[str, Any]], **kwargs: Any) -> ClusterSnapshot:
     return parse_snapshot(snapshot_doc(brokers, **kwargs))
 

@@ -13,7 +13,7 @@ import pytest
 
 from pulsar_lb_operator import cli
 from pulsar_lb_operator.strategies import StrategyState, UnknownStrategyError, parse_snapshot, plan_cycle
-from tests.builders import broker_report, bundle, cfg, snapshot_doc, stats
+from tests.builders import broker_report, bundle, cfg, isolation_policy, snapshot_doc, stats
 
 MODULE = "tests.strategies.bundle_count_shedder"
 NAME = "BundleCountShedder"
@@ -35,15 +35,7 @@ def cluster_doc(isolated_empty: bool = False):
         brokers[broker] = broker_report(cpu=(10 + len(owned) * 10, 100), bundles=owned)
     doc = snapshot_doc(brokers)
     if isolated_empty:
-        failover = {"policy_type": "min_available", "parameters": {"min_limit": "1", "usage_threshold": "100"}}
-        doc["isolationPolicies"] = {
-            "tenant-a": {
-                "namespaces": ["tenant-a/.*"],
-                "primary": ["b3\\.pulsar"],
-                "secondary": [],
-                "auto_failover_policy": failover,
-            }
-        }
+        doc["isolationPolicies"] = {"tenant-a": isolation_policy("tenant-a/.*", "b3\\.pulsar")}
     return doc
 
 

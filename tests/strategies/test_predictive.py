@@ -16,7 +16,7 @@ from pulsar_lb_operator.strategies.shedding import avg, predictive
 from pulsar_lb_operator.strategies.shedding.predictive import debounce, endstate, forecast, pairing, pools, swaps
 from pulsar_lb_operator.strategies.snapshots import parse_snapshot
 from pulsar_lb_operator.strategies.state import PendingMove
-from tests.builders import NOW, broker_report, bundle, cfg, snapshot, snapshot_doc, stats
+from tests.builders import NOW, broker_report, bundle, cfg, isolation_policy, snapshot, snapshot_doc, stats
 
 CPU = 800.0  # 8 cores: LocalBrokerData's cpu limit
 NIC = 1e9  # kbit/s: bandwidth never matters here
@@ -1240,15 +1240,7 @@ def _isolated(i1_bundles: int, i2_bundles: int) -> dict:
     for k, name in enumerate(SHARED):
         brokers[name] = broker(5, {bundle("tenant-b/ns", 3 * k + i): 10.0 for i in range(3)})
     doc = snapshot_doc(brokers)
-    failover = {"policy_type": "min_available", "parameters": {"min_limit": "1", "usage_threshold": "100"}}
-    doc["isolationPolicies"] = {
-        "iso": {
-            "namespaces": ["tenant-iso/.*"],
-            "primary": ["i[12]"],
-            "secondary": [],
-            "auto_failover_policy": failover,
-        }
-    }
+    doc["isolationPolicies"] = {"iso": isolation_policy("tenant-iso/.*", "i[12]")}
     return doc
 
 

@@ -121,6 +121,10 @@ class _Cycle:
         steady = {b: self.forecast.unbiased(b) for b in scores}
         averaged = {b: self.forecast.averaged(load, b) for b in self.takers}  # only takers can be the pair
         firm = {b: self.forecast.firmly_unbiased(b, debounce.settled_gap(config)) for b in averaged}
+        steady_averaged = {b: level + steady[b] - self.forecast.usage(b) for b, (level, _) in averaged.items()}
+        firm_averaged = {
+            b: (level + firm[b][0] - self.forecast.usage(b), firm[b][1]) for b, (level, _) in averaged.items()
+        }
         self.high: dict[str, int] = {}
         self.low: dict[str, int] = {}
         self.triggered: set[str] = set()
@@ -128,7 +132,7 @@ class _Cycle:
         self.held: frozenset[str] = frozenset()
         for pool in self.pools:  # each pool's brokers are counted on their distance from the pool's mean
             high, low, triggered, dipped, held = debounce.hits(
-                {b: scores[b] for b in pool} if len(self.pools) > 1 else scores,
+                {b: s for b, s in scores.items() if b in pool},  # its counters only: hits drops the others'
                 self.means[pool],
                 config,
                 state,
@@ -136,12 +140,8 @@ class _Cycle:
                 steady,
                 averaged,
                 load.snapshot.taken_at,
-                {b: level + steady[b] - self.forecast.usage(b) for b, (level, _) in averaged.items() if b in pool},
-                {
-                    b: (level + firm[b][0] - self.forecast.usage(b), firm[b][1])
-                    for b, (level, _) in averaged.items()
-                    if b in pool
-                },
+                steady_averaged,  # read for the pool's takers only
+                firm_averaged,
             )
             self.high |= high
             self.low |= low
