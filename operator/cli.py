@@ -293,7 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME",
         help="generated scenarios of this family instead (scale-out, scale-in, heterogeneous, rolling-restart, "
-        "tenant-surge, hot-topic, diurnal, noisy-neighbour, mixed, noise, or all); repeatable",
+        "tenant-surge, hot-topic, diurnal, noisy-neighbour, mixed, noise, isolation, or all); repeatable",
     )
     bench.add_argument(
         "--runs", type=int, default=None, help="with --family: scenarios per family, numbered from --seed (default 5)"

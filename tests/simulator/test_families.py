@@ -110,6 +110,13 @@ def test_an_unknown_family_is_refused():
     assert families.family_names(["all"]) == list(families.FAMILIES)
 
 
+def test_the_benchmark_help_names_every_family(capsys):
+    assert cli.main(["benchmark", "--help"]) == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    for name in families.FAMILIES:
+        assert name in help_text
+
+
 def test_a_run_is_cut_at_each_disturbance_and_each_part_judged_on_its_own():
     """Start balanced (nothing to move), an event at sample 3 needing 12 moves (a join: its reports show it at
     once), a surge at sample 20 (shown a report interval later) needing 3, and the spread coming back over the
