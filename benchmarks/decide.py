@@ -26,7 +26,7 @@ at 100k bundles) and log-normal msg rates of 2 KiB messages, scaled so that a br
 traffic whatever the number of bundles; one bundle in 2,000 is over a split threshold; every broker
 owns its heartbeat namespace's bundle (a system namespace, never shed). CPU usage is a 5-point
 background plus 50 points at the mean msg rate, so the busiest brokers are over the overload threshold.
-The state is what a cycle a minute before left (every bundle sampled once), and AvgShedder's and
+The state is what the cycles of the ten minutes before left (every bundle sampled once a minute), and AvgShedder's and
 TransferShedder's hit-count thresholds are set so they act on this cycle (as ``--set
 loadBalancerAvgShedderHitCountHighThreshold=1`` does in docs/configuration.md's example); PredictivePairingShedder
 gets every broker's cost model fitted on that CPU law, with the sums its machine kind's pooled cost is solved from
@@ -186,10 +186,13 @@ def config() -> LoadBalancerConfig:
     return LoadBalancerConfig().replace(CONFIG_OVERRIDES)
 
 
-def earlier_state(snapshot: ClusterSnapshot) -> StrategyState:
-    """What a cycle a minute before left: every bundle sampled once (the daemon's steady state)."""
-    before = dataclasses.replace(snapshot, taken_at=snapshot.taken_at - 60_000)
-    return StrategyState().evolve(bundle_data=update_bundle_data({}, before))
+def earlier_state(snapshot: ClusterSnapshot, cycles: int = 10) -> StrategyState:
+    """What the cycles of the ``cycles`` minutes before left: every bundle sampled once a minute (the daemon's steady
+    state: each bundle's short-term average full, so the expected traffic is read from every one of them)."""
+    data: dict = {}
+    for k in range(cycles, 0, -1):
+        data = update_bundle_data(data, dataclasses.replace(snapshot, taken_at=snapshot.taken_at - k * 60_000))
+    return StrategyState().evolve(bundle_data=data)
 
 
 def profile(snapshot: ClusterSnapshot, seed: int = 0) -> LoadProfile:

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 from pulsar_lb_operator.strategies import bundles as bundle_names
 from pulsar_lb_operator.strategies.averages import NUM_LONG_SAMPLES, NUM_SHORT_SAMPLES, MessageAverage
 from pulsar_lb_operator.strategies.documents import Reader, StateError
+from pulsar_lb_operator.strategies.expected import Traffic, expected_traffic
 from pulsar_lb_operator.strategies.profile import CostModel, LoadProfile
 from pulsar_lb_operator.strategies.rails import DEFAULT_RAILS, Rails
 from pulsar_lb_operator.strategies.snapshots import BundleStats, ClusterSnapshot
@@ -113,6 +114,12 @@ class LoadData:
                 if b in data and b not in recent and not bundle_names.is_system_bundle(b)
             )
         return candidates
+
+    @cached_property
+    def expected_traffic(self) -> Mapping[str, Traffic]:
+        """The bundles whose latest report is a draw of their topics' jitter, each with the traffic it is expected
+        to carry (``expected.expected_traffic``); any other bundle is read as reported."""
+        return MappingProxyType(expected_traffic(self.snapshot, self.bundle_data))
 
     def bundle_or_default(self, bundle: str) -> BundleData:
         return self.bundle_data.get(bundle) or _NEW_BUNDLE_DATA

@@ -144,7 +144,7 @@ def test_best_move_over_arrays_is_the_pairwise_choice(seed: int) -> None:
         reports[b] = SimpleNamespace(lastStats=owned, persistentTopicsEnabled=rng.random() > 0.2)
     snap = SimpleNamespace(brokers=reports, policies=NO_POLICIES)
     snap.index = SnapshotIndex(snap)
-    load = SimpleNamespace(snapshot=snap)
+    load = SimpleNamespace(snapshot=snap, expected_traffic={})  # every bundle as reported
     forecast = _forecast(rng, names)
     mean = sum(forecast.usage(b) for b in names) / len(names)
     source = max(names, key=forecast.usage)

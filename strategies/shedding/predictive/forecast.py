@@ -253,6 +253,8 @@ class Forecast:
             if b not in brokers and (b, "cpu") in load.cost_models
         }
         self.points: dict[str, list[float]] = {}
+        self._jitter: dict[str, Traffic] = {}  # per broker: its expected traffic less its report's
+        self.drawn: dict[str, float] = {}  # per broker: what its report's draws of the jitter add to its sample
         models: dict[str, float] = {}
         for b, report in brokers.items():
             cpu, *rest = sampled_points[b]
@@ -280,6 +282,12 @@ class Forecast:
             # first sample or two that far off (a stale profile's fit tens of points off is not to be acted on)
             self._offset[b] = offset if abs(offset) > 2 * self.broker_noise(b) else 0.0
             self.points[b][0] = max(model + self._offset[b], 0.0)
+        for b in self.points:  # planned at the traffic its bundles are expected to carry, not one report's draws
+            if any(jitter := _jitter(load, b)):
+                self._jitter[b] = jitter
+                self.shift(b, jitter, +1)
+                expected = [max(v + d, 0.0) for v, d in zip(sampled_points[b], slope[b].delta(jitter))]
+                self.drawn[b] = self.sampled[b] - self.usage(b, expected)
 
     def trust_samples(self, brokers: set[str]) -> None:
         """A broker whose last prediction missed by more than twice the noise: its model does not know its traffic
@@ -398,14 +406,15 @@ class Forecast:
         and goes as samples enter and leave the run it is measured on."""
         report = load.snapshot.brokers[broker]
         short = [load.bundle_or_default(bundle).short for bundle in report.lastStats]
-        rate, bytes_in, bytes_out = report.traffic
+        jitter = self._jitter.get(broker, NO_TRAFFIC)  # the broker's points are at its expected traffic
+        rate, bytes_in, bytes_out = (t + j for t, j in zip(report.traffic, jitter))
         delta = (
             sum(s.msgRateIn + s.msgRateOut for s in short) - rate,
             sum(s.msgThroughputIn for s in short) - bytes_in,
             sum(s.msgThroughputOut for s in short) - bytes_out,
         )
         level = self.usage(broker, self.shifted(broker, delta, +1))
-        return level, abs(level - self.usage(broker))
+        return level, abs(level - self.usage(broker, self.shifted(broker, jitter, -1)))
 
     def usage(self, broker: str, points: Sequence[float] | None = None) -> float:
         p = self.points[broker] if points is None else points
@@ -532,11 +541,27 @@ def _learned_now(
     return background, products, squares, count
 
 
+def _jitter(load: LoadData, broker: str) -> Traffic:
+    """The broker's bundles' expected traffic less what its report says they carry (``LoadData.expected_traffic``)."""
+    expected, stats = load.expected_traffic, load.snapshot.brokers[broker].lastStats
+    rate = bytes_in = bytes_out = 0.0
+    for bundle, reported in stats.items():
+        if bundle not in expected:
+            continue
+        (r, i, o), (r0, i0, o0) = expected[bundle], reported.traffic
+        rate, bytes_in, bytes_out = rate + r - r0, bytes_in + i - i0, bytes_out + o - o0
+    return rate, bytes_in, bytes_out
+
+
 def bundle_traffic(load: LoadData, broker: str, bundle: str, halves: Mapping[str, Traffic] | None = None) -> Traffic:
+    """What moving the bundle moves: a piece of this cycle's split as estimated, else its expected traffic (its
+    report's where that is no jitter draw: ``LoadData.expected_traffic``)."""
     if halves and bundle in halves:
         return halves[bundle]
     stats = load.snapshot.brokers[broker].lastStats.get(bundle)
-    return NO_TRAFFIC if stats is None else stats.traffic
+    if stats is None:
+        return NO_TRAFFIC
+    return load.expected_traffic.get(bundle, stats.traffic)
 
 
 def carried(
@@ -609,9 +634,15 @@ def reported_after(load: LoadData, report: BrokerLoad, at_ms: int, config: LoadB
 
 
 def check_predictions(
-    load: LoadData, state: StrategyState, pending: Mapping[str, PendingMove], config: LoadBalancerConfig
+    load: LoadData,
+    state: StrategyState,
+    pending: Mapping[str, PendingMove],
+    config: LoadBalancerConfig,
+    drawn: Mapping[str, float] | None = None,
 ) -> tuple[dict[str, tuple[float, int]], dict[str, float]]:
-    """Compare earlier predictions with reports that show every move they involved."""
+    """Compare earlier predictions with reports that show every move they involved. A prediction is of the broker's
+    level at the traffic its bundles are expected to carry: what its report's draws of the jitter add to its
+    sample (``drawn``: ``Forecast.drawn``) is no miss of the model's."""
     busy = {m.source for m in pending.values()} | {m.destination for m in pending.values()}
     waiting, errors = {}, {}
     for broker, (predicted, planned_at) in state.predictions.items():
@@ -621,5 +652,6 @@ def check_predictions(
         if broker in busy or not reported_after(load, report, planned_at, config):
             waiting[broker] = (predicted, planned_at)
             continue
-        errors[broker] = 100 * report.max_resource_usage_with_weight(config.weights, memory=False) - predicted
+        sampled = 100 * report.max_resource_usage_with_weight(config.weights, memory=False)
+        errors[broker] = sampled - (drawn or {}).get(broker, 0.0) - predicted
     return waiting, errors
