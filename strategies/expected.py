@@ -41,8 +41,8 @@ class Averaged(Protocol):
 
 
 def expected_traffic(snapshot: ClusterSnapshot, bundle_data: Mapping[str, Averaged]) -> dict[str, Traffic]:
-    """The bundles whose latest report is a jitter draw, each with the traffic it is expected to carry (see the
-    module's docstring); a bundle left out is read as its report says."""
+    """Each bundle whose report departs from what it is expected to carry, with that (see the module's docstring);
+    a bundle left out is expected to carry what its report says."""
     departures: dict[str, list[tuple[str, float, Traffic]]] = {}  # namespace → (bundle, relative departure, report)
     for report in snapshot.brokers.values():
         for bundle, stats in report.lastStats.items():
@@ -50,11 +50,11 @@ def expected_traffic(snapshot: ClusterSnapshot, bundle_data: Mapping[str, Averag
             average = None if data is None else data.short
             if average is None or average.num_samples < MIN_SAMPLES or bundle_names.is_system_bundle(bundle):
                 continue
-            rate = average.msg_rate
-            if rate <= 0 or stats.msg_rate <= 0:
+            ratio = stats.msg_rate / average.msg_rate if average.msg_rate > 0 else 0.0
+            if not 0 < ratio < math.inf:  # idle, or rates past what a float's division holds
                 continue
             group = departures.setdefault(bundle_names.namespace_of(bundle), [])
-            group.append((bundle, stats.msg_rate / rate - 1, stats.traffic))
+            group.append((bundle, ratio - 1, stats.traffic))
     common = {ns: statistics.median(d for _, d, _ in group) for ns, group in departures.items()}
     own = [abs(d - common[ns]) for ns, group in departures.items() if len(group) > 1 for _, d, _ in group]
     if not own:
@@ -68,6 +68,6 @@ def expected_traffic(snapshot: ClusterSnapshot, bundle_data: Mapping[str, Averag
             alone = departure - common[ns]
             beyond = math.copysign(max(abs(alone) - band, 0.0), alone)  # what the jitter cannot make
             scale = (1 + common[ns] + beyond) / (1 + departure)
-            if abs(scale - 1) > ROUNDING:
+            if abs(scale - 1) > ROUNDING and math.isfinite(scale):
                 expected[bundle] = (reported[0] * scale, reported[1] * scale, reported[2] * scale)
     return expected

@@ -117,8 +117,8 @@ class LoadData:
 
     @cached_property
     def expected_traffic(self) -> Mapping[str, Traffic]:
-        """The bundles whose latest report is a draw of their topics' jitter, each with the traffic it is expected
-        to carry (``expected.expected_traffic``); any other bundle is read as reported."""
+        """Each bundle whose report departs from what it is expected to carry, where its topics' rates jitter, with
+        that (``expected.expected_traffic``); any other bundle is expected to carry what its report says."""
         return MappingProxyType(expected_traffic(self.snapshot, self.bundle_data))
 
     def bundle_or_default(self, bundle: str) -> BundleData:

@@ -37,6 +37,8 @@ import numpy as np
 from pulsar_lb_operator.strategies import bundles as bundle_names
 from pulsar_lb_operator.strategies import costs
 from pulsar_lb_operator.strategies.config import LoadBalancerConfig
+from pulsar_lb_operator.strategies.expected import MAD_TO_SIGMA
+from pulsar_lb_operator.strategies.expected import Traffic as Traffic  # the package's modules read it here
 from pulsar_lb_operator.strategies.loaddata import LoadData
 from pulsar_lb_operator.strategies.profile import CostModel
 from pulsar_lb_operator.strategies.snapshots import BrokerLoad
@@ -48,8 +50,6 @@ RESIDUALS = 3  # the steady level's median: one outlier among three is ignored, 
 NOISE_WINDOW = 10  # departures kept per broker: its own samples' noise is measured over the last ten
 OWN_NOISE_FROM = 4  # departures before a broker's own noise is measured: three differences, a median ignores one
 KBIT_PER_BYTE = 8 / 1000  # LocalBrokerData's bandwidth is in kbit/s
-MAD_TO_SIGMA = 1.4826  # the median absolute deviation of normal noise times this is its standard deviation
-Traffic = tuple[float, float, float]  # msg rate in + out, throughput in, throughput out
 NO_TRAFFIC: Traffic = (0.0, 0.0, 0.0)
 
 
