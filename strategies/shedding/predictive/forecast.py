@@ -8,7 +8,9 @@ intercept. A broker with no good fit — one that just joined has no history at 
 and its kind's per-core cost at the dearest of the kind's brokers (of a kind no fit knows, each kind of traffic at
 the dearest known kind's price: a fill that overshoots cannot be undone within the grace period), its scale refined
 from its samples as they arrive, the latest included (against what it used when it carried nothing: a broker joins
-empty); its samples are its level. Bandwidth is exact: a bundle's bytes over the NIC's limit.
+empty); its samples are its level. Bandwidth is exact: a bundle's bytes over the NIC's limit. Traffic is what each
+bundle is expected to carry (``LoadData.expected_traffic``), not one report's draws of its topics' jitter: a plan
+on the draws moves the bundle that read high off the broker that read high, and the next report undoes it.
 
 A CPU sample is noisy (a point or more on a busy broker: as large as a bundle), so plans are made on each
 broker's **steady** level: its model's prediction, plus the median of its last ``RESIDUALS`` departures from the
