@@ -54,9 +54,12 @@ def expected_traffic(snapshot: ClusterSnapshot, bundle_data: Mapping[str, Averag
     for report in snapshot.brokers.values():
         for bundle, reported in report.lastStats.items():
             data = get(bundle)
-            if data is None or data.short.num_samples < MIN_SAMPLES:
+            if data is None:
                 continue
-            average = data.short.msgRateIn + data.short.msgRateOut
+            short = data.short
+            if short.num_samples < MIN_SAMPLES:
+                continue
+            average = short.msgRateIn + short.msgRateOut
             ratio = (reported.msgRateIn + reported.msgRateOut) / average if average > 0 else 0.0
             if not 0 < ratio < math.inf:  # idle, or rates past what a float's division holds
                 continue

@@ -547,6 +547,8 @@ def _jitter(load: LoadData, broker: str) -> Traffic:
     """The broker's bundles' expected traffic less what its report says they carry (``LoadData.expected_traffic``)."""
     expected, stats = load.expected_traffic, load.snapshot.brokers[broker].lastStats
     rate = bytes_in = bytes_out = 0.0
+    if not expected:  # no jitter to read past: every report stands
+        return NO_TRAFFIC
     for bundle, reported in stats.items():
         if bundle not in expected:
             continue
