@@ -1,4 +1,4 @@
-"""What a bundle is expected to carry: its average where its latest report is a jitter draw, its report otherwise."""
+"""What a bundle is expected to carry: its average where its report is a jitter draw, what is past the jitter beyond."""
 
 import pytest
 
