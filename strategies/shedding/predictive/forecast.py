@@ -288,8 +288,7 @@ class Forecast:
             if any(jitter := _jitter(load, b)):
                 self._jitter[b] = jitter
                 self.shift(b, jitter, +1)
-                expected = [max(v + d, 0.0) for v, d in zip(sampled_points[b], slope[b].delta(jitter))]
-                self.drawn[b] = self.sampled[b] - self.usage(b, expected)
+                self.drawn[b] = self.sampled[b] - self.usage(b, self.shifted(b, jitter, +1, sampled_points[b]))
 
     def trust_samples(self, brokers: set[str]) -> None:
         """A broker whose last prediction missed by more than twice the noise: its model does not know its traffic
@@ -427,10 +426,10 @@ class Forecast:
             self.direct[broker] * self.weights[3],
         )
 
-    def shifted(self, broker: str, traffic: Traffic, sign: float) -> list[float]:
-        """The broker's points with ``traffic`` added (sign +1) or taken away (−1)."""
+    def shifted(self, broker: str, traffic: Traffic, sign: float, points: Sequence[float] | None = None) -> list[float]:
+        """The broker's points (or ``points``) with ``traffic`` added (sign +1) or taken away (−1)."""
         delta = self.slope[broker].delta(traffic)
-        return [max(v + sign * d, 0.0) for v, d in zip(self.points[broker], delta)]
+        return [max(v + sign * d, 0.0) for v, d in zip(self.points[broker] if points is None else points, delta)]
 
     def shift(self, broker: str, traffic: Traffic, sign: float) -> None:
         """Add (sign +1) or take away (−1) ``traffic`` on the broker: its points and the traffic it carries."""
@@ -546,9 +545,9 @@ def _learned_now(
 def _jitter(load: LoadData, broker: str) -> Traffic:
     """The broker's bundles' expected traffic less what its report says they carry (``LoadData.expected_traffic``)."""
     expected, stats = load.expected_traffic, load.snapshot.brokers[broker].lastStats
-    rate = bytes_in = bytes_out = 0.0
     if not expected:  # no jitter to read past: every report stands
         return NO_TRAFFIC
+    rate = bytes_in = bytes_out = 0.0
     for bundle, reported in stats.items():
         if bundle not in expected:
             continue
@@ -642,7 +641,7 @@ def check_predictions(
     state: StrategyState,
     pending: Mapping[str, PendingMove],
     config: LoadBalancerConfig,
-    drawn: Mapping[str, float] | None = None,
+    drawn: Mapping[str, float],
 ) -> tuple[dict[str, tuple[float, int]], dict[str, float]]:
     """Compare earlier predictions with reports that show every move they involved. A prediction is of the broker's
     level at the traffic its bundles are expected to carry: what its report's draws of the jitter add to its
@@ -657,5 +656,5 @@ def check_predictions(
             waiting[broker] = (predicted, planned_at)
             continue
         sampled = 100 * report.max_resource_usage_with_weight(config.weights, memory=False)
-        errors[broker] = sampled - (drawn or {}).get(broker, 0.0) - predicted
+        errors[broker] = sampled - drawn.get(broker, 0.0) - predicted
     return waiting, errors
