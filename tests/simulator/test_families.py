@@ -248,6 +248,20 @@ def test_a_broker_that_jitters_more_than_the_rest_is_not_read_off_its_level():
     assert event["cycles"] is not None and event["cycles"] <= event["floor"] + 1, event
 
 
+def test_brokers_ordinary_samples_are_not_read_as_models_gone_wrong():
+    """scale-out#9708 (of runs 9700–9719, never run before): four brokers join twelve busy ones whose CPU samples
+    jitter by about a point and a half. After the first round of moves ten of the fourteen brokers with a prediction
+    read off it by more than twice the pooled noise (0.44 that cycle), half of them within twice their own: each had
+    its level set from that one sample, the next plans were made on those levels, and they left a broker 5.8 points
+    over the mean whose last move waited for the hit counters — balanced 9 cycles after the join, where the rails'
+    floor is 4. Judged against each broker's own noise, five are (the four that joined, with no noise of their own
+    yet, and one 3.4 points off, beyond twice its 1.6), and the cluster is balanced on the floor."""
+    result = run(families.generate("scale-out", 9708), OURS)
+    (event,) = [p for p in result.metrics["segments"] if p["kind"] == "event"]
+    assert event["cycles"] is not None and event["cycles"] <= event["floor"] + 1, event
+    assert event["unloads"] <= family_report.RATIO_GOAL * event["moves"], event
+
+
 def test_a_broker_a_point_past_the_gap_is_balanced_though_its_samples_dip_well_under_it():
     """scale-in#27 (a development run): after the leave, a broker's steady level sits under a point past the 5-point
     gap; a sample is a point or more off, and so is the mean it is compared with, so every few cycles one read it 2

@@ -410,6 +410,22 @@ def test_a_broker_departing_from_its_model_within_its_own_noise_keeps_its_model(
     assert cast.usage("b:1") == pytest.approx(50.0 + 1.4)
 
 
+def test_a_prediction_missed_within_the_brokers_own_noise_is_not_a_miss():
+    """a's samples jitter by points, b's by hundredths; both last read 2 points off their predictions. For b that is
+    a model that no longer knows its traffic: its samples set its level (``trust_samples``). For a it is one of its
+    ordinary samples, though twice the pooled noise (the quiet brokers' hundredths) is far less: trusted, that one
+    sample would set its level, and a plan would land it off the band by as much."""
+    quiet = (0.02, -0.03, 0.01, -0.02, 0.03, -0.01)
+    residuals = {"a:1": (-3.0, 3.0, -2.5, 2.8, -3.1, 1.4), "b:1": quiet, "c:1": quiet}
+    state = StrategyState(predictive_residuals=residuals)
+    load, _, _ = build_load_data(heterogeneous(), {}, {}, ONE_HIT.grace_period_ms)
+    load = load.with_profile(PROFILE)
+    cast = forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state)
+    assert cast.sigma < 0.1
+    assert cast.missed({"a:1": 2.0, "b:1": -2.0, "c:1": 0.05}) == {"b:1"}
+    assert cast.missed({"a:1": 15.0}) == {"a:1"}  # beyond its own noise too (about 6 points)
+
+
 def test_a_model_its_first_sample_contradicts_is_not_acted_on():
     """Every broker reads 30 %, but the profile is stale: it says c's machine uses 5 % with no traffic, where another
     process now takes 20 points more, so c's model reads it 20 points under the others. Its first sample, far beyond

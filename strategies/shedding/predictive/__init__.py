@@ -107,7 +107,7 @@ class _Cycle:
         self.forecast = forecast.Forecast(load, config, slope, state)
         self.pending = forecast.in_flight(load, state, self.forecast, config)
         self.waiting, self.errors = forecast.check_predictions(load, state, self.pending, config, self.forecast.drawn)
-        self.forecast.trust_samples({b for b, e in self.errors.items() if abs(e) > 2 * self.forecast.sigma})
+        self.forecast.trust_samples(self.forecast.missed(self.errors))
         scores = self.forecast.sampled
         self.backgrounds = {b: self.forecast.background(b) for b in brokers}
         self.pools = pools.pools(load, scores)

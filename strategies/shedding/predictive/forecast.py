@@ -290,12 +290,19 @@ class Forecast:
                 self.shift(b, jitter, +1)
                 self.drawn[b] = self.sampled[b] - self.usage(b, self.shifted(b, jitter, +1, sampled_points[b]))
 
+    def missed(self, errors: Mapping[str, float]) -> set[str]:
+        """The brokers whose last prediction missed (``errors``: ``check_predictions``) by more than twice the noise
+        of their own samples (``broker_noise``), and never less than twice the pooled noise: a machine that jitters
+        more than the pool misses by more, and judged against the pool one of its ordinary samples would read as a
+        model that no longer knows its traffic (``trust_samples`` would then set its level from that one sample)."""
+        return {b for b, e in errors.items() if abs(e) > 2 * max(self.sigma, self.broker_noise(b))}
+
     def trust_samples(self, brokers: set[str]) -> None:
-        """A broker whose last prediction missed by more than twice the noise: its model does not know its traffic
-        as it now is (the fit was made on another mix), so its samples set its level — its departure from the
-        model counts from now on, as if it had lasted ``RESIDUALS`` samples. The recent residuals are shifted so
-        their median is the latest, not replaced by copies of it: their scatter is the samples' noise, and copies
-        would tell ``noise`` there is none (the hit counters' dip hold and the plan's margins would lose it)."""
+        """A broker whose last prediction missed (``missed``): its model does not know its traffic as it now is (the
+        fit was made on another mix), so its samples set its level — its departure from the model counts from now
+        on, as if it had lasted ``RESIDUALS`` samples. The recent residuals are shifted so their median is the latest,
+        not replaced by copies of it: their scatter is the samples' noise, and copies would tell ``noise`` there is
+        none (the hit counters' dip hold and the plan's margins would lose it)."""
         for b in brokers & set(self.residuals):
             recent = self.residuals[b]
             latest, centre = recent[-1], statistics.median(recent[-RESIDUALS:])
