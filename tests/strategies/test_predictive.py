@@ -376,14 +376,22 @@ def test_a_broker_its_moves_were_to_leave_past_the_gap_is_not_released_by_one_re
     assert "b:1" not in _read(done, 4.0)[0].avg_hits_low
 
 
+QUIET = (0.02, -0.03, 0.01, -0.02, 0.03, -0.01)  # a quiet machine's departures from its model: hundredths
+
+
+def _forecast(residuals: dict[str, tuple[float, ...]], profile: LoadProfile = PROFILE) -> forecast.Forecast:
+    """The forecast of ``heterogeneous()`` with these departures from the models already on record."""
+    state = StrategyState(predictive_residuals=residuals)
+    load, _, _ = build_load_data(heterogeneous(), {}, {}, ONE_HIT.grace_period_ms)
+    load = load.with_profile(profile)
+    return forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state)
+
+
 def test_trusting_the_samples_after_a_miss_keeps_their_noise():
     """A broker whose prediction missed has its level set from its latest sample; the scatter of its recent samples
     around the model is still the samples' noise, so the noise the dip hold and the plan's margins use stays."""
     residuals = {"a:1": (0.5, -1.0, 1.5), "b:1": (-0.8, 0.9, 0.1), "c:1": (1.2, -0.3, 0.4)}
-    state = StrategyState(predictive_residuals=residuals)
-    load, _, _ = build_load_data(heterogeneous(), {}, {}, ONE_HIT.grace_period_ms)
-    load = load.with_profile(PROFILE)
-    cast = forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state)
+    cast = _forecast(residuals)
     noise = cast.sigma
     assert noise > 0.4
     latest = {b: rs[-1] for b, rs in cast.residuals.items()}
@@ -399,12 +407,8 @@ def test_a_broker_departing_from_its_model_within_its_own_noise_keeps_its_model(
     read 1.4 and 1.6 above their models and now 0. For b that is a lasting change the model does not know: its
     level counts it. For a it is its jitter, though twice the pooled noise (the quiet brokers' hundredths) is far
     less: its level stays its model's."""
-    quiet = (0.02, -0.03, 0.01, -0.02, 0.03, -0.01)
-    residuals = {"a:1": (-3.0, 3.0, -2.5, 2.8, -3.1, 1.4, 1.6), "b:1": (*quiet, 1.4, 1.6), "c:1": (*quiet, 0.0, 0.0)}
-    state = StrategyState(predictive_residuals=residuals)
-    load, _, _ = build_load_data(heterogeneous(), {}, {}, ONE_HIT.grace_period_ms)
-    load = load.with_profile(PROFILE)
-    cast = forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state)
+    residuals = {"a:1": (-3.0, 3.0, -2.5, 2.8, -3.1, 1.4, 1.6), "b:1": (*QUIET, 1.4, 1.6), "c:1": (*QUIET, 0.0, 0.0)}
+    cast = _forecast(residuals)
     assert cast.sigma < 0.1
     assert cast.usage("a:1") == pytest.approx(10.0)  # its model: 5 + one bundle of 5 points
     assert cast.usage("b:1") == pytest.approx(50.0 + 1.4)
@@ -415,12 +419,8 @@ def test_a_prediction_missed_within_the_brokers_own_noise_is_not_a_miss():
     a model that no longer knows its traffic: its samples set its level (``trust_samples``). For a it is one of its
     ordinary samples, though twice the pooled noise (the quiet brokers' hundredths) is far less: trusted, that one
     sample would set its level, and a plan would land it off the band by as much."""
-    quiet = (0.02, -0.03, 0.01, -0.02, 0.03, -0.01)
-    residuals = {"a:1": (-3.0, 3.0, -2.5, 2.8, -3.1, 1.4), "b:1": quiet, "c:1": quiet}
-    state = StrategyState(predictive_residuals=residuals)
-    load, _, _ = build_load_data(heterogeneous(), {}, {}, ONE_HIT.grace_period_ms)
-    load = load.with_profile(PROFILE)
-    cast = forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state)
+    residuals = {"a:1": (-3.0, 3.0, -2.5, 2.8, -3.1, 1.4), "b:1": QUIET, "c:1": QUIET}
+    cast = _forecast(residuals)
     assert cast.sigma < 0.1
     assert cast.missed({"a:1": 2.0, "b:1": -2.0, "c:1": 0.05}) == {"b:1"}
     assert cast.missed({"a:1": 15.0}) == {"a:1"}  # beyond its own noise too (about 6 points)
@@ -464,10 +464,7 @@ def test_the_trigger_reads_a_bias_the_departures_show_since_the_last_lasting_cha
         "a:1": (3.0, 1.0, 3.1, 0.9, 2.9, 1.1, 3.0, 1.0, 2.5),
         "b:1": (20.0, 20.1, 19.9, 20.0, 0.1, -0.1, 0.2, -0.2, 0.1),
     }
-    state = StrategyState(predictive_residuals=residuals)
-    load, _, _ = build_load_data(heterogeneous(), {}, {}, ONE_HIT.grace_period_ms)
-    load = load.with_profile(PROFILE)
-    cast = forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state)
+    cast = _forecast(residuals)
     assert cast.usage("a:1") == pytest.approx(10.0)  # 5 + one bundle of 5 points; this sample departs by 0
     assert cast.unbiased("a:1") == pytest.approx(10.0 + 18.5 / 10)
     assert cast.usage("b:1") == pytest.approx(50.0)
@@ -486,10 +483,7 @@ def _trigger_reads_a(off_by: float) -> float:
         "c:1": tuple(c_off + 0.1 * (-1) ** i for i in range(9)),
     }
     models = {("a:1", "cpu"): model(5), ("b:1", "cpu"): model(5 - b_off), ("c:1", "cpu"): model(70 - c_off)}
-    state = StrategyState(predictive_residuals=residuals)
-    load, _, _ = build_load_data(heterogeneous(), {}, {}, ONE_HIT.grace_period_ms)
-    load = load.with_profile(LoadProfile(cost_models=MappingProxyType(models)))
-    cast = forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state)
+    cast = _forecast(residuals, LoadProfile(cost_models=MappingProxyType(models)))
     assert cast.usage("a:1") == pytest.approx(10.0)  # 5 + one bundle of 5 points: its model; this sample departs by 0
     assert cast.unbiased("b:1") - cast.usage("b:1") == pytest.approx(0.0, abs=1e-9)  # its steady level counts it
     return cast.unbiased("a:1") - cast.usage("a:1")
