@@ -106,7 +106,9 @@ class _Cycle:
         brokers = load.snapshot.brokers
         self.forecast = forecast.Forecast(load, config, slope, state)
         self.pending = forecast.in_flight(load, state, self.forecast, config)
-        self.waiting, self.errors = forecast.check_predictions(load, state, self.pending, config, self.forecast.drawn)
+        self.waiting, self.errors = forecast.check_predictions(
+            load, state, self.pending, config, self.forecast.sampled, self.forecast.drawn
+        )
         self.forecast.trust_samples(self.forecast.missed(self.errors))
         scores = self.forecast.sampled
         self.backgrounds = {b: self.forecast.background(b) for b in brokers}

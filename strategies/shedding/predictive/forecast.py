@@ -648,11 +648,13 @@ def check_predictions(
     state: StrategyState,
     pending: Mapping[str, PendingMove],
     config: LoadBalancerConfig,
+    sampled: Mapping[str, float],
     drawn: Mapping[str, float],
 ) -> tuple[dict[str, tuple[float, int]], dict[str, float]]:
-    """Compare earlier predictions with reports that show every move they involved. A prediction is of the broker's
-    level at the traffic its bundles are expected to carry: what its report's draws of the jitter add to its
-    sample (``drawn``: ``Forecast.drawn``) is no miss of the model's."""
+    """Compare earlier predictions with reports that show every move they involved (``sampled``: each broker's
+    usage as its report says, ``Forecast.sampled``). A prediction is of the broker's level at the traffic its bundles
+    are expected to carry: what its report's draws of the jitter add to its sample (``drawn``: ``Forecast.drawn``)
+    is no miss of the model's."""
     busy = {m.source for m in pending.values()} | {m.destination for m in pending.values()}
     waiting, errors = {}, {}
     for broker, (predicted, planned_at) in state.predictions.items():
@@ -662,6 +664,5 @@ def check_predictions(
         if broker in busy or not reported_after(load, report, planned_at, config):
             waiting[broker] = (predicted, planned_at)
             continue
-        sampled = 100 * report.max_resource_usage_with_weight(config.weights, memory=False)
-        errors[broker] = sampled - drawn.get(broker, 0.0) - predicted
+        errors[broker] = sampled[broker] - drawn.get(broker, 0.0) - predicted
     return waiting, errors
