@@ -87,6 +87,39 @@ def balanceable_spread(usage: dict[str, float], background: dict[str, float], po
     return max(spreads)
 
 
+def reading_noise(cluster: SimulatedCluster) -> dict[str, float]:
+    """Each live broker's standard deviation of a reading of its usage, in points: the simulator reads CPU as the
+    broker's usage times 1 + N(0, jitter), bandwidth exactly; a reading is the larger of them (weighted usage)."""
+    out = {}
+    for broker in cluster.alive_brokers():
+        used = cluster.host_usage(broker, {b: cluster.bundle_stats(b)[0] for b in cluster.owned_by(broker.id)}, 0.0)
+        cpu, *others = (used[r][0] / used[r][1] * 100 for r in RESOURCES)
+        out[broker.name] = broker.spec.jitter * cpu if cpu >= max(others) else 0.0
+    return out
+
+
+def readings_show(
+    usage: dict[str, float],
+    background: dict[str, float],
+    noise: Mapping[str, float],
+    target: float,
+    pools: Pools | None = None,
+) -> bool:
+    """Whether readings ``noise`` off (``reading_noise``) can show the spread at or past ``target``: the two ends of
+    some pool's brokers that can take load are further apart than the target by at least the noise of their
+    difference (one standard deviation: closer, a reading of the pair falls inside the target one time in six or
+    more, and no count of consecutive hits on such readings can say when the spread crossed it)."""
+    for group in pooled(usage, pools):
+        takers = sorted(balanceable(group, background))
+        if len(takers) < 2:
+            continue
+        hottest, coolest = max(takers, key=group.__getitem__), min(takers, key=group.__getitem__)
+        margin = math.hypot(noise.get(hottest, 0.0), noise.get(coolest, 0.0))
+        if group[hottest] - group[coolest] - target >= margin:
+            return True
+    return False
+
+
 def linear_usage(cluster: SimulatedCluster, broker: Broker) -> tuple[np.ndarray, np.ndarray]:
     """The broker's usage per resource (``RESOURCES``, percent) as ``base + coefficients @ traffic``, traffic being
     (msg rate in + out, throughput in, throughput out): the simulator's own physics, probed with unit traffic."""
@@ -406,18 +439,24 @@ def moves_lower_bound(cluster: SimulatedCluster, target: float = TARGET_SPREAD, 
 
 
 def hits_to_act(
-    usage: dict[str, float], background: dict[str, float], config: LoadBalancerConfig, pools: Pools | None = None
+    usage: dict[str, float],
+    background: dict[str, float],
+    config: LoadBalancerConfig,
+    pools: Pools | None = None,
+    noise: Mapping[str, float] | None = None,
 ) -> int:
     """How many consecutive cycles the default hit counters make a strategy debounced like AvgShedder see this
     imbalance before it acts: loadBalancerAvgShedderHitCountHighThreshold (2) when a broker that can take load
     is at least half of loadBalancerAvgShedderHighThreshold (40 points between a pair: 20) from their mean,
     loadBalancerAvgShedderHitCountLowThreshold (8) below that. AvgShedder's own pair rule (the hottest and
     coolest broker more than 40 points apart) never asks for fewer: such a pair has a broker 20 from the mean.
-    With ``pools`` (``pools_of``), each broker's distance is from its own pool's mean."""
+    With ``pools`` (``pools_of``), each broker's distance is from its own pool's mean. With ``noise``
+    (``reading_noise``), a broker is past the high gap only by as much as its distance exceeds its reading's noise:
+    the count its readings can complete, as ``readings_show`` reads the spread."""
     distances: list[float] = []
     for group in pooled(usage, pools):
         takers, mean = balanceable_mean(group, background)
-        distances += [abs(group[n] - mean) for n in takers]
+        distances += [abs(group[n] - mean) - (noise or {}).get(n, 0.0) for n in takers]
     if not distances:
         return config.loadBalancerAvgShedderHitCountHighThreshold
     if max(distances) >= config.loadBalancerAvgShedderHighThreshold / 2:

@@ -11,6 +11,12 @@ part of the run, from one disturbance to the next, is judged on what that distur
 * **unloads**: those planned in the part, against the lower bound of moves at the disturbance (for an excursion,
   the most the imbalance needed while it lasted: the drift goes on until a strategy may act); a part that needed
   no move should have none (unloads on noise).
+
+The floor reads the simulator's true usage, which no strategy sees: a strategy reads each broker through samples
+a point or more off. Where the spread is past the target by less than the noise of its two ends' readings, or the
+high hit count rests on a broker within its reading's noise of the high gap, no count of hits on the readings can
+say when the disturbance began. Each part also has the floor counted from when the readings can show it
+(``shown_floor_of``): a part late on the floor but within it on this one asked for what no reading could show.
 """
 
 from __future__ import annotations
@@ -18,7 +24,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from pulsar_lb_operator.benchmarks.bounds import GOAL_CYCLES, Pools, balanceable_spread, hits_to_act, rails_floor
+from pulsar_lb_operator.benchmarks.bounds import (
+    GOAL_CYCLES,
+    Pools,
+    balanceable_spread,
+    hits_to_act,
+    rails_floor,
+    readings_show,
+)
 from pulsar_lb_operator.strategies import LoadBalancerConfig, Rails
 
 
@@ -31,6 +44,8 @@ class Disturbance:
     hits: int  # consecutive cycles a debounced strategy sees it before acting (bounds.hits_to_act)
     lag: int = 0  # cycles from ``sample`` until the brokers' reports show it
     released: int = 0  # the first cycle the grace period's holds no longer keep balance out of reach (0: never did)
+    shown: int | None = 0  # samples from ``sample`` until the readings show it (``readings_show``); None: not yet
+    hits_shown: int = 0  # the hits a count of those readings needs then (``hits_to_act`` with the noise); 0: ``hits``
 
 
 @dataclass(frozen=True)
@@ -48,6 +63,8 @@ class Segment:
     # (or the spread came under it)
     judged: bool
     held: bool = False  # the floor is the cycle the grace period's holds free (``floor_of``)
+    # where judged: the floor from when the readings could show it (``shown_floor_of``); None: they never did
+    shown_floor: int | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -76,9 +93,10 @@ class Tracker:
         report_lag: int,
         released: Callable[[], int] = lambda: 0,
         pools: Pools | None = None,
+        noise: Callable[[], Mapping[str, float]] = dict,
     ) -> None:
         self.needs, self.config, self.target, self.report_lag = needs, config, target, report_lag
-        self.released, self.pools = released, pools
+        self.released, self.pools, self.noise = released, pools, noise
         self.found: list[Disturbance] = []
         self.spreads: list[float] = []
         self.pending: tuple[int, int] | None = None  # an event not yet measured: (its sample, when reports show it)
@@ -107,11 +125,24 @@ class Tracker:
             moves, most = self.needs()  # the drift goes on: what it needs at its largest
             last = self.found[-1]
             last.moves, last.most_from_one = max(last.moves, moves), max(last.most_from_one, most)
+        last = self.found[-1]
+        if last.shown is None and last.sample < sample and spread >= self.target:
+            self._shown(last, sample, usage, background)
 
     def _found(self, sample: int, kind: str, usage: dict[str, float], background: dict[str, float], lag: int) -> None:
         moves, most = self.needs()
         hits = hits_to_act(usage, background, self.config, self.pools)
-        self.found.append(Disturbance(sample, kind, moves, most, hits, lag, self.released() if moves else 0))
+        found = Disturbance(sample, kind, moves, most, hits, lag, self.released() if moves else 0, None)
+        self.found.append(found)
+        if balanceable_spread(usage, background, self.pools) >= self.target:
+            self._shown(found, sample, usage, background)
+
+    def _shown(self, found: Disturbance, sample: int, usage: dict[str, float], background: dict[str, float]) -> None:
+        """Marks ``found`` shown at ``sample`` if the readings show its spread past the target there."""
+        noise = self.noise()
+        if readings_show(usage, background, noise, self.target, self.pools):
+            found.shown = sample - found.sample
+            found.hits_shown = hits_to_act(usage, background, self.config, self.pools, noise)
 
 
 def segments(
@@ -129,7 +160,10 @@ def segments(
         unbalanced = disturbance.moves > 0 and bool(part) and part[0] >= target
         judged = unbalanced and (cycles is not None or len(part) >= floor + 3)
         held = floor > rails_floor_of(disturbance, rails)  # only the holds set a floor above the caps' and hits'
-        out.append(Segment(start, end, disturbance.kind, disturbance.moves, floor, cycles, unloads, judged, held))
+        shown = shown_floor_of(disturbance, rails) if judged else None
+        out.append(
+            Segment(start, end, disturbance.kind, disturbance.moves, floor, cycles, unloads, judged, held, shown)
+        )
     return out
 
 
@@ -145,6 +179,18 @@ def rails_floor_of(disturbance: Disturbance, rails: Rails) -> int:
     """The cycles until the reports show the disturbance, then ``bounds.rails_floor``; 0: nothing to move."""
     floor = rails_floor(disturbance.moves, disturbance.most_from_one, disturbance.hits, rails)
     return disturbance.lag + floor if floor else 0
+
+
+def shown_floor_of(disturbance: Disturbance, rails: Rails) -> int | None:
+    """The floor counted from when the readings could show the disturbance (``Disturbance.shown``, and no sooner
+    than its reports do), with the hits a count of those readings needs; None: they never showed it."""
+    if disturbance.shown is None:
+        return None
+    hits = disturbance.hits_shown or disturbance.hits
+    floor = rails_floor(disturbance.moves, disturbance.most_from_one, hits, rails)
+    if not floor:
+        return 0
+    return max(max(disturbance.lag, disturbance.shown) + floor, disturbance.released - disturbance.sample)
 
 
 def hold_release(free_at: Mapping[str, int], now: int, blocks: Callable[[frozenset[str]], bool]) -> int:

@@ -22,6 +22,35 @@ def family_of(result: RunResult) -> str:
 
 
 @dataclass(frozen=True)
+class Late:
+    """A disturbance later than floor + 2, and whether the readings could show it (``disturbances.shown_floor_of``)."""
+
+    scenario: str
+    kind: str
+    sample: int
+    floor: int
+    cycles: int | None  # None: not balanced within the part
+    samples: int  # the part's length
+    shown_floor: int | None  # None: the readings never showed it past the target
+
+    @classmethod
+    def of(cls, scenario: str, part: dict) -> Late:
+        start, end = part["start"], part["end"]
+        return cls(scenario, part["kind"], start, part["floor"], part["cycles"], end - start, part.get("shown_floor"))
+
+    def row(self) -> str:
+        cycles = "not balanced in the part" if self.cycles is None else str(self.cycles)
+        if self.shown_floor is None:
+            shown = "never: its spread was past the target by less than the readings' noise"
+        elif self.cycles is None and self.samples < self.shown_floor + 3:
+            shown = f"{self.shown_floor}: the part ended before it + 2"
+        else:
+            late = None if self.cycles is None else self.cycles - self.shown_floor
+            shown = f"{self.shown_floor}: " + ("late" if late is None or late > 2 else "within it + 2")
+        return f"| {self.scenario} | {self.kind} at sample {self.sample} | {self.floor} | {cycles} | {shown} |"
+
+
+@dataclass(frozen=True)
 class Tally:
     """One strategy over one family's runs (or over all of them)."""
 
@@ -33,12 +62,14 @@ class Tally:
     worst: tuple[float, str] | None  # the worst unloads ÷ lower bound, and where
     noise_unloads: int  # unloads where the disturbance needed none
     flapping: int
+    late: tuple[Late, ...] = ()  # the disturbances later than floor + 2
 
     @classmethod
     def of(cls, runs: Sequence[RunResult]) -> Tally:
         within = [0, 0, 0]
         judged = bounded = under = noise = 0
         worst: tuple[float, str] | None = None
+        lates = []
         for run in runs:
             for part in run.metrics["segments"]:
                 if part["judged"]:
@@ -46,6 +77,8 @@ class Tally:
                     late = None if part["cycles"] is None else part["cycles"] - part["floor"]
                     for k in range(3):
                         within[k] += late is not None and late <= k
+                    if late is None or late > 2:
+                        lates.append(Late.of(run.scenario, part))
                 if part["moves"] > 0:
                     bounded += 1
                     ratio = part["unloads"] / part["moves"]
@@ -55,7 +88,8 @@ class Tally:
                 else:
                     noise += part["unloads"]
         flapping = sum(r.metrics["flapping_bundles"] for r in runs)
-        return cls(len(runs), judged, (within[0], within[1], within[2]), bounded, under, worst, noise, flapping)
+        counts = (within[0], within[1], within[2])
+        return cls(len(runs), judged, counts, bounded, under, worst, noise, flapping, tuple(lates))
 
     def share(self, count: int, of: int) -> str:
         return f"{100 * count / of:.0f} %" if of else "–"
@@ -103,8 +137,34 @@ def table(results: Sequence[RunResult]) -> str:
     return "\n".join(lines)
 
 
+def _late(results: Sequence[RunResult]) -> list[tuple[str, Late]]:
+    """The disturbances later than floor + 2, each with its strategy."""
+    everything = [(strategy, tally) for (family, strategy), tally in tallies(results).items() if family == "all"]
+    return [(strategy, part) for strategy, tally in everything for part in tally.late]
+
+
+def _late_section(results: Sequence[RunResult]) -> list[str]:
+    """The disturbances later than floor + 2, each strategy's, with the floor from when the readings showed them."""
+    late = _late(results)
+    if not late:
+        return []
+    return [
+        "## Later than floor + 2",
+        "The floor reads the true usage; a strategy reads samples a point or more off. The last column is the floor "
+        "counted from when the readings could show the disturbance: its spread past the target, and a broker past "
+        "the high gap for the high hit count, by at least their readings' noise (one standard deviation).",
+        "\n".join(
+            [
+                "| strategy | run | disturbance | floor | cycles | floor from when the readings showed it |",
+                "|---|---|---|---|---|---|",
+                *(f"| {strategy} {part.row()}" for strategy, part in late),
+            ]
+        ),
+    ]
+
+
 def write_report(results: Sequence[RunResult], out: Path, command: str, families: Sequence[str]) -> str:
-    """Writes report.md and results.json; returns the table."""
+    """Writes report.md and results.json; returns the table (and how many disturbances were later than floor + 2)."""
     out.mkdir(parents=True, exist_ok=True)
     summary = table(results)
     runs = sorted({r.scenario for r in results}, key=lambda name: (name.split("#")[0], int(name.split("#")[1])))
@@ -118,7 +178,11 @@ def write_report(results: Sequence[RunResult], out: Path, command: str, families
         "against the lower bound of moves at the disturbance; unloads on noise are those made where the "
         "disturbance needed none.",
         summary,
+        *_late_section(results),
     ]
     (out / "report.md").write_text("\n\n".join(parts) + "\n", encoding="utf-8")
     (out / "results.json").write_text(json.dumps([r.to_json() for r in results], indent=1), encoding="utf-8")
+    late = _late(results)
+    if late:
+        summary += f"\n\n{len(late)} later than floor + 2: the report lists each, with the floor its readings allowed."
     return summary

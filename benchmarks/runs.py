@@ -32,6 +32,7 @@ from pulsar_lb_operator.benchmarks.bounds import (
     moves_lower_bound,
     pooled,
     pools_of,
+    reading_noise,
 )
 from pulsar_lb_operator.benchmarks.metrics import (
     FLAP_WINDOW_S,
@@ -179,6 +180,7 @@ def run(
         report_lag,
         released,
         result.pools,
+        lambda: _unperturbed(cluster, reading_noise),
     )
     event_samples: set[int] = set()  # samples taken after a scenario event: a drop there is not the strategy's
     cycle = 0

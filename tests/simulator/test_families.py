@@ -8,8 +8,8 @@ import pytest
 
 from pulsar_lb_operator import cli
 from pulsar_lb_operator.benchmarks import disturbances, families, family_report
-from pulsar_lb_operator.benchmarks.bounds import balanceable_spread, hits_to_act, pooled, pools_of
-from pulsar_lb_operator.benchmarks.runs import BASELINE, Combination, run
+from pulsar_lb_operator.benchmarks.bounds import balanceable_spread, hits_to_act, pooled, pools_of, readings_show
+from pulsar_lb_operator.benchmarks.runs import BASELINE, Combination, RunResult, run
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.scenario import load_scenario
 from pulsar_lb_operator.strategies.config import LoadBalancerConfig
@@ -141,6 +141,69 @@ def test_a_run_is_cut_at_each_disturbance_and_each_part_judged_on_its_own():
     assert (join.floor, join.cycles, join.judged) == (1 + 2, 4, True)  # 25 points out: 2 hits; 2 cycles of 10
     assert (surge.floor, surge.cycles) == (1 + 7 + 1, 2)  # the reports show it a cycle later; 8 low hits
     assert drift.cycles == 2 and drift.ratio == 1 / 3
+
+
+def test_a_spread_or_a_high_gap_within_the_readings_noise_is_not_one_a_count_of_hits_can_time():
+    """Two brokers 10.3 points apart, each read 1.5 points off: a reading of the pair falls inside the target about
+    four times in ten, so no count of hits on the readings says when the spread crossed it; 13 points apart, it
+    does. A broker 22 points from the mean read 2.5 off is past the 20-point high gap by less than its noise: the
+    floor its readings allow is the low hit count's, where exact readings allow the high one's."""
+    noise = {"a": 1.5, "b": 1.5}
+    assert not readings_show({"a": 55.15, "b": 44.85}, {}, noise, 10.0)
+    assert readings_show({"a": 56.5, "b": 43.5}, {}, noise, 10.0)
+    assert readings_show({"a": 55.15, "b": 44.85}, {}, {}, 10.0)  # exact readings show any spread past the target
+    config = LoadBalancerConfig()
+    usage = {"hot": 72.0, "x": 43.0, "y": 43.0, "z": 42.0}  # the hot broker 22 from the mean of 50
+    assert hits_to_act(usage, {}, config) == config.loadBalancerAvgShedderHitCountHighThreshold
+    assert hits_to_act(usage, {}, config, noise={"hot": 2.5}) == config.loadBalancerAvgShedderHitCountLowThreshold
+    assert hits_to_act(usage, {}, config, noise={"hot": 1.5}) == config.loadBalancerAvgShedderHitCountHighThreshold
+
+
+def test_a_drift_is_judged_also_from_when_the_readings_could_show_it():
+    """A drift crossing the target at sample 10 by a few tenths, read 1.5 points off at either end, clears the noise
+    of the pair's readings (2.1) at sample 16: its floor (8 low hits, so 7 cycles after the first) is counted from
+    sample 10 and, from when the readings could show it, from sample 16; a drift that never clears it was never
+    shown; a surge far past the target is shown at once and its floor is the same either way."""
+    spreads = [5.0] * 10 + [10.2, 10.4, 10.6, 11.0, 11.5, 12.0, 12.2, 12.4] + [12.4] * 12 + [4.0] * 5
+
+    def judged(spreads: list[float], noise: dict[str, float]) -> disturbances.Segment:
+        tracker = disturbances.Tracker(lambda: (1, 1), LoadBalancerConfig(), 10.0, 1, noise=lambda: noise)
+        for spread in spreads:
+            tracker.observe({"a": 50 + spread / 2, "b": 50 - spread / 2}, {}, [], settled=True)
+        return disturbances.segments(tracker.found, tracker.spreads, [], 10.0, DEFAULT_RAILS)[-1]
+
+    drift = judged(spreads, {"a": 1.5, "b": 1.5})
+    assert (drift.kind, drift.start, drift.floor, drift.cycles) == ("excursion", 10, 8, 20)
+    assert drift.shown_floor == 6 + 8
+    assert judged(spreads, {}).shown_floor == 8  # exact readings show it as it crosses
+    flat = judged([5.0] * 10 + [10.4] * 20 + [4.0] * 5, {"a": 1.5, "b": 1.5})
+    assert flat.judged and flat.shown_floor is None
+    surge = judged([5.0] * 10 + [30.0] * 20 + [4.0] * 5, {"a": 1.5, "b": 1.5})
+    assert surge.shown_floor == surge.floor
+
+
+def test_the_report_lists_each_part_later_than_floor_plus_2_with_the_floor_its_readings_allowed(tmp_path):
+    """Three parts later than floor + 2: one the readings never showed past the target, one they showed late
+    enough to be within that floor + 2, one late either way; a part within floor + 2 is not listed."""
+
+    def part(start: int, floor: int, cycles: int | None, shown: int | None) -> dict:
+        return {"start": start, "end": start + 30, "kind": "event", "moves": 1, "floor": floor, "cycles": cycles,
+                "unloads": 1, "judged": True, "held": False, "shown_floor": shown}  # fmt: skip
+
+    result = RunResult("mixed#1", OURS.label, 0, 60.0, {})
+    result.metrics = {
+        "flapping_bundles": 0,
+        "segments": [part(0, 3, 4, 3), part(30, 9, 15, None), part(60, 3, 7, 9), part(90, 2, 8, 4)],
+    }
+    summary = family_report.write_report([result], tmp_path, "operator benchmark", ["mixed"])
+    assert summary.endswith("\n\n3 later than floor + 2: the report lists each, with the floor its readings allowed.")
+    rows = [line for line in (tmp_path / "report.md").read_text().splitlines() if line.startswith("| Predictive")]
+    assert rows == [
+        "| PredictivePairingShedder | mixed#1 | event at sample 30 | 9 | 15 | never: its spread was past the target by "
+        "less than the readings' noise |",
+        "| PredictivePairingShedder | mixed#1 | event at sample 60 | 3 | 7 | 9: within it + 2 |",
+        "| PredictivePairingShedder | mixed#1 | event at sample 90 | 2 | 8 | 4: late |",
+    ]
 
 
 def test_the_floor_waits_for_the_grace_period_where_its_holds_keep_balance_out_of_reach():
