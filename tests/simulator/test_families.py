@@ -397,6 +397,16 @@ def test_a_new_broker_of_a_kind_whose_brokers_pay_differently_is_not_overfilled(
     assert event["unloads"] <= family_report.RATIO_GOAL * event["moves"], event
 
 
+def test_a_half_of_a_bundle_of_two_topics_is_not_moved_on_a_guess_of_its_share():
+    """mixed#9918 (a hot topic on a 4-core broker among 16-core ones): a bundle of two topics was split to fill a
+    broker under the band and a half moved, guessed at half its traffic; both topics were in it (15.6 points where 7.8
+    were planned), and two more splits moved halves that carried nothing: 4 cycles past the floor, 13 unloads for 8.
+    A half of two topics is no longer moved on a guess."""
+    (_, _, event) = run(families.generate("mixed", 9918), OURS).metrics["segments"]
+    assert event["judged"] and event["cycles"] <= event["floor"] + 1, event
+    assert event["unloads"] <= family_report.RATIO_GOAL * event["moves"], event
+
+
 def test_a_broker_the_grace_period_holds_past_the_target_has_the_others_filled_toward_it():
     """rolling-restart#3111 (a development run): a restart's reassignment put bundles the shedder had unloaded
     minutes before on one broker, 7 points above the mean; the grace period held them there, and the others sat

@@ -7,11 +7,17 @@ half would still overshoot, the larger half is split again in the same cycle and
 holding only a hot half would otherwise stay over the level for good). A broker below the band that every bundle
 on offer would carry past it (a small machine among big ones) would stay under it for good: the smallest bundle
 that overshoots it is split the same way, and a half moves to it. Each split counts against the caps.
+
+Where the snapshot lists no topics of the bundle, a half's traffic is a guess: each of the bundle's t topics falls
+in either half at random, so a half carries ½ ± ½/√t of it (a bundle of two topics: none, half or all). A bundle is
+split to move a half only where that miss, on the broker the half leaves or fills, is within the band: moved on a
+guess of two topics, a half left its receiver past the band, and then two halves that carried nothing moved.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -129,13 +135,15 @@ def split_to_move(
         if bundles_after_splits(load, namespace, pieces.splits) >= config.loadBalancerNamespaceMaximumBundles:
             continue
         traffic = bundle_traffic(load, source, bundle, pieces.halves)
+        # how far off an even share may be: a half of t topics dealt at random carries ½ ± ½/√t of them
+        guessed = 0.5 / math.sqrt(pieces.topics_of(load, source, bundle)) if not load.snapshot.topics.get(bundle) else 0
         if receiving:
             arrival = forecast.usage(coolest, forecast.shifted(coolest, traffic, +1)) - coolest_at
-            if arrival > level + band - coolest_at:
+            if arrival > level + band - coolest_at and arrival * guessed <= band:
                 sizes.append((-arrival, bundle))
             continue
         drop = usage - forecast.usage(source, forecast.shifted(source, traffic, -1))
-        if drop > max(excess, 2 * band):
+        if drop > max(excess, 2 * band) and drop * guessed <= band:
             sizes.append((drop, bundle))
     if not sizes:
         return [], movable
