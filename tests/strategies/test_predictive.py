@@ -1166,8 +1166,9 @@ def test_a_small_broker_no_bundle_fits_takes_a_piece_of_one_split_for_it():
 
 def test_a_half_whose_share_of_two_topics_is_a_guess_is_not_moved_where_the_guess_could_miss_by_the_band():
     """As above, but each bundle has two topics, and the snapshot does not list them: a range split puts each topic in
-    either half at random, so the half carries none, half or all of the bundle's 20 points on s (½ ± ½/√2 of it, 7
-    points off), and moved now it could land s 12.5 over the mean. Four topics (½ ± ¼: 5 points) is within the band."""
+    either half at random, so the half carries none, half or all of the bundle's 20 points on s (½ ± ½/√2 of them: 7
+    points off the even share, past the 5-point band), and moved now it could land s at 27.5 %, past the band on the
+    other side. With four topics (½ ± ¼: 5 points, the band itself) the half still moves, as above."""
     result = _small_broker_case(topics=2)
     assert not result.splits and not any(u.destination == "s:1" for u in result.unloads)
 
