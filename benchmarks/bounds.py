@@ -18,7 +18,7 @@ from __future__ import annotations
 import fnmatch
 import itertools
 import math
-from collections.abc import Mapping, Set
+from collections.abc import Iterator, Mapping, Set
 
 import numpy as np
 
@@ -78,13 +78,19 @@ def balanceable_mean(usage: dict[str, float], background: dict[str, float]) -> t
     return takers, (sum(usage[n] for n in takers) / len(takers) if takers else 0.0)
 
 
+def balanceable_ends(
+    usage: dict[str, float], background: dict[str, float], pools: Pools | None = None
+) -> Iterator[tuple[dict[str, float], str, str]]:
+    """Each pool's usage with its hottest and coolest broker that can take load (of equals, the first by name)."""
+    for group in pooled(usage, pools):
+        takers = balanceable(group, background)
+        if takers:
+            yield group, min(takers, key=lambda n: (-group[n], n)), min(takers, key=lambda n: (group[n], n))
+
+
 def balanceable_spread(usage: dict[str, float], background: dict[str, float], pools: Pools | None = None) -> float:
     """The hottest less the coolest of the brokers that can take load: in the pool where that is widest."""
-    spreads = [0.0]
-    for group in pooled(usage, pools):
-        values = [group[name] for name in balanceable(group, background)]
-        spreads.append(max(values) - min(values) if values else 0.0)
-    return max(spreads)
+    return max([0.0, *(group[hot] - group[cool] for group, hot, cool in balanceable_ends(usage, background, pools))])
 
 
 def reading_noise(cluster: SimulatedCluster) -> dict[str, float]:
@@ -109,13 +115,9 @@ def readings_show(
     some pool's brokers that can take load are further apart than the target by at least the noise of their
     difference (one standard deviation: closer, a reading of the pair falls inside the target one time in six or
     more, and no count of consecutive hits on such readings can say when the spread crossed it)."""
-    for group in pooled(usage, pools):
-        takers = sorted(balanceable(group, background))
-        if len(takers) < 2:
-            continue
-        hottest, coolest = max(takers, key=group.__getitem__), min(takers, key=group.__getitem__)
+    for group, hottest, coolest in balanceable_ends(usage, background, pools):
         margin = math.hypot(noise.get(hottest, 0.0), noise.get(coolest, 0.0))
-        if group[hottest] - group[coolest] - target >= margin:
+        if hottest != coolest and group[hottest] - group[coolest] - target >= margin:
             return True
     return False
 

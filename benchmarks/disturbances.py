@@ -132,7 +132,7 @@ class Tracker:
     def _found(self, sample: int, kind: str, usage: dict[str, float], background: dict[str, float], lag: int) -> None:
         moves, most = self.needs()
         hits = hits_to_act(usage, background, self.config, self.pools)
-        found = Disturbance(sample, kind, moves, most, hits, lag, self.released() if moves else 0, None)
+        found = Disturbance(sample, kind, moves, most, hits, lag, self.released() if moves else 0, shown=None)
         self.found.append(found)
         if balanceable_spread(usage, background, self.pools) >= self.target:
             self._shown(found, sample, usage, background)

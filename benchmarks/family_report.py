@@ -143,9 +143,8 @@ def _late(results: Sequence[RunResult]) -> list[tuple[str, Late]]:
     return [(strategy, part) for strategy, tally in everything for part in tally.late]
 
 
-def _late_section(results: Sequence[RunResult]) -> list[str]:
-    """The disturbances later than floor + 2, each strategy's, with the floor from when the readings showed them."""
-    late = _late(results)
+def _late_section(late: Sequence[tuple[str, Late]]) -> list[str]:
+    """The disturbances later than floor + 2 (``_late``), with the floor from when the readings showed them."""
     if not late:
         return []
     return [
@@ -167,6 +166,7 @@ def write_report(results: Sequence[RunResult], out: Path, command: str, families
     """Writes report.md and results.json; returns the table (and how many disturbances were later than floor + 2)."""
     out.mkdir(parents=True, exist_ok=True)
     summary = table(results)
+    late = _late(results)
     runs = sorted({r.scenario for r in results}, key=lambda name: (name.split("#")[0], int(name.split("#")[1])))
     parts = [
         "# Scenario families",
@@ -178,11 +178,10 @@ def write_report(results: Sequence[RunResult], out: Path, command: str, families
         "against the lower bound of moves at the disturbance; unloads on noise are those made where the "
         "disturbance needed none.",
         summary,
-        *_late_section(results),
+        *_late_section(late),
     ]
     (out / "report.md").write_text("\n\n".join(parts) + "\n", encoding="utf-8")
     (out / "results.json").write_text(json.dumps([r.to_json() for r in results], indent=1), encoding="utf-8")
-    late = _late(results)
     if late:
         summary += f"\n\n{len(late)} later than floor + 2: the report lists each, with the floor its readings allowed."
     return summary
