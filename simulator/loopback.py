@@ -4,7 +4,9 @@ Brokers are addressed on loopback (``LoopbackIds``): by default 127.0.0.1 with a
 ``addresses: distinct`` an address each (127.0.0.1, 127.0.0.2, …) on one port, like a real cluster's
 hosts. Each listening socket is bound when its id is handed out and held until served, so no two brokers
 share a port (probing for a free port and closing it lets the OS hand one out twice), and an address in
-use or too few file descriptors is an error (``ServeError``), never a silent shortfall.
+use or too few file descriptors is an error (``ServeError``), never a silent shortfall. On distinct
+addresses the brokers a cluster starts with are bound together, at the first id, on a port free on all
+their addresses: one free on 127.0.0.1 may be taken on 127.0.0.3.
 """
 
 from __future__ import annotations
@@ -25,6 +27,15 @@ FDS_HEADROOM = 256  # files, pipes and other sockets of the process
 
 class ServeError(ScenarioError):
     """The machine cannot serve what was asked: an address or port in use, too few file descriptors."""
+
+
+class AddressInUse(ServeError):
+    """Another socket listens on the address and port asked for."""
+
+
+# distinct addresses share one port, the first broker's: a port free on 127.0.0.1 can be another process's on
+# 127.0.0.3 (a cluster on distinct addresses closing down); a fresh port from the OS is tried, ten at the most
+PORT_ATTEMPTS = 10
 
 
 def loopback_address(index: int) -> str:
@@ -80,7 +91,8 @@ def listen(host: str, port: int, name: str) -> socket.socket:
             why += f" (the open-file limit is {soft}: raise it, e.g. ulimit -n {soft * 2})"
         elif exc.errno == errno.EADDRNOTAVAIL and host != "127.0.0.1":
             why += " (this machine's loopback answers only on 127.0.0.1: use addresses: ports, or add the alias)"
-        raise ServeError(f"cannot listen on {host}:{port} for broker {name}: {why}") from None
+        error = AddressInUse if exc.errno == errno.EADDRINUSE else ServeError
+        raise error(f"cannot listen on {host}:{port} for broker {name}: {why}") from None
     except BaseException:
         sock.close()
         raise
@@ -104,6 +116,8 @@ class LoopbackIds:
         self._count = 0
         self._port: int | None = None  # distinct: the port every broker shares
         self._held: dict[str, socket.socket] = {}
+        self._starting: list[str] = []  # the brokers a cluster starts with, in the order their ids are asked for
+        self._reserved: dict[int, socket.socket] = {}  # distinct: their sockets, bound on the port all share
         self._lock = threading.Lock()
 
     def prepare(self, scenario: Scenario) -> None:
@@ -111,6 +125,7 @@ class LoopbackIds:
         if self.addresses is None:
             self.addresses = getattr(scenario, "addresses", "ports")
         ensure_fd_limit(len(scenario.broker_names))
+        self._starting = [spec.name for spec in getattr(scenario, "brokers", ())]
 
     @property
     def mode(self) -> str:
@@ -119,13 +134,15 @@ class LoopbackIds:
     def __call__(self, name: str) -> str:
         with self._lock:
             index = self._count
+            if self.mode == "distinct" and index == 0 and not self.first_port and len(self._starting) > 1:
+                self._reserve()
             if self.mode == "distinct":
                 host = loopback_address(index)
                 port = self._port if self._port is not None else (self.first_port or 0)
             else:
                 host = "127.0.0.1"
                 port = self.first_port if index == 0 and self.first_port else 0
-            sock = listen(host, port, name)
+            sock = self._reserved.pop(index, None) or listen(host, port, name)
             broker_id = f"{host}:{sock.getsockname()[1]}"
             if broker_id in self._held:  # cannot happen while the sockets are held; never serve one id twice
                 sock.close()
@@ -136,6 +153,28 @@ class LoopbackIds:
             self._count += 1
             return broker_id
 
+    def _reserve(self) -> None:
+        """Distinct addresses: bind every starting broker's socket on one port the OS hands out, another port where
+        one of the addresses has it taken (``PORT_ATTEMPTS``)."""
+        for attempt in range(PORT_ATTEMPTS):
+            bound: list[socket.socket] = []
+            try:
+                for index, name in enumerate(self._starting):
+                    port = bound[0].getsockname()[1] if bound else 0
+                    bound.append(listen(loopback_address(index), port, name))
+            except AddressInUse:
+                for sock in bound:
+                    sock.close()
+                if attempt == PORT_ATTEMPTS - 1:
+                    raise
+                continue
+            except BaseException:
+                for sock in bound:
+                    sock.close()
+                raise
+            self._reserved = dict(enumerate(bound))
+            return
+
     def take(self, broker_id: str) -> socket.socket | None:
         """The listening socket bound for ``broker_id``, handed over once (None: none is held)."""
         with self._lock:
@@ -143,6 +182,7 @@ class LoopbackIds:
 
     def close(self) -> None:
         with self._lock:
-            for sock in self._held.values():
+            for sock in [*self._held.values(), *self._reserved.values()]:
                 sock.close()
             self._held.clear()
+            self._reserved.clear()

@@ -23,6 +23,7 @@ from pulsar_lb_operator.benchmarks.metrics import RunMetrics
 from pulsar_lb_operator.collect.collector import MAX_CONCURRENCY, collect, concurrency
 from pulsar_lb_operator.run.cycle import CycleContext, OperatorState, run_cycle
 from pulsar_lb_operator.sandbox import demo
+from pulsar_lb_operator.simulator import loopback
 from pulsar_lb_operator.simulator.cluster import Ownership, SimulatedCluster
 from pulsar_lb_operator.simulator.connection import HttpConnection
 from pulsar_lb_operator.simulator.http import serve
@@ -146,6 +147,33 @@ def test_a_port_in_use_is_an_error_naming_the_broker_and_nothing_is_left_listeni
     for host in ("127.0.0.1", "127.0.0.2"):  # the sockets bound before the failure were closed
         with socket.socket() as again:
             again.bind((host, port))
+
+
+def test_a_port_another_process_has_on_one_of_the_distinct_addresses_is_passed_over(monkeypatch):
+    """Distinct addresses share the first broker's port, one the OS found free on 127.0.0.1; another process can
+    have it on 127.0.0.2 (another simulated cluster closing down). The cluster starts on another port; it failed
+    to start before ("cannot listen on 127.0.0.2:…": ``operator rehearse`` counted a case as crashed)."""
+    taken: list[socket.socket] = []
+    listen = loopback.listen
+
+    def another_process_first(host, port, name):
+        if host == "127.0.0.2" and not taken:  # the first port tried is in use there: a real socket holds it
+            sock = socket.socket()
+            sock.bind((host, port))
+            sock.listen()
+            taken.append(sock)
+        return listen(host, port, name)
+
+    monkeypatch.setattr(loopback, "listen", another_process_first)
+    try:
+        with serve(many(3, 8, addresses="distinct")) as sim:
+            urls = [sim.url_of(f"broker-{i}") for i in range(3)]
+            assert len({u.rsplit(":", 1)[1] for u in urls}) == 1  # one port, as before
+            assert urls[1].startswith("http://127.0.0.2:") and not urls[1].endswith(f":{taken[0].getsockname()[1]}")
+            assert requests.get(f"{urls[1]}/admin/v2/brokers/health", timeout=T).text == "ok"
+    finally:
+        for sock in taken:
+            sock.close()
 
 
 def test_simulate_says_which_address_is_in_use():
