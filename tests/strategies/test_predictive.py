@@ -1253,6 +1253,39 @@ def test_a_broker_whose_bundles_the_grace_period_holds_has_the_coolest_filled_up
     assert result.unloads and {(u.source, u.destination) for u in result.unloads} <= {("m:1", "c1:1"), ("m:1", "c2:1")}
 
 
+def test_where_the_grace_period_holds_every_broker_above_the_level_those_just_under_it_fill_the_coolest():
+    """h carries 62 % and x 57, every bundle of both unloaded a minute ago (a rolling restart's reassignments and
+    fills put them there): the grace period holds them. The level is 55; m1, m2 and m3 sit a point under it, their
+    bundles free, and c at 49, 13 points under h: the spread stays past the target for half an hour unless c rises,
+    and no broker above the level can give. The three just under the level hand c their small bundles; h and x are
+    not touched."""
+
+    def bundles(name, sizes):
+        return {bundle(f"t/{name}{i // 16}", i % 16): size for i, size in enumerate(sizes)}
+
+    held = {**bundles("h", [3.0] * 19), **bundles("x", [4.0] * 13)}
+    reports = {
+        "h:1": broker(5, {b: p for b, p in held.items() if b.startswith("t/h")}),
+        "x:1": broker(5, {b: p for b, p in held.items() if b.startswith("t/x")}),
+        **{f"m{i}:1": broker(5, bundles(f"m{i}", [1.0] * 49)) for i in (1, 2, 3)},
+        "c:1": broker(5, bundles("c", [1.0] * 44)),
+    }
+    profile = LoadProfile(cost_models=MappingProxyType({(b, "cpu"): model(5) for b in reports}))
+    state = StrategyState(recently_unloaded={b: NOW - 60_000 for b in held})
+    result = shed(snapshot(reports), profile, state)
+    moved = {(u.source, u.destination) for u in result.unloads}
+    assert moved and moved <= {("m1:1", "c:1"), ("m2:1", "c:1"), ("m3:1", "c:1")}, result.notes
+    assert f"{predictive.NAME}: the grace period holds h:1 above the band: filling c:1 toward it" in result.notes
+    # the three just under the level hold what they received too: nothing moves, and the notes say so
+    everything = {b for r in reports.values() for b in r["lastStats"] if not b.startswith("t/c")}
+    stuck = shed(snapshot(reports), profile, StrategyState(recently_unloaded={b: NOW - 60_000 for b in everything}))
+    assert stuck.unloads == ()
+    assert "the grace period holds h:1 above the band: no bundle free to move can fill c:1 toward it" in stuck.notes[-1]
+    # h's hold ends before the next cycle: it gives its own bundles then, one move where the fill takes several
+    ending = StrategyState(recently_unloaded={b: NOW - ONE_HIT.grace_period_ms + 30_000 for b in held})
+    assert shed(snapshot(reports), profile, ending).unloads == ()
+
+
 SHARED = ("s1:1", "s2:1", "s3:1")
 
 

@@ -316,32 +316,28 @@ class _Cycle:
         stranded = {b for b in self.stranded - hot if self.forecast.usage(b) - plan.target > plan.tolerance(b)}
         hot |= stranded
         done: set[str] = set()
-        noted = False
+        held: tuple[set[str], set[str]] | None = None  # the brokers a hold keeps past the band, those behind them
+        filled = False
         rails = self.load.rails
         while self.actions() < rails.max_unloads_per_cycle:
-            cap_left = {
+            able = {
                 b
                 for b in self.movable
-                if self.pieces.per_source.get(b, 0) < rails.max_unloads_per_broker
-                and b not in done | self.received
-                and self.forecast.usage(b) > plan.target
+                if self.pieces.per_source.get(b, 0) < rails.max_unloads_per_broker and b not in done | self.received
             }
+            cap_left = {b for b in able if self.forecast.usage(b) > plan.target}
             sources = sorted(cap_left & hot, key=lambda b: (-self.forecast.usage(b), b))
             destinations = self.takers - set(self.pieces.per_source)
             past, behind = self._behind(hot & done, plan) if not sources else (set(), set())
             if not sources and (
                 behind or any(abs(self.forecast.usage(b) - plan.target) > plan.tolerance(b) for b in cold)
             ):
-                sources = sorted(cap_left, key=lambda b: (-self.forecast.usage(b), b))
+                # the grace period holds the top: the spread closes from below, any broker not behind giving
+                sources = sorted((able - behind) if behind else cap_left, key=lambda b: (-self.forecast.usage(b), b))
                 destinations &= cold | behind
-                if behind and not noted:
-                    noted = True
-                    self.notes.append(
-                        f"{NAME}: the grace period holds {', '.join(sorted(past))} above the band: filling "
-                        f"{', '.join(sorted(behind))} toward it"
-                    )
+                held = held or ((past, behind) if behind else None)
             if not sources:
-                return
+                break
             source = sources[0]
             if source in stranded:
                 room = rails.max_unloads_per_cycle - self.actions()
@@ -353,27 +349,57 @@ class _Cycle:
                 continue
             for move in moves:
                 self._carry_out(move, plan.target)
+            filled |= held is not None and any(move[2] in held[1] for move in moves)
             hot = {b for b in hot if abs(self.forecast.usage(b) - plan.target) > plan.tolerance(b)}
+        if held is not None:  # what the notes say is what was done
+            holding, filling = (", ".join(sorted(brokers)) for brokers in held)
+            doing = "filling" if filled else "no bundle free to move can fill"
+            self.notes.append(f"{NAME}: the grace period holds {holding} above the band: {doing} {filling} toward it")
 
     def _behind(self, stuck: set[str], plan: endstate.EndState) -> tuple[set[str], set[str]]:
         """Of the brokers that can take load above the band and can give nothing that helps (``stuck``), those the
         grace period holds past it — it carries bundles unloaded within loadBalancerSheddingGracePeriodMinutes: a
         restart's reassignment can put such bundles on a broker that never received them from a shedder; and the
         brokers that can take load they keep the spread past the target from: below the highest of them by more
-        than the settled gap and the band. Balance then closes from below, from the brokers above the level, until
-        the hold expires. (A broker with nothing held that gives nothing — a hot topic's — is left to the moves
-        above: filling every other broker toward it would move load for nothing.)"""
+        than the settled gap and the band. Balance then closes from below until the hold expires, from any broker
+        not behind, the busiest first: where the hold is on every broker above the level (a rolling restart's fills
+        hold what each restarted broker received), only those under it have bundles to give. (A broker with nothing
+        held that gives nothing — a hot topic's — is left to the moves above: filling every other broker toward it
+        would move load for nothing; so would a fill toward one whose hold ends by the next cycle with enough
+        released to bring it within the band: ``_released_by_next_cycle``.)"""
         brokers = self.load.snapshot.brokers
         past = {
             b
             for b in stuck & self.takers
             if self.forecast.usage(b) - plan.target > plan.tolerance(b)
             and any(x in self.load.recently_unloaded for x in brokers[b].lastStats)
+            and not self._released_by_next_cycle(b, plan)
         }
         if not past:
             return past, set()
         floor = max(self.forecast.usage(b) for b in past) - debounce.settled_gap(self.config) - plan.band
         return past, {b for b in self.takers if self.forecast.usage(b) < floor}
+
+    def _released_by_next_cycle(self, broker: str, plan: endstate.EndState) -> bool:
+        """Whether the bundles of ``broker`` whose hold ends by the next shedding cycle carry enough to bring it
+        within the band: it then gives them itself, a cycle later, and filling the others toward it would move
+        their bundles for one cycle's balance."""
+        released_by = (
+            self.load.snapshot.taken_at
+            + self.config.loadBalancerSheddingIntervalMinutes * 60_000
+            - self.config.grace_period_ms
+        )
+        held = self.load.recently_unloaded
+        leaving = [
+            forecast.bundle_traffic(self.load, broker, x)
+            for x in self.load.snapshot.brokers[broker].lastStats
+            if x in held and held[x] < released_by  # a hold ends after the grace period, not at its end
+        ]
+        if not leaving:
+            return False
+        traffic: forecast.Traffic = tuple(float(v) for v in np.sum(leaving, axis=0))  # type: ignore[assignment]
+        after = self.forecast.usage(broker, self.forecast.shifted(broker, traffic, -1))
+        return after - plan.target <= plan.tolerance(broker)
 
     def _best(self, source: str, destinations: set[str], plan: endstate.EndState) -> list[pairing.Move]:
         """The moves that help ``source`` most: a plain move; a bundle too big to move split first, when moving a
