@@ -115,12 +115,12 @@ class Tracker:
         if self.pending is not None and settled:
             _, shown = self.pending
             self.pending = None
-            self._found(sample, "event", usage, background, lag=max(shown - sample, 0))
+            self._found(sample, "event", usage, background, spread, lag=max(shown - sample, 0))
             return
         calm = len(self.spreads) > GOAL_CYCLES and all(s < self.target for s in self.spreads[-GOAL_CYCLES - 1 : -1])
         since = sample - self.found[-1].sample if self.found else 0
         if sample == 0 or (spread >= self.target and calm and since > GOAL_CYCLES and self.pending is None):
-            self._found(sample, "start" if sample == 0 else "excursion", usage, background, lag=0)
+            self._found(sample, "start" if sample == 0 else "excursion", usage, background, spread, lag=0)
         elif self.found and self.found[-1].kind == "excursion" and spread >= self.target:
             moves, most = self.needs()  # the drift goes on: what it needs at its largest
             last = self.found[-1]
@@ -129,12 +129,15 @@ class Tracker:
         if last.shown is None and last.sample < sample and spread >= self.target:
             self._shown(last, sample, usage, background)
 
-    def _found(self, sample: int, kind: str, usage: dict[str, float], background: dict[str, float], lag: int) -> None:
+    def _found(
+        self, sample: int, kind: str, usage: dict[str, float], background: dict[str, float], spread: float, lag: int
+    ) -> None:
+        """A disturbance at ``sample`` (``spread``: the sample's ``balanceable_spread``)."""
         moves, most = self.needs()
         hits = hits_to_act(usage, background, self.config, self.pools)
         found = Disturbance(sample, kind, moves, most, hits, lag, self.released() if moves else 0, shown=None)
         self.found.append(found)
-        if balanceable_spread(usage, background, self.pools) >= self.target:
+        if spread >= self.target:
             self._shown(found, sample, usage, background)
 
     def _shown(self, found: Disturbance, sample: int, usage: dict[str, float], background: dict[str, float]) -> None:

@@ -162,16 +162,12 @@ class LoopbackIds:
                 for index, name in enumerate(self._starting):
                     port = bound[0].getsockname()[1] if bound else 0
                     bound.append(listen(loopback_address(index), port, name))
-            except AddressInUse:
+            except BaseException as exc:
                 for sock in bound:
                     sock.close()
-                if attempt == PORT_ATTEMPTS - 1:
+                if not isinstance(exc, AddressInUse) or attempt == PORT_ATTEMPTS - 1:
                     raise
                 continue
-            except BaseException:
-                for sock in bound:
-                    sock.close()
-                raise
             self._reserved = dict(enumerate(bound))
             return
 

@@ -127,7 +127,8 @@ def split_to_move(
     coolest_at = forecast.usage(coolest)
     sizes = []
     for bundle in movable:
-        if pieces.topics_of(load, source, bundle) < 2:
+        topics = pieces.topics_of(load, source, bundle)
+        if topics < 2:
             continue
         namespace, bundle_range = bundle_names.split_bundle_name(bundle)
         if not bundle_range.can_split():
@@ -136,7 +137,7 @@ def split_to_move(
             continue
         traffic = bundle_traffic(load, source, bundle, pieces.halves)
         # how far off an even share may be: a half of t topics dealt at random carries ½ ± ½/√t of them
-        guessed = 0.5 / math.sqrt(pieces.topics_of(load, source, bundle)) if not load.snapshot.topics.get(bundle) else 0
+        guessed = 0.5 / math.sqrt(topics) if not load.snapshot.topics.get(bundle) else 0
         if receiving:
             arrival = forecast.usage(coolest, forecast.shifted(coolest, traffic, +1)) - coolest_at
             if arrival > level + band - coolest_at and arrival * guessed <= band:
