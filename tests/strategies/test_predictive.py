@@ -415,6 +415,31 @@ def test_a_broker_departing_from_its_model_within_its_own_noise_keeps_its_model(
     assert cast.usage("b:1") == pytest.approx(50.0 + 1.4)
 
 
+def test_a_lasting_change_is_planned_at_the_mean_of_the_samples_since():
+    """Another process took 10 points of b's machine seven samples ago (b's machine now uses 15 % with no traffic,
+    where its fit says 5). Its samples since read 9.6 to 10.5 above its model, the last three 9.7, 9.6 and 10.0:
+    their median is 0.3 under the change, the mean of all seven 0.07 over. b is planned at the mean: at the median,
+    a plan would land it a third of a point lower than it is, and a spread planned just under the target would end
+    just over it."""
+    since = (10.4, 10.2, 10.5, 10.1, 9.7, 9.6)
+    b_bundles = {bundle("t/ns", i): 5.0 for i in range(9)}
+    load, _, _ = build_load_data(
+        snapshot({"a:1": broker(5, {bundle("t/ns", 9): 5.0}), "b:1": broker(15, b_bundles), "c:1": broker(70, {})}),
+        {},
+        {},
+        ONE_HIT.grace_period_ms,
+    )
+    load = load.with_profile(PROFILE)
+    state = StrategyState(predictive_residuals={"a:1": QUIET, "b:1": (*QUIET, *since), "c:1": QUIET})
+    cast = forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state)
+    assert cast.usage("b:1") == pytest.approx(50.0 + statistics.mean((*since, 10.0)))
+    two_samples = StrategyState(predictive_residuals={"a:1": QUIET, "b:1": (*QUIET, 9.6), "c:1": QUIET})
+    # a change two samples old is read by the median of the last three (−0.01, 9.6, 10.0) until there are enough
+    assert forecast.Forecast(load, ONE_HIT, forecast.slopes(load, two_samples), two_samples).usage(
+        "b:1"
+    ) == pytest.approx(50.0 + 9.6)
+
+
 def test_a_prediction_missed_within_the_brokers_own_noise_is_not_a_miss():
     """a's samples jitter by points, b's by hundredths; both last read 2 points off their predictions. For b that is
     a model that no longer knows its traffic: its samples set its level (``trust_samples``). For a it is one of its

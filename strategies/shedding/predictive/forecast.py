@@ -17,8 +17,11 @@ broker's **steady** level: its model's prediction, plus the median of its last `
 model (of those it has, before it has three) when that median is beyond twice the broker's own samples' noise (one
 noisy sample moves a median of three by nothing; something the model does not know — another process starting on
 the machine, or a fit from a profile that no longer holds — moves it in two samples, or in one before there are
-three). The noise is measured from the departures themselves: each broker's from its last ``NOISE_WINDOW``
-(machines jitter differently, and a noisy one's jitter is no lasting change), pooled for the plan's margins. The
+three); once such a change has lasted ``OWN_NOISE_FROM`` samples, by the mean of its departures since
+(``departures_since``: a median of three samples is off by two thirds of one's noise, a mean of n by 1/√n of it,
+and a plan landing the broker a point off the band leaves it there for another round of the hit counters). The
+noise is measured from the departures themselves: each broker's from its last ``NOISE_WINDOW`` (machines jitter
+differently, and a noisy one's jitter is no lasting change), pooled for the plan's margins. The
 trigger reads each level less the bias its departures show (``Forecast.unbiased``): a fit a point off is within
 the noise of any one sample, not of their mean; a bias within twice its standard error counts as far as the spread of
 the cluster's biases makes it likely (``shrunk``).
@@ -282,7 +285,7 @@ class Forecast:
             # a lasting departure beyond twice the broker's noise (a sample's noise does that one time in twenty)
             # is something the model does not know, such as another process on the machine: it counts; so does a
             # first sample or two that far off (a stale profile's fit tens of points off is not to be acted on)
-            self._offset[b] = offset if abs(offset) > 2 * self.broker_noise(b) else 0.0
+            self._offset[b] = self._lasting(b, offset) if abs(offset) > 2 * self.broker_noise(b) else 0.0
             self.points[b][0] = max(model + self._offset[b], 0.0)
         for b in self.points:  # planned at the traffic its bundles are expected to carry, not one report's draws
             if any(jitter := _jitter(load, b)):
@@ -310,6 +313,12 @@ class Forecast:
             self.residuals[b] = (latest,) * (RESIDUALS - len(recent)) + shifted
             self.points[b][0] = max(self.points[b][0] - self._offset[b] + latest, 0.0)
             self._offset[b] = latest
+
+    def _lasting(self, broker: str, offset: float) -> float:
+        """The departure a lasting change shows (``offset``: the median of the last three): the mean of the
+        departures since it once there are enough of them (``departures_since``), the median until then."""
+        since = self.departures_since(broker)
+        return offset if since is None else since[0]
 
     def noise(self) -> float:
         """The CPU samples' noise in points: the spread of each broker's last ``RESIDUALS`` departures from the model
