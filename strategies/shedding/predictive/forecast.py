@@ -324,10 +324,10 @@ class Forecast:
         """The CPU samples' noise in points: the spread of each broker's last ``RESIDUALS`` departures from the model
         around their own median, pooled (median absolute deviation, as a standard deviation); before the brokers
         have two samples, the spread of this cycle's departures across brokers; 0 with fewer than three brokers to
-        tell. A third of the deviations are the medians' own, 0, so it reads about half of one sample's noise (what
-        ``broker_noise`` reads for one broker): nearer a steady level's error than a sample's, and what the plans'
-        margins are made with. Read at a sample's full size, the band narrows and plans make more moves than
-        the goal of 1.25 times the lower bound allows (docs/performance.md)."""
+        tell. A third of the deviations are the medians' own, 0, so it reads about half of one sample's noise (where
+        ``broker_noise``, from successive differences, reads a sample's whole noise): nearer a steady level's error
+        than a sample's, and what the plans' margins are made with. Read at a sample's full size, the band narrows
+        and plans make more moves than the goal of 1.25 times the lower bound allows (docs/performance.md)."""
         recent = [rs[-RESIDUALS:] for rs in self.residuals.values()]
         deviations = [abs(r - statistics.median(rs)) for rs in recent if len(rs) > 1 for r in rs]
         if not deviations:
