@@ -43,6 +43,8 @@ STOP_GRACE_S = 10.0  # SIGTERM → SIGKILL
 KILLED_GONE_S = 5.0  # SIGKILL → gone, at the most (a child ``stop`` killed; the others ``finish`` killed)
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+SWEEPS = 5  # rounds of ``finish``'s search for descendants: each finds those the ones before left orphaned
 
 
 class Interrupted(KeyboardInterrupt):
@@ -53,18 +55,31 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
+class Finishing(RuntimeError):
+    """Asked for a directory or a child process while ``finish`` ends the process: none is made."""
+
+
 _lock = threading.RLock()
 _children: dict[int, subprocess.Popen[Any]] = {}  # pid → a child ``spawn`` started (it leads its own group)
 _directories: list[Path] = []
+_finishing = threading.Event()
 
 
 def temp_dir(purpose: str, parent: str | None = None) -> Path:
     """A new directory ``pulsar-lb-<purpose>-…`` (in ``parent``, else the temporary directory), removed at exit
-    unless ``remove`` did it before."""
-    path = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{purpose}-", dir=parent))
+    unless ``remove`` did it before. Refused (``Finishing``) once ``finish`` has begun."""
     with _lock:
+        _refuse_when_finishing(f"a {purpose} directory")
+        path = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{purpose}-", dir=parent))
         _directories.append(path)
     return path
+
+
+def _refuse_when_finishing(what: str) -> None:
+    """A thread still running as ``finish`` ends the process (a Spark session starting, when the stop came)
+    would make what nothing removes any more."""
+    if _finishing.is_set():
+        raise Finishing(f"not making {what}: the process is ending")
 
 
 @contextlib.contextmanager
@@ -89,7 +104,8 @@ def remove(path: Path) -> None:
 
 def spawn(argv: Sequence[str], **popen: Any) -> subprocess.Popen[Any]:
     """``subprocess.Popen(argv, **popen)`` in a process group of its own, killed by the kernel if we die first,
-    and stopped by ``cleanup`` unless ``stop`` did it before."""
+    and stopped by ``cleanup`` unless ``stop`` did it before. Refused (``Finishing``) once ``finish`` has begun."""
+    _refuse_when_finishing(f"a process ({argv[0]})")
     process = _launcher.run(
         lambda: subprocess.Popen(argv, start_new_session=True, preexec_fn=_die_with(os.getpid()), **popen)
     )
@@ -130,28 +146,53 @@ def cleanup() -> None:
 def finish() -> None:
     """``cleanup``, then every other process this one started, directly or not, still running (SIGTERM, then
     SIGKILL after the grace period): for the end of the process only — what someone else started ends too.
+    From its start no directory or child is made any more (``Finishing``): a thread still running, a Spark
+    session starting when the stop came, would make one nothing removes.
 
-    The directories are removed once more after those have ended: a JVM stopping under us may still write in
-    one (Spark makes its scratch directories with their parents) after ``cleanup`` removed it."""
+    A process that ends may leave children of its own (a script's background job, what a stopping JVM starts):
+    orphans the kernel gives to their nearest subreaper — this process, from here on (Linux) — so the search
+    for descendants is repeated until it finds none. The directories are removed once more after all of those
+    have ended: a JVM stopping under us may still write in one (Spark makes its scratch directories with their
+    parents) after ``cleanup`` removed it."""
     with _lock:
-        directories = list(_directories)
+        _finishing.set()
+        directories = list(_directories)  # ``cleanup`` forgets those it removes
     cleanup()
     with handlers(dict.fromkeys(SIGNALS, signal.SIG_IGN)):
-        others = _descendants()
-        if others:  # what our threads print as these end under them (pyspark's, of its JVM) is noise
-            quiet()
-        for pid in others:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
-        others = _ended(others, STOP_GRACE_S)
-        for pid in others:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        # a process is gone some time after SIGKILL (the kernel ends its threads one by one): until then a JVM's
-        # threads may still make files in the directories, and a removal running meanwhile would leave them
-        _ended(others, KILLED_GONE_S)
+        _become_subreaper()
+        for sweep in range(SWEEPS):
+            others = _descendants()
+            if not others:
+                break
+            if sweep == 0:  # what our threads print as these end under them (pyspark's, of its JVM) is noise
+                quiet()
+            _end(others)
+        with _lock:
+            directories += _directories
         for path in directories:
             shutil.rmtree(path, ignore_errors=True)
+
+
+def _end(pids: list[int]) -> None:
+    """SIGTERM to ``pids``, SIGKILL to those still running after the grace period; returns once all have ended
+    (or the time for that is up)."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    pids = _ended(pids, STOP_GRACE_S)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    # a process is gone some time after SIGKILL (the kernel ends its threads one by one): until then a JVM's
+    # threads may still make files in the directories, and a removal running meanwhile would leave them
+    _ended(pids, KILLED_GONE_S)
+
+
+def _become_subreaper() -> None:
+    """Orphaned descendants come to this process rather than to init, where ``_descendants`` finds them. Only at
+    the end: a subreaper must reap them, and ours are reaped by the process's exit."""
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
 def _ended(pids: list[int], seconds: float) -> list[int]:
@@ -217,7 +258,8 @@ def _descendants() -> list[int]:
 
 
 def _processes() -> dict[int, int]:
-    """Every running process (a zombie has ended) and its parent."""
+    """Every running process and its parent. A zombie has ended, unless threads of it still run: a process whose
+    first thread has exited shows that thread's state (Z) while the others go on (a JVM going down)."""
     running = {}
     with contextlib.suppress(OSError):
         for entry in os.scandir("/proc"):
@@ -227,9 +269,22 @@ def _processes() -> dict[int, int]:
                 state, ppid = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()[:2]
             except (OSError, ValueError):
                 continue
-            if state not in ("Z", "X"):
+            if state not in ("Z", "X") or _threads_run(entry.path):
                 running[int(entry.name)] = int(ppid)
     return running
+
+
+def _threads_run(process: str) -> bool:
+    """Whether a thread of the process at /proc/<pid> still runs."""
+    try:
+        tasks = list(os.scandir(Path(process, "task")))
+    except OSError:
+        return False
+    for task in tasks:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            if Path(task.path, "stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+                return True
+    return False
 
 
 @contextlib.contextmanager

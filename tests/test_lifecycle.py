@@ -141,6 +141,75 @@ def test_a_directory_a_stopping_child_writes_in_is_removed_after_it_ended(tmp_pa
     assert list(tmp.iterdir()) == []
 
 
+ORPHAN_WRITES_LATER = """
+import subprocess, sys, time
+from pulsar_lb_operator import lifecycle
+scratch, started = lifecycle.temp_dir("test"), sys.argv[1]
+# a child we did not spawn that, as it stops, leaves a process of its own behind which writes in our
+# directory a moment later (the orphan's parent is gone by then: a search from parent to child cannot see it)
+orphan = f"(touch {started}; sleep 0.5; mkdir -p {scratch}/late) & exit 0"
+subprocess.Popen(["sh", "-c", f"trap '{orphan}' TERM; sleep 30 & wait"])
+time.sleep(0.3)
+lifecycle.finish()
+"""
+
+
+def test_what_a_stopping_child_leaves_running_is_ended_before_the_directories_go(tmp_path):
+    """A descendant orphaned by the process ``finish`` stopped is found and ended too, so it cannot make our
+    directory again after the last removal."""
+    tmp, started, mark = tmp_path / "tmp", tmp_path / "orphan-started", secrets.token_hex(8)
+    tmp.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", ORPHAN_WRITES_LATER, str(started)],
+        env={**os.environ, "TMPDIR": str(tmp), MARK: mark},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert started.exists()  # the stopping child did leave a process behind
+    time.sleep(1.5)  # past the moment the orphan would have written
+    assert processes_marked(mark) == [] and list(tmp.iterdir()) == []
+
+
+ASKS_WHILE_FINISHING = """
+import subprocess, threading, time
+from pulsar_lb_operator import lifecycle
+lifecycle.STOP_GRACE_S = 1.0
+subprocess.Popen(["sh", "-c", "trap '' TERM; sleep 30"])  # finish waits for it: SIGKILL after the grace
+answers = []
+
+def late():  # a thread still at work as the process ends: a Spark session starting when the stop came
+    time.sleep(0.5)
+    try:
+        answers.append(str(lifecycle.temp_dir("late")))
+    except lifecycle.Finishing as exc:
+        answers.append(str(exc))
+
+threading.Thread(target=late).start()
+time.sleep(0.1)
+lifecycle.finish()
+print(answers[0], file=open("answer", "w"))
+"""
+
+
+def test_no_directory_is_made_once_the_process_is_ending(tmp_path):
+    """A thread asking for a directory while ``finish`` runs is refused: one made then would outlive us."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", ASKS_WHILE_FINISHING],
+        env={**os.environ, "TMPDIR": str(tmp)},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "answer").read_text().strip() == "not making a late directory: the process is ending"
+    assert list(tmp.iterdir()) == []
+
+
 @contextlib.contextmanager
 def simulate_demo(tmp_path: Path, **popen):
     """``operator simulate demo`` as a subprocess, once it serves; killed after, if it has not ended."""
