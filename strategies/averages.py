@@ -16,6 +16,7 @@ NUM_LONG_SAMPLES = 1000
 # Default stats of a bundle with no data yet (BundleData's defaults).
 DEFAULT_MSG_RATE = 50.0
 DEFAULT_MSG_THROUGHPUT = 50_000.0
+_new = tuple.__new__  # a named tuple made from its fields' tuple, skipping its constructor's Python code
 
 
 class MessageAverage(NamedTuple):
@@ -46,16 +47,21 @@ class MessageAverage(NamedTuple):
         return (self.msg_rate, self.msgThroughputIn, self.msgThroughputOut)
 
     def update(self, stats: BundleStats) -> MessageAverage:
+        """The average with one more sample. Made with ``tuple.__new__``: a named tuple's own constructor is a Python
+        function, a third of this method's time, and a cycle makes 200,000 of these with 100,000 bundles."""
         max_samples, samples, rate_in, rate_out, thr_in, thr_out = self
-        n = min(samples + 1, max_samples)
+        n = samples + 1 if samples < max_samples else max_samples
         kept = n - 1
-        return MessageAverage(
-            max_samples,
-            n,
-            (kept * rate_in + stats.msgRateIn) / n,
-            (kept * rate_out + stats.msgRateOut) / n,
-            (kept * thr_in + stats.msgThroughputIn) / n,
-            (kept * thr_out + stats.msgThroughputOut) / n,
+        return _new(
+            MessageAverage,
+            (
+                max_samples,
+                n,
+                (kept * rate_in + stats.msgRateIn) / n,
+                (kept * rate_out + stats.msgRateOut) / n,
+                (kept * thr_in + stats.msgThroughputIn) / n,
+                (kept * thr_out + stats.msgThroughputOut) / n,
+            ),
         )
 
     def to_json(self) -> list[float]:

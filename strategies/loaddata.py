@@ -36,7 +36,8 @@ class BundleData(NamedTuple):
         return _NEW_BUNDLE_DATA
 
     def update(self, stats: BundleStats, now: int) -> BundleData:
-        return BundleData(self.short.update(stats), self.long.update(stats), stats.topics, now)
+        """The data with one more sample (made as ``MessageAverage.update`` makes its averages)."""
+        return tuple.__new__(BundleData, (self.short.update(stats), self.long.update(stats), stats.topics, now))
 
     def to_json(self) -> dict[str, Any]:
         return {
