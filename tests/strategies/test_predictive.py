@@ -138,18 +138,20 @@ def test_a_broker_being_balanced_keeps_its_count_through_dips_until_its_landing_
     are kept through any reading under the gap, and it is triggered again on a reading past it — once such a dip
     was held, only where the brokers' steady levels at their bundles' average traffic are past the target too: a
     burst's reading is no landing's (the spread rule still says whether anything moves). Once that window is over,
-    a dip clears as before."""
+    a dip clears as before, unless a's steady level is still past the gap: then its moves have had as long to show
+    as the count takes, and they left it where a dip is a sample's error, held as any broker's is (one short of the
+    count, so the next reading past the gap triggers it, not the count again from nothing)."""
     count = cfg().loadBalancerAvgShedderHitCountLowThreshold
     window = debounce.landing_ms(cfg())
     assert window == count * 60_000  # the low hit count's cycles at Pulsar's 1-minute shedding interval
     moved = StrategyState(avg_hits_low={"a:1": count}, predictive_moved_at={"a:1": NOW - 60_000})
     apart, together = {"a:1": 55.2, "b:1": 44.8}, {"a:1": 53.0, "b:1": 47.0}
 
-    def read(distance, state, at_average=apart, now=NOW):
+    def read(distance, state, at_average=apart, now=NOW, steady=None):
         readings = {"a:1": 50 + distance, "b:1": 50 - distance}
         averaged = {b: (level, 0.3) for b, level in at_average.items()}  # not twice the gap apart for good
         _, low, triggered, _, held = debounce.hits(
-            readings, 50, cfg(), state, {"a:1", "b:1"}, {}, averaged, now, at_average
+            readings, 50, cfg(), state, {"a:1", "b:1"}, steady or {}, averaged, now, at_average
         )
         return low.get("a:1", 0), "a:1" in triggered, "a:1" in held
 
@@ -159,6 +161,9 @@ def test_a_broker_being_balanced_keeps_its_count_through_dips_until_its_landing_
     assert read(5.3, held) == (count + 1, True, True)
     assert read(5.3, held, together) == (count + 1, False, True)  # at their average traffic in target
     assert read(4.2, moved, now=NOW - 60_000 + window) == (0, False, False)  # its landing window over: cleared
+    past = {"a:1": 55.3, "b:1": 44.7}  # its steady level still past the gap when the window is over
+    assert read(4.2, moved, now=NOW - 60_000 + window, steady=past) == (count - 1, False, False)
+    assert read(4.2, moved, steady=past) == (count, False, True)  # within the window: kept whole, as before
     assert read(4.2, moved.evolve(predictive_moved_at={})) == (0, False, False)  # no move of its own
     state = held.evolve(predictive_moved_at={"a:1": NOW, "b:1": NOW - window})
     again = StrategyState.from_json(state.to_json())
@@ -324,18 +329,21 @@ def test_a_reading_between_the_gaps_right_after_one_past_the_high_gap_holds_the_
     assert "a:1" not in _read(StrategyState(), 19.9)[0].avg_hits_high
 
 
-def test_a_triggered_broker_reading_inside_the_gap_is_cleared_however_noisy():
-    """One being balanced (its low hits at the count, a move on record): a reading under the gap says it is done,
-    though its model's steady level is still past the gap and the dip is within the noise."""
+def test_a_broker_balanced_long_ago_is_read_as_any_other_through_a_dip():
+    """One being balanced (its low hits at the count, a move on record) whose moves have had their landing window
+    (an hour ago): a reading under the gap within the noise, its steady level still past the gap, holds its count
+    one short, as a broker no move touched — never triggered by it, and the next reading past the gap acts rather
+    than the whole count again. Its steady level inside the gap, the same reading clears it: it is done."""
     config = cfg()
     count = config.loadBalancerAvgShedderHitCountLowThreshold
     state = StrategyState(avg_hits_low={"a:1": count}, predictive_moved_at={"a:1": NOW - 3_600_000})
-    steady = {"a:1": 55.5, "b:1": 44.5}
-    _, low, triggered, _, _ = debounce.hits({"a:1": 54.5, "b:1": 45.5}, 50, config, state, set(), steady, {}, NOW)
+    past, inside = {"a:1": 55.5, "b:1": 44.5}, {"a:1": 54.0, "b:1": 46.0}
+    dip = {"a:1": 54.5, "b:1": 45.5}
+    _, low, triggered, _, _ = debounce.hits(dip, 50, config, state, set(), past, {}, NOW)
+    assert low["a:1"] == count - 1 and not triggered
+    _, low, triggered, _, _ = debounce.hits(dip, 50, config, state, set(), inside, {}, NOW)
     assert "a:1" not in low and not triggered
-    _, low, _, _, _ = debounce.hits(
-        {"a:1": 54.5, "b:1": 45.5}, 50, config, StrategyState(avg_hits_low={"a:1": 3}), set(), steady, {}
-    )
+    _, low, _, _, _ = debounce.hits(dip, 50, config, StrategyState(avg_hits_low={"a:1": 3}), set(), past, {})
     assert low["a:1"] == 4  # not yet triggered: held, and counted
 
 

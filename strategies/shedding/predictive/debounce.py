@@ -95,7 +95,10 @@ def hits(
     drift goes on; a run of readings under the gap still wears the count away. A broker whose count is complete but
     that no move has touched (the spread rule held it back while a drift was still inside the target) is held the
     same way, one short of the count: clearing it would make a drift that goes on past the target wait the whole
-    count again. A broker already triggered and moved (one being balanced) is not held: under the gap, it is done —
+    count again. So is a broker already triggered and moved (one being balanced) once its moves have had as long to
+    show as the count takes (``landing_ms``; until then it keeps its whole count through any dip, below): a plan that
+    left it a few tenths past the gap would otherwise clear on its first dip and count again from nothing while the
+    cluster stays past the target. Where a broker's steady level is inside the gap, a reading under it clears —
     unless the moves it was in left it past the gap by their own prediction (``state.predictions``: the rails' caps
     ended the plan's cycle before it was done, or the plan left it for one move at a time). Its first reading since
     is one sample, and for a broker with no model of its own (one that just joined) its only measure: one under the
@@ -162,9 +165,9 @@ def hits(
             gap = max(gap, settled)
         predicted = state.predictions.get(broker)  # where last cycle's moves were to leave it
         balancing = broker in state.predictive_moved_at and low.get(broker, 0) >= count
-        # a dip where its steady level is past the gap is a sample's error: held, unless it is being balanced (its
-        # count complete and a move on record: under the gap, it is done)
-        past = steady_gap >= settled and not balancing
+        # a dip where its steady level is past the gap is a sample's error: held (a broker being balanced whose moves
+        # are still landing keeps its whole count, just below)
+        past = steady_gap >= settled
         again = broker in state.predictive_dipped  # the last reading was held (a dip)
         holdable = past or (not again and predicted is not None and abs(predicted[0] - mean) >= settled)
         if gap < settled and balancing and broker in landing:
