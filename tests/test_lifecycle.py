@@ -112,12 +112,25 @@ def test_a_child_forked_by_a_short_lived_thread_outlives_that_thread_but_not_the
     assert Path(directory).name.startswith("pulsar-lb-test-")
 
 
-WRITES_WHILE_STOPPING = """
+def finishing(script: str, tmp: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``python -c script args`` as a process of its own (``finish`` ends what it started and exits), with ``tmp`` as
+    its temporary directory and ``env`` added to its environment; run in ``tmp``'s parent."""
+    return subprocess.run(
+        [sys.executable, "-c", script, *args],
+        env={**os.environ, "TMPDIR": str(tmp), **env},
+        cwd=tmp.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+CHILD_STOPS = """
 import subprocess, sys, time
 from pulsar_lb_operator import lifecycle
-scratch, marker = lifecycle.temp_dir("test"), sys.argv[1]
-# a child we did not spawn (as pyspark starts Spark's JVM) that writes in our directory as it stops
-stopping = f"mkdir -p {scratch}/spark-x && touch {marker}; exit 0"
+scratch = lifecycle.temp_dir("test")
+# a child we did not spawn (as pyspark starts Spark's JVM) that runs sys.argv[1] as it stops
+stopping = sys.argv[1].replace("SCRATCH", str(scratch))
 subprocess.Popen(["sh", "-c", f"trap '{stopping}' TERM; sleep 30 & wait"])
 time.sleep(0.3)
 lifecycle.finish()
@@ -129,29 +142,10 @@ def test_a_directory_a_stopping_child_writes_in_is_removed_after_it_ended(tmp_pa
     ``cleanup`` removed ours: ``finish`` removes our directories again once every child has ended."""
     tmp, marker = tmp_path / "tmp", tmp_path / "stopped"
     tmp.mkdir()
-    done = subprocess.run(
-        [sys.executable, "-c", WRITES_WHILE_STOPPING, str(marker)],
-        env={**os.environ, "TMPDIR": str(tmp)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = finishing(CHILD_STOPS, tmp, f"mkdir -p SCRATCH/spark-x && touch {marker}; exit 0")
     assert done.returncode == 0, done.stderr
     assert marker.exists()  # the child wrote in our directory as it stopped
     assert list(tmp.iterdir()) == []
-
-
-ORPHAN_WRITES_LATER = """
-import subprocess, sys, time
-from pulsar_lb_operator import lifecycle
-scratch, started = lifecycle.temp_dir("test"), sys.argv[1]
-# a child we did not spawn that, as it stops, leaves a process of its own behind which writes in our
-# directory a moment later (the orphan's parent is gone by then: a search from parent to child cannot see it)
-orphan = f"(touch {started}; sleep 0.5; mkdir -p {scratch}/late) & exit 0"
-subprocess.Popen(["sh", "-c", f"trap '{orphan}' TERM; sleep 30 & wait"])
-time.sleep(0.3)
-lifecycle.finish()
-"""
 
 
 def test_what_a_stopping_child_leaves_running_is_ended_before_the_directories_go(tmp_path):
@@ -159,13 +153,10 @@ def test_what_a_stopping_child_leaves_running_is_ended_before_the_directories_go
     directory again after the last removal."""
     tmp, started, mark = tmp_path / "tmp", tmp_path / "orphan-started", secrets.token_hex(8)
     tmp.mkdir()
-    done = subprocess.run(
-        [sys.executable, "-c", ORPHAN_WRITES_LATER, str(started)],
-        env={**os.environ, "TMPDIR": str(tmp), MARK: mark},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    # it leaves a process of its own behind, which writes in our directory a moment later: the orphan's parent is
+    # gone by then, and a search from parent to child cannot see it
+    orphan = f"(touch {started}; sleep 0.5; mkdir -p SCRATCH/late) & exit 0"
+    done = finishing(CHILD_STOPS, tmp, orphan, **{MARK: mark})
     assert done.returncode == 0, done.stderr
     assert started.exists()  # the stopping child did leave a process behind
     time.sleep(1.5)  # past the moment the orphan would have written
@@ -197,14 +188,7 @@ def test_no_directory_is_made_once_the_process_is_ending(tmp_path):
     """A thread asking for a directory while ``finish`` runs is refused: one made then would outlive us."""
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    done = subprocess.run(
-        [sys.executable, "-c", ASKS_WHILE_FINISHING],
-        env={**os.environ, "TMPDIR": str(tmp)},
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = finishing(ASKS_WHILE_FINISHING, tmp)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "answer").read_text().strip() == "not making a late directory: the process is ending"
     assert list(tmp.iterdir()) == []
