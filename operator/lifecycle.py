@@ -55,8 +55,10 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
-class Finishing(RuntimeError):
-    """Asked for a directory or a child process while ``finish`` ends the process: none is made."""
+class Finishing(KeyboardInterrupt):
+    """Asked for a directory or a child process while ``finish`` ends the process: none is made. A stop, not an
+    error, as ``Interrupted`` is: no ``except Exception`` on the way out of the thread that asked swallows it (nor
+    logs it as a failure)."""
 
 
 _lock = threading.RLock()
