@@ -44,6 +44,7 @@ KILLED_GONE_S = 5.0  # SIGKILL → gone, at the most (a child ``stop`` killed; t
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+ENDED = ("Z", "X")  # a zombie's and a dead process's state in /proc/<pid>/stat
 SWEEPS = 5  # rounds of ``finish``'s search for descendants: each finds those the ones before left orphaned
 
 
@@ -267,13 +268,24 @@ def _processes() -> dict[int, int]:
         for entry in os.scandir("/proc"):
             if not entry.name.isdigit():
                 continue
-            try:  # /proc/<pid>/stat: "pid (comm) state ppid …"
-                state, ppid = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()[:2]
+            try:
+                state, ppid = _stat(entry.path)
             except (OSError, ValueError):
                 continue
-            if state not in ("Z", "X") or _threads_run(entry.path):
-                running[int(entry.name)] = int(ppid)
+            if state not in ENDED or _threads_run(entry.path):
+                running[int(entry.name)] = ppid
     return running
+
+
+def _stat(entry: str) -> tuple[str, int]:
+    """The state and the parent of the process or thread at ``entry`` (/proc/<pid>, /proc/<pid>/task/<tid>), from
+    its ``stat``: "pid (comm) state ppid …", the command in parentheses may hold any character. ValueError when it
+    reads otherwise."""
+    _, paren, rest = Path(entry, "stat").read_text().rpartition(")")
+    if not paren:
+        raise ValueError(f"{entry}/stat has no command in parentheses")
+    state, ppid = rest.split()[:2]
+    return state, int(ppid)
 
 
 def _threads_run(process: str) -> bool:
@@ -283,8 +295,8 @@ def _threads_run(process: str) -> bool:
     except OSError:
         return False
     for task in tasks:
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            if Path(task.path, "stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+        with contextlib.suppress(OSError, ValueError):
+            if _stat(task.path)[0] not in ENDED:
                 return True
     return False
 
