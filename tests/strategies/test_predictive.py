@@ -3,6 +3,7 @@ the fallback, and the prediction error it reports."""
 
 import random
 import statistics
+import time
 from types import MappingProxyType
 
 import numpy as np
@@ -974,11 +975,9 @@ def test_a_new_broker_of_a_kind_whose_brokers_pay_differently_starts_from_the_de
     assert slope["a:1"].cpu[0] == pytest.approx(8 / 800) and slope["a:3"].cpu[0] == pytest.approx(14 / 800)
 
 
-def test_the_exact_program_finds_the_plan_the_greedy_packing_misses():
-    """Two givers 6 points over the level (45) with bundles of 6, 4 and 2, three receivers 4 under it, a band of 2.
-    Each giver's fewest bundles into the band is its 6, which lands no receiver inside it (4 under + 6 = 2 over):
-    the greedy packing leaves brokers out. Each giving 4 and 2 (4, 4 and 2 + 2 for the receivers) puts every broker
-    on the level: the program finds that plan, in four moves."""
+def _greedy_misses():
+    """Two givers 6 points over the level (45) with bundles of 6, 4 and 2, three receivers 4 under it, a band of 2:
+    the load, forecast and movable bundles, and the plan made of them."""
     bundles = {"g1:1": [34.0, 6.0, 4.0, 2.0], "g2:1": [34.0, 6.0, 4.0, 2.0]}  # the 34 stays (not movable)
     reports = {g: broker(5, {bundle(f"t/{g[:2]}", i): p for i, p in enumerate(sizes)}) for g, sizes in bundles.items()}
     reports.update({f"r{k}:1": broker(5, {bundle(f"t/r{k}", 0): 36.0}) for k in range(3)})
@@ -989,11 +988,41 @@ def test_the_exact_program_finds_the_plan_the_greedy_packing_misses():
     prediction = forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state)
     movable = {b: sorted(r.lastStats)[1:] if b.startswith("g") else [] for b, r in snap.brokers.items()}
     plan = endstate.plan(load, prediction, movable, set(snap.brokers), 2.0, ONE_HIT, {}, {}, set(snap.brokers))
+    return load, prediction, movable, plan
+
+
+def test_the_exact_program_finds_the_plan_the_greedy_packing_misses():
+    """Two givers 6 points over the level (45) with bundles of 6, 4 and 2, three receivers 4 under it, a band of 2.
+    Each giver's fewest bundles into the band is its 6, which lands no receiver inside it (4 under + 6 = 2 over):
+    the greedy packing leaves brokers out. Each giving 4 and 2 (4, 4 and 2 + 2 for the receivers) puts every broker
+    on the level: the program finds that plan, in four moves."""
+    load, prediction, movable, plan = _greedy_misses()
     assert plan.target == pytest.approx(45.0) and plan.solver == "milp"
     assert plan.outside() == set() and len(plan.moves) == 4
     assert all(abs(end - 45.0) < 2.0 for end in plan.ends.values())
     rows = endstate._fewest(endstate._items(load, prediction, movable, plan.level, 45.0, 2.0, {}, {}), plan)
     assert len(rows) == 2  # each giver's 6: the greedy's choice, which no packing lands in the band
+
+
+def test_the_programs_plan_does_not_depend_on_how_busy_the_machine_was(monkeypatch):
+    """The program ends on its node budget, a count: the same cycle plans the same on an idle machine and on one so
+    busy that the program took a long time by the clock (here the clock jumps 40 s while HiGHS runs, where a 30 s
+    wall-clock limit used to drop the plan). Only HiGHS's own time limit — one shedding interval, a guard against a
+    runaway — drops it, and the greedy plan is used."""
+    import scipy.optimize
+
+    solve, now = scipy.optimize.milp, [0.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+
+    def slow(*args, **kwargs):
+        now[0] += 40.0
+        return solve(*args, **kwargs)
+
+    monkeypatch.setattr(scipy.optimize, "milp", slow)
+    assert _greedy_misses()[3].solver == "milp"
+    assert endstate._seconds(ONE_HIT) == 60.0 * ONE_HIT.loadBalancerSheddingIntervalMinutes
+    monkeypatch.setattr(endstate, "_seconds", lambda config: 1e-9)
+    assert _greedy_misses()[3].solver == "greedy"
 
 
 def test_too_many_pairs_for_the_program_it_plans_the_empty_receivers_the_greedy_packing_leaves_out(monkeypatch):

@@ -28,7 +28,6 @@ planned bundles. The plan is made again each cycle from the new reports.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -45,14 +44,11 @@ from pulsar_lb_operator.strategies.shedding.predictive.pairing import ceiling, p
 # benchmarks/decide.py`` prints the decide time).
 MILP_MAX_PAIRS = 1_000
 MILP_NODES = 200  # HiGHS's branch-and-bound budget: a count, so the same cycle gives the same plan on any machine
-# A safety net under the node budget, well above what the budget takes (seconds at the most pairs on 2 cores): at
-# 5 s, a budget that came close to it on an idle machine ran past it on a busy one, and the plan depended on the
-# load. A plan cut short by it is not used.
-MILP_SECONDS = 30.0
 # Brokers must end strictly inside the band (the hit counters clear a broker strictly inside their gap): the
 # program's bounds sit a hundredth of a point inside it (no estimate is that precise), and ending outside by as
 # much costs more than every candidate move together.
 STRICTLY = 0.01
+TIME_LIMIT = 1  # scipy's ``milp`` status for HiGHS's time limit (its node budget reads as 4, "solution limit")
 
 
 @dataclass(frozen=True)
@@ -233,9 +229,9 @@ def plan(
     chosen = [k for k, row in enumerate(found.rows) if row in fewest]
     greedy = _greedy(found, chosen, nothing, limit)
     if exact_size and _may_pay(greedy, found):
-        if exact := _better(found, nothing, greedy):
+        if exact := _better(found, nothing, greedy, config):
             return exact
-    elif not exact_size and (filled := _first_fill(load, forecast, items, receivers, limit, nothing, greedy)):
+    elif not exact_size and (filled := _first_fill(load, forecast, items, receivers, limit, nothing, greedy, config)):
         return filled
     return greedy
 
@@ -248,6 +244,7 @@ def _first_fill(
     limit: float,
     nothing: EndState,
     greedy: EndState,
+    config: LoadBalancerConfig,
 ) -> EndState | None:
     """The program over the receivers the ``greedy`` plan leaves out of the band, where every receiver made too many
     pairs for it and each of them carries nothing (joined or came back): what a broker receives empty, the grace
@@ -260,12 +257,12 @@ def _first_fill(
     if any(carries_traffic(load.snapshot.brokers[r]) for r in short):
         return None
     found = _candidates(load, forecast, items, range(len(items)), short, limit)
-    return None if found is None else _better(found, nothing, greedy)
+    return None if found is None else _better(found, nothing, greedy, config)
 
 
-def _better(found: _Candidates, nothing: EndState, greedy: EndState) -> EndState | None:
+def _better(found: _Candidates, nothing: EndState, greedy: EndState, config: LoadBalancerConfig) -> EndState | None:
     """The program's plan over ``found``, where it scores better than the ``greedy`` one; else None."""
-    exact = _milp(found, nothing)
+    exact = _milp(found, nothing, _seconds(config))
     return exact if exact is not None and _score(exact, found) < _score(greedy, found) else None
 
 
@@ -395,7 +392,14 @@ def _fewest_reaching(sizes: list[float], total: float) -> int:
     return int(np.argmax(reached)) + 1 if reached.any() else len(sizes)
 
 
-def _milp(found: _Candidates, base: EndState) -> EndState | None:
+def _seconds(config: LoadBalancerConfig) -> float:
+    """HiGHS's time limit: one shedding interval. The node budget ends every program long before it (seconds at the
+    most pairs on 2 cores); the limit is only a guard against a runaway, as a plan made over a whole interval is late
+    for the cycle it was made in. A limit near what the budget takes made the plan depend on the machine's load."""
+    return 60.0 * max(config.loadBalancerSheddingIntervalMinutes, 1)
+
+
+def _milp(found: _Candidates, base: EndState, seconds: float) -> EndState | None:
     """The plan as a mixed-integer program: x[item, receiver] ∈ {0, 1}, each item to one receiver at most; every
     broker involved ends within the band (within the tolerance if it starts there) or pays for each hundredth of a
     point outside it more than every candidate move costs
@@ -472,15 +476,14 @@ def _milp(found: _Candidates, base: EndState) -> EndState | None:
         np.concatenate([np.zeros(count + 2 * len(brokers)), [max(left, default=-np.inf), -np.inf]]),
         np.concatenate([np.ones(count), np.full(2 * len(brokers), np.inf), [np.inf, min(left, default=np.inf)]]),
     )
-    started = time.monotonic()
     result = milp(
         costs,
         constraints=LinearConstraint(matrix, lower, upper),
         integrality=integrality,
         bounds=bounds,
-        options={"node_limit": MILP_NODES, "time_limit": MILP_SECONDS, "mip_rel_gap": 0.0},
+        options={"node_limit": MILP_NODES, "time_limit": seconds, "mip_rel_gap": 0.0},
     )
-    if result.x is None or time.monotonic() - started >= MILP_SECONDS:
+    if result.x is None or result.status == TIME_LIMIT:
         return None  # no plan, or one the time limit (not the node budget) cut short: it would vary by machine
     chosen = [(int(row), int(column)) for (row, column), x in zip(pairs, result.x[:count]) if x > 0.5]
     return _state(found, chosen, base, "milp")
