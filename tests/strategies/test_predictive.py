@@ -370,6 +370,35 @@ def test_a_complete_count_no_move_touched_is_held_through_a_dip():
     assert "a:1" not in low
 
 
+def test_the_two_brokers_furthest_apart_past_the_target_are_held_through_dips_though_each_is_inside_the_gap():
+    """A tenant's surge leaves a's steady level 4.9 points over the mean and b's 5.3 under it: 10.2 apart, past the
+    target, though a alone is inside the 5-point gap. a's samples read it past the gap every other cycle; cleared on
+    each dip, its low hit count never completes, and the cluster waits until b's count does (or for ever). As one
+    end of a spread past the target its dips are held as a broker's past the gap are: triggered on the low hit count's
+    8th reading past the gap. Where the two are 9.8 apart — within the target — a's dips clear it as before."""
+    config = cfg()
+    count = config.loadBalancerAvgShedderHitCountLowThreshold
+    takers = {"a:1", "b:1", "c:1", "d:1"}
+    averaged = {b: (50.0, 3.0) for b in takers}  # at their average traffic not apart for good: no pair of that kind
+
+    def cycles_to_trigger(a_steady, b_steady):
+        steady = {"a:1": a_steady, "b:1": b_steady, "c:1": 50.0, "d:1": 50.0}
+        state = StrategyState()
+        for cycle in range(1, 3 * count):
+            a_reads = 55.4 if cycle % 2 == 0 else 54.4  # past the gap, then a dip under it
+            readings = steady | {"a:1": a_reads, "b:1": 46.0}  # b's samples read it inside the gap throughout
+            high, low, triggered, dipped, _ = debounce.hits(readings, 50, config, state, takers, steady, averaged, NOW)
+            if "a:1" in triggered:
+                return cycle
+            state = state.evolve(avg_hits_high=high, avg_hits_low=low, predictive_dipped=dipped)
+        return None
+
+    assert cycles_to_trigger(54.9, 44.7) == count
+    assert debounce.furthest({"a:1": 54.9, "b:1": 44.7, "c:1": 50.0}, 5.0) == {"a:1", "b:1"}
+    assert cycles_to_trigger(54.9, 45.1) is None
+    assert debounce.furthest({"a:1": 54.9, "b:1": 45.1, "c:1": 50.0}, 5.0) == frozenset()
+
+
 def test_a_broker_its_moves_were_to_leave_past_the_gap_is_not_released_by_one_reading_inside():
     """b took bundles last cycle, but the rails' caps ended the plan's cycle with b predicted 7 points under the mean
     (``state.predictions``). Its first reading since is 4 under: one noisy sample of a broker with no model of its

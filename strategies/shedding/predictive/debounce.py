@@ -1,14 +1,15 @@
 """When to act: AvgShedder's hit counters, membership events, and waiting for the reports to add up.
 
-* Each broker counts AvgShedder's high and low hits on its distance from the mean: a high hit at half of
-  AvgShedder's high pair gap (20 points by default: the gap is between two brokers), a low hit at a third of its
-  low gap (5: our target is a spread under 10, which AvgShedder's 15-point pair gap cannot reach); it is
-  triggered after loadBalancerAvgShedderHitCountHighThreshold high hits or ...LowThreshold low ones. A reading
-  under the gap where the broker's steady level is past it holds its count rather than clearing it (a second in a
-  row takes a hit off). A broker being balanced keeps its count through readings under the gap until its moves
-  have had as long to show (once one is held, it is triggered only where the brokers at their average traffic are
-  past the target too); meanwhile a broker no move touched that turns up past the gap is part of the imbalance
-  being acted on: the high hit count. A plan the rails' caps cut short goes on where the spread would stop it.
+* Each broker counts AvgShedder's high and low hits on its distance from the mean: a high hit at half of AvgShedder's
+  high pair gap (20 points by default: the gap is between two brokers), a low hit at a third of its low gap (5: our
+  target is a spread under 10, which AvgShedder's 15-point pair gap cannot reach); it is triggered after
+  loadBalancerAvgShedderHitCountHighThreshold high hits or ...LowThreshold low ones. A reading under the gap where the
+  broker's steady level is past it — or where it is one of the two furthest apart, past the target — holds its count
+  rather than clearing it (a second in a row takes a hit off). A broker being balanced keeps its count through readings
+  under the gap until its moves have had as long to show (once one is held, it is triggered only where the brokers at
+  their average traffic are past the target too); meanwhile a broker no move touched that turns up past the gap is part
+  of the imbalance being acted on: the high hit count. A plan the rails' caps cut short goes on where the spread would
+  stop it.
 * A broker that carries nothing — one that joined, or came back from a restart — is a membership event, acted on
   with no hit to wait for, as Cruise Control's add-broker is (a new one once every broker has reported since).
 * After a broker leaves, or someone else splits a bundle, bundles are still being placed; after a new broker
@@ -76,33 +77,35 @@ def hits(
 
     A single reading under the gap, where the broker's ``steady`` level is past it, is held: it does not clear the
     broker's counters, and counts as the low hit its steady level says it is. A sample is a point or more off the
-    broker's level, the mean it is compared with moves by as much, and a broker whose level sits a point past the
-    gap reads under it every few cycles: clearing on each such dip would restart its low hit count, and it would
-    wait many times the count; not counting it would add a cycle for each. Where the steady level says it is past
-    the gap, one reading under it, however deep, is a sample's error, not the broker's. But such a reading never
+    broker's level, the mean it is compared with moves by as much, and a broker whose level sits a point past the gap
+    reads under it every few cycles: clearing on each such dip would restart its low hit count, and it would wait many
+    times the count; not counting it would add a cycle for each. Where the steady level says it is past the gap, one
+    reading under it, however deep, is a sample's error, not the broker's. So is a dip of either of the two takers
+    furthest apart by their steady levels where those are past the target (``furthest``): a surge that leaves one 4.9
+    points over the mean and another 5.3 under it is past the target though the first is inside the gap, and cleared on
+    each of its dips its count would never complete; the cluster would wait on the other's. But such a reading never
     completes the count: a broker is triggered on a reading of its own past the gap (a model lagging traffic that
-    jitters reads past the gap where the broker is not). A reading between the two gaps where the steady level is
-    past the high one is a high hit: the reading is the broker's own past the gap, and a level 20 points from the
-    mean is past the target by any sample's error, so AvgShedder's two high hits say when, not whether, to act (a
-    broker whose samples jitter about the high gap would otherwise wait for the low hit count). Likewise one reading
-    between the two gaps right after a high hit holds the high count, as a dip under the gap holds the low one: a
-    broker whose level sits at the high gap reads under it every other sample, and its steady level, a point off,
-    may not say so; two such readings in a row clear it. A reading under the gap where the steady level is inside
-    the gap too clears: a broker whose traffic jitters around the mean crosses the gap and comes back, and must not
-    add up its crossings into a trigger. A second reading under the gap in a row, where the steady level is still
-    past it, takes a hit off instead (each reading after it another): a broker whose traffic drifts just past the
-    gap reads under it twice in a row now and then, and starting over would wait the whole count again while the
-    drift goes on; a run of readings under the gap still wears the count away. A broker whose count is complete but
-    that no move has touched (the spread rule held it back while a drift was still inside the target) is held the
-    same way, one short of the count: clearing it would make a drift that goes on past the target wait the whole
-    count again. So is a broker already triggered and moved (one being balanced) once its moves have had as long to
-    show as the count takes (``landing_ms``; until then it keeps its whole count through any dip, below): a plan that
-    left it a few tenths past the gap would otherwise clear on its first dip and count again from nothing while the
-    cluster stays past the target. Where a broker's steady level is inside the gap, a reading under it clears —
-    unless the moves it was in left it past the gap by their own prediction (``state.predictions``: the rails' caps
-    ended the plan's cycle before it was done, or the plan left it for one move at a time). Its first reading since
-    is one sample, and for a broker with no model of its own (one that just joined) its only measure: one under the
-    gap is the sample's error, as above, and the next cycle goes on with it.
+    jitters reads past the gap where the broker is not). A reading between the two gaps where the steady level is past
+    the high one is a high hit: the reading is the broker's own past the gap, and a level 20 points from the mean is
+    past the target by any sample's error, so AvgShedder's two high hits say when, not whether, to act (a broker whose
+    samples jitter about the high gap would otherwise wait for the low hit count). Likewise one reading between the two
+    gaps right after a high hit holds the high count, as a dip under the gap holds the low one: a broker whose level
+    sits at the high gap reads under it every other sample, and its steady level, a point off, may not say so; two such
+    readings in a row clear it. A reading under the gap where the steady level is inside the gap too clears: a broker
+    whose traffic jitters around the mean crosses the gap and comes back, and must not add up its crossings into a
+    trigger. A second reading under the gap in a row, where the steady level is still past it, takes a hit off instead
+    (each reading after it another): a broker whose traffic drifts just past the gap reads under it twice in a row now
+    and then, and starting over would wait the whole count again while the drift goes on; a run of readings under the
+    gap still wears the count away. A broker whose count is complete but that no move has touched (the spread rule held
+    it back while a drift was still inside the target) is held the same way, one short of the count: clearing it would
+    make a drift that goes on past the target wait the whole count again. So is a broker already triggered and moved
+    (one being balanced) once its moves have had as long to show as the count takes (``landing_ms``; until then it keeps
+    its whole count through any dip, below): a plan that left it a few tenths past the gap would otherwise clear on its
+    first dip and count again from nothing while the cluster stays past the target. Where a broker's steady level is
+    inside the gap, a reading under it clears — unless the moves it was in left it past the gap by their own prediction
+    (``state.predictions``: the rails' caps ended the plan's cycle before it was done, or the plan left it for one move
+    at a time). Its first reading since is one sample, and for a broker with no model of its own (one that just joined)
+    its only measure: one under the gap is the sample's error, as above, and the next cycle goes on with it.
 
     Nor is a broker being balanced (one with a move on record, ``state.predictive_moved_at``, and its counters not
     cleared since) cleared by a reading under the gap within ``landing_ms`` of its last move: a plan lands each
@@ -149,8 +152,10 @@ def hits(
     pair = apart(averaged, present, settled)
     if pair and firm_averaged and _within(firm_averaged, present, settled):
         pair = frozenset()
-    within = [steady.get(b, scores[b]) for b in present]
+    steady_of = {b: steady.get(b, scores[b]) for b in present}
+    within = list(steady_of.values())
     paired = not pair and bool(within) and max(within) - min(within) < 2 * settled
+    ends = furthest(steady_of, settled)
     if steady_averaged is None:
         steady_averaged = {b: level for b, (level, _) in averaged.items()}
     levels = [steady_averaged[b] for b in present if b in steady_averaged]
@@ -167,7 +172,7 @@ def hits(
         balancing = broker in state.predictive_moved_at and low.get(broker, 0) >= count
         # a dip where its steady level is past the gap is a sample's error: held (a broker being balanced whose moves
         # are still landing keeps its whole count, just below)
-        past = steady_gap >= settled
+        past = steady_gap >= settled or broker in ends
         again = broker in state.predictive_dipped  # the last reading was held (a dip)
         holdable = past or (not again and predicted is not None and abs(predicted[0] - mean) >= settled)
         if gap < settled and balancing and broker in landing:
@@ -213,6 +218,15 @@ def hits(
             low.pop(broker, None)
     held &= {b for b in state.predictive_moved_at if low.get(b, 0) >= count}
     return high, low, triggered, frozenset(dipped), frozenset(held)
+
+
+def furthest(levels: Mapping[str, float], settled: float) -> frozenset[str]:
+    """The coolest and hottest by their ``levels``, where those are twice the ``settled`` gap apart or more; else
+    none."""
+    if len(levels) < 2:
+        return frozenset()
+    coolest, hottest = min(levels, key=levels.__getitem__), max(levels, key=levels.__getitem__)
+    return frozenset({coolest, hottest}) if levels[hottest] - levels[coolest] >= 2 * settled else frozenset()
 
 
 def apart(averaged: Mapping[str, tuple[float, float]], takers: Set[str], settled: float) -> frozenset[str]:
