@@ -41,7 +41,8 @@ from pulsar_lb_operator.strategies.shedding.predictive.pairing import ceiling, p
 
 # A plan with more candidate (bundle, receiver) pairs than this is left to the greedy packing (but for the first fill
 # of empty receivers, ``_first_fill``): HiGHS needs about a second of one core for a thousand (``python
-# benchmarks/decide.py`` prints the decide time).
+# benchmarks/decide.py`` prints the decide time), and up to 7 s where its node budget binds (931 pairs in
+# ``scale-out#10804``'s fill of four joining brokers; HiGHS releases the GIL, so the lease is renewed meanwhile).
 MILP_MAX_PAIRS = 1_000
 MILP_NODES = 200  # HiGHS's branch-and-bound budget: a count, so the same cycle gives the same plan on any machine
 # Brokers must end strictly inside the band (the hit counters clear a broker strictly inside their gap): the
