@@ -153,9 +153,8 @@ def hits(
     if pair and firm_averaged and _within(firm_averaged, present, settled):
         pair = frozenset()
     steady_of = {b: steady.get(b, scores[b]) for b in present}
-    within = list(steady_of.values())
-    paired = not pair and bool(within) and max(within) - min(within) < 2 * settled
-    ends = furthest(steady_of, settled)
+    ends = furthest(steady_of, settled)  # none where the takers' steady levels are within the target
+    paired = not pair and bool(steady_of) and not ends
     if steady_averaged is None:
         steady_averaged = {b: level for b, (level, _) in averaged.items()}
     levels = [steady_averaged[b] for b in present if b in steady_averaged]
