@@ -88,6 +88,8 @@ class StrategyState:
     predictive_deferred: frozenset[str] = frozenset()  # brokers of the last plan's moves the rails' caps left to later
     # each broker's last CPU samples less its cost model's prediction (its steady level is their median's)
     predictive_residuals: Mapping[str, tuple[float, ...]] = field(default_factory=_frozen)
+    # the modelled CPU level each of those was taken at (its noise is measured at the present level)
+    predictive_residual_levels: Mapping[str, tuple[float, ...]] = field(default_factory=_frozen)
     # a broker without a good model of its own: (its background when it carried nothing, Σ cost × predicted,
     # Σ predicted², samples): the least-squares sums that refine the cluster's slope for it
     predictive_learned: Mapping[str, tuple[float, float, float, int]] = field(default_factory=_frozen)
@@ -169,6 +171,11 @@ class StrategyState:
             **({"predictiveHeld": sorted(self.predictive_held)} if self.predictive_held else {}),
             **({"predictiveDeferred": sorted(self.predictive_deferred)} if self.predictive_deferred else {}),
             "predictiveResiduals": {b: list(v) for b, v in sorted(self.predictive_residuals.items())},
+            **(
+                {"predictiveResidualLevels": {b: list(v) for b, v in sorted(self.predictive_residual_levels.items())}}
+                if self.predictive_residual_levels
+                else {}
+            ),
             "predictiveLearned": {b: list(v) for b, v in sorted(self.predictive_learned.items())},
             "predictiveScales": {b: list(v) for b, v in sorted(self.predictive_scales.items())},
         }
@@ -238,6 +245,7 @@ class StrategyState:
             predictive_held=names("predictiveHeld"),
             predictive_deferred=names("predictiveDeferred"),
             predictive_residuals=table("predictiveResiduals", residuals),
+            predictive_residual_levels=table("predictiveResidualLevels", residuals),
             predictive_learned=table("predictiveLearned", learned),
             predictive_scales=table("predictiveScales", scale),
         )

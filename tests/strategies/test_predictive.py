@@ -418,9 +418,14 @@ def test_a_broker_its_moves_were_to_leave_past_the_gap_is_not_released_by_one_re
 QUIET = (0.02, -0.03, 0.01, -0.02, 0.03, -0.01)  # a quiet machine's departures from its model: hundredths
 
 
-def _forecast(residuals: dict[str, tuple[float, ...]], profile: LoadProfile = PROFILE) -> forecast.Forecast:
-    """The forecast of ``heterogeneous()`` with these departures from the models already on record."""
-    state = StrategyState(predictive_residuals=residuals)
+def _forecast(
+    residuals: dict[str, tuple[float, ...]],
+    profile: LoadProfile = PROFILE,
+    levels: dict[str, tuple[float, ...]] | None = None,
+) -> forecast.Forecast:
+    """The forecast of ``heterogeneous()`` with these departures from the models already on record (taken at
+    ``levels``: none on record, as in a state written before they were kept, counts as at the present level)."""
+    state = StrategyState(predictive_residuals=residuals, predictive_residual_levels=levels or {})
     load, _, _ = build_load_data(heterogeneous(), {}, {}, ONE_HIT.grace_period_ms)
     load = load.with_profile(profile)
     return forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state)
@@ -488,6 +493,23 @@ def test_a_prediction_missed_within_the_brokers_own_noise_is_not_a_miss():
     assert cast.sigma < 0.1
     assert cast.missed({"a:1": 2.0, "b:1": -2.0, "c:1": 0.05}) == {"b:1"}
     assert cast.missed({"a:1": 15.0}) == {"a:1"}  # beyond its own noise too (about 6 points)
+
+
+def test_a_broker_that_gave_most_of_its_traffic_away_is_judged_by_its_noise_at_its_new_level():
+    """a jittered by ±3 points while it carried 150 % of a core (its samples' noise grows with the work it does); it
+    gave most of its bundles away and its model now puts it at 10. Its first report since reads 2 points over the
+    prediction: at 10, its old jitter scales down to about a fifteenth, so that is a model that no longer knows its
+    traffic (the mispriced bundles it gave), and its samples set its level. Read at its old size, the miss was within
+    its noise, and the trigger read it 2 points low until ten more samples had washed the old ones out. Departures
+    taken at a lower level than the present one are not scaled up (an idle machine's jitter is not its traffic's)."""
+    jitter = (-3.0, 3.0, -2.5, 2.8, -3.1, 1.4)
+    quiet = {"b:1": QUIET, "c:1": QUIET}
+    assert _forecast({"a:1": jitter, **quiet}).missed({"a:1": 2.0}) == set()  # no levels on record: as before
+    gave = _forecast({"a:1": jitter, **quiet}, levels={"a:1": (150.0,) * len(jitter)})
+    assert gave.broker_noise("a:1") < 0.5
+    assert gave.missed({"a:1": 2.0}) == {"a:1"}
+    idle = _forecast({"a:1": jitter, **quiet}, levels={"a:1": (5.0,) * len(jitter)})
+    assert idle.broker_noise("a:1") == pytest.approx(_forecast({"a:1": jitter, **quiet}).broker_noise("a:1"))
 
 
 def test_a_model_its_first_sample_contradicts_is_not_acted_on():

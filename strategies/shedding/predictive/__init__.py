@@ -514,6 +514,7 @@ class _Cycle:
             predictive_held=self.held - moved,
             predictive_deferred=frozenset(self.deferred),
             predictive_residuals=_finite(self.forecast.residuals),
+            predictive_residual_levels=_finite(self.forecast.residual_levels),
             predictive_learned=_finite(self.forecast.learned),
             predictive_scales=_finite(self.forecast.scales),
         )

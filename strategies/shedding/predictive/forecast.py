@@ -21,10 +21,10 @@ three); once such a change has lasted ``OWN_NOISE_FROM`` samples, by the mean of
 (``departures_since``: a median of three samples is off by two thirds of one's noise, a mean of n by 1/√n of it,
 and a plan landing the broker a point off the band leaves it there for another round of the hit counters). The
 noise is measured from the departures themselves: each broker's from its last ``NOISE_WINDOW`` (machines jitter
-differently, and a noisy one's jitter is no lasting change), pooled for the plan's margins. The
-trigger reads each level less the bias its departures show (``Forecast.unbiased``): a fit a point off is within
-the noise of any one sample, not of their mean; a bias within twice its standard error counts as far as the spread of
-the cluster's biases makes it likely (``shrunk``).
+differently, and a noisy one's jitter is no lasting change), those taken at a higher level scaled down to its present
+one (``at_present_level``), pooled for the plan's margins. The trigger reads each level less the bias its departures
+show (``Forecast.unbiased``): a fit a point off is within the noise of any one sample, not of their mean; a bias within
+twice its standard error counts as far as the spread of the cluster's biases makes it likely (``shrunk``).
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ MIN_SAMPLES = 10  # nor one fitted on fewer samples (the Spark job's windows hol
 RESIDUALS = 3  # the steady level's median: one outlier among three is ignored, a lasting change is seen at two
 NOISE_WINDOW = 10  # departures kept per broker: its own samples' noise is measured over the last ten
 OWN_NOISE_FROM = 4  # departures before a broker's own noise is measured: three differences, a median ignores one
+LEVEL_FLOOR = 1.0  # CPU points: a modelled level under one (an idle machine, a fit's negative intercept) counts as one
 KBIT_PER_BYTE = 8 / 1000  # LocalBrokerData's bandwidth is in kbit/s
 NO_TRAFFIC: Traffic = (0.0, 0.0, 0.0)
 
@@ -249,6 +250,7 @@ class Forecast:
         self.sampled = {b: self.usage(b, p) for b, p in sampled_points.items()}
         self.traffic: dict[str, Traffic] = {b: r.traffic for b, r in brokers.items()}  # as planned: moves included
         self.residuals: dict[str, tuple[float, ...]] = {}
+        self.residual_levels: dict[str, tuple[float, ...]] = {}  # the modelled CPU level each residual was taken at
         self.learned: dict[str, tuple[float, float, float, int]] = {}
         # fitted brokers: ``fitted_scale`` as first computed; a broker away (restarting) keeps its own while the profile
         # keeps its fit: it comes back empty, with no traffic of its own to read the fit at
@@ -275,7 +277,11 @@ class Forecast:
             models[b] = base + slope[b].delta(report.traffic)[0]
             if (scale := slope[b].scale) is not None:
                 self.scales[b] = scale
-            self.residuals[b] = (*state.predictive_residuals.get(b, ())[-(NOISE_WINDOW - 1) :], cpu - models[b])
+            kept = state.predictive_residuals.get(b, ())[-(NOISE_WINDOW - 1) :]
+            # a residual with no level on record (a state written before levels were kept) counts as taken at this one
+            levels = state.predictive_residual_levels.get(b, ())[-len(kept) :] if kept else ()
+            self.residuals[b] = (*kept, cpu - models[b])
+            self.residual_levels[b] = (*(models[b],) * (len(kept) - len(levels)), *levels, models[b])
         self.sigma = self.noise()
         self._offset: dict[str, float] = {}
         self._spread: float | None = None  # ``_bias_spread``, once measured
@@ -311,6 +317,8 @@ class Forecast:
             latest, centre = recent[-1], statistics.median(recent[-RESIDUALS:])
             shifted = tuple(r - centre + latest for r in recent)
             self.residuals[b] = (latest,) * (RESIDUALS - len(recent)) + shifted
+            levels = self.residual_levels[b]
+            self.residual_levels[b] = (levels[-1],) * (RESIDUALS - len(recent)) + levels
             self.points[b][0] = max(self.points[b][0] - self._offset[b] + latest, 0.0)
             self._offset[b] = latest
 
@@ -342,11 +350,23 @@ class Forecast:
         the pooled noise would read a noisy broker's jitter as a lasting change. From the differences of its
         successive departures from its model (a lasting change is one large difference, which their median
         ignores), once it has four; the pooled noise until then."""
-        recent = self.residuals.get(broker, ())
+        recent = self.at_present_level(broker)
         if len(recent) < OWN_NOISE_FROM:
             return self.sigma
         steps = [abs(later - earlier) for earlier, later in itertools.pairwise(recent)]
         return MAD_TO_SIGMA * statistics.median(steps) / math.sqrt(2)
+
+    def at_present_level(self, broker: str) -> tuple[float, ...]:
+        """The broker's residuals, each taken at a level above its present one scaled down to it (× present ÷ then).
+        A sample's noise grows with the work the broker does in it: a broker that gave two thirds of its traffic away
+        would read its old, larger jitter as its noise, and a model a few points off after the move as within it (the
+        miss no ``missed`` sees, the bias no ``departures_since`` counts). Never scaled up: an idle machine's jitter is
+        its JVM's and its system's, which traffic does not multiply."""
+        recent, levels = self.residuals.get(broker, ()), self.residual_levels.get(broker, ())
+        if not levels:
+            return recent
+        present = max(levels[-1], LEVEL_FLOOR)
+        return tuple(r * min(present / max(level, LEVEL_FLOOR), 1.0) for r, level in zip(recent, levels))
 
     def unbiased(self, broker: str) -> float:
         """The broker's usage at its steady level, less its model's bias where its departures show one (``bias``):
