@@ -500,8 +500,8 @@ def test_a_broker_that_gave_most_of_its_traffic_away_is_judged_by_its_noise_at_i
     gave most of its bundles away and its model now puts it at 10. Its first report since reads 2 points over the
     prediction: at 10, its old jitter scales down to about a fifteenth, so that is a model that no longer knows its
     traffic (the mispriced bundles it gave), and its samples set its level. Read at its old size, the miss was within
-    its noise, and the trigger read it 2 points low until ten more samples had washed the old ones out. Departures
-    taken at a lower level than the present one are not scaled up (an idle machine's jitter is not its traffic's)."""
+    its noise, and its level stayed its model's, 2 points low. Departures taken at a lower level than the present one
+    are not scaled up (an idle machine's jitter is not its traffic's). A cycle keeps each departure's level with it."""
     jitter = (-3.0, 3.0, -2.5, 2.8, -3.1, 1.4)
     quiet = {"b:1": QUIET, "c:1": QUIET}
     assert _forecast({"a:1": jitter, **quiet}).missed({"a:1": 2.0}) == set()  # no levels on record: as before
@@ -510,6 +510,11 @@ def test_a_broker_that_gave_most_of_its_traffic_away_is_judged_by_its_noise_at_i
     assert gave.missed({"a:1": 2.0}) == {"a:1"}
     idle = _forecast({"a:1": jitter, **quiet}, levels={"a:1": (5.0,) * len(jitter)})
     assert idle.broker_noise("a:1") == pytest.approx(_forecast({"a:1": jitter, **quiet}).broker_noise("a:1"))
+    kept = shed(heterogeneous(), PROFILE, StrategyState(predictive_residuals={"a:1": jitter})).state
+    assert {b: len(v) for b, v in kept.predictive_residual_levels.items()} == {
+        b: len(v) for b, v in kept.predictive_residuals.items()
+    }
+    assert kept.predictive_residual_levels["a:1"][-1] == pytest.approx(10.0)  # its model's level now: 5 + 5
 
 
 def test_a_model_its_first_sample_contradicts_is_not_acted_on():
