@@ -157,9 +157,9 @@ def hits(
     paired = not pair and bool(steady_of) and not ends
     if steady_averaged is None:
         steady_averaged = {b: level for b, (level, _) in averaged.items()}
-    levels = [steady_averaged[b] for b in present if b in steady_averaged]
-    lasting = bool(levels) and max(levels) - min(levels) >= 2 * settled  # at the bundles' average traffic
-    averaged_mean = sum(levels) / len(levels) if levels else mean
+    at_average = {b: steady_averaged[b] for b in present if b in steady_averaged}
+    lasting = bool(furthest(at_average, settled))  # past the target at the bundles' average traffic too
+    averaged_mean = sum(at_average.values()) / len(at_average) if at_average else mean
     window = landing_ms(config)
     landing = set() if now is None else {b for b, at in state.predictive_moved_at.items() if now - at < window}
     acting = bool(landing)  # an imbalance was confirmed and is being acted on
