@@ -44,6 +44,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from pulsar_lb_operator.lifecycle import process_stat
+
 START_MS = 1_750_032_000_000  # 2025-06-16 00:00 UTC
 MINUTE_MS = 60_000
 PANDAS_LIMIT_GIB = 16
@@ -163,7 +165,7 @@ def _processes() -> dict[int, tuple[int, float, float]]:
         if not pid.isdigit():
             continue
         try:
-            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            parent = process_stat(f"/proc/{pid}")[1]
             status = Path(f"/proc/{pid}/status").read_text().splitlines()
         except (OSError, IndexError, ValueError):
             continue
@@ -297,6 +299,7 @@ def measure(bundles: int, minutes: int, brokers: int, incremental_minutes: int, 
     from pulsar_lb_operator.store.compaction import compact
     from pulsar_lb_operator.store.history import HistoryStore
 
+    workdir.mkdir(parents=True, exist_ok=True)  # a --workdir not there yet is made, as the history's folders are
     root = Path(tempfile.mkdtemp(prefix="aggregation-", dir=workdir))
     history, profile = root / "history", root / "profile"
     try:

@@ -269,7 +269,7 @@ def _processes() -> dict[int, int]:
             if not entry.name.isdigit():
                 continue
             try:
-                state, ppid = _stat(entry.path)
+                state, ppid = process_stat(entry.path)
             except (OSError, ValueError):
                 continue
             if state not in ENDED or _threads_run(entry.path):
@@ -277,7 +277,7 @@ def _processes() -> dict[int, int]:
     return running
 
 
-def _stat(entry: str) -> tuple[str, int]:
+def process_stat(entry: str) -> tuple[str, int]:
     """The state and the parent of the process or thread at ``entry`` (/proc/<pid>, /proc/<pid>/task/<tid>), from
     its ``stat``: "pid (comm) state ppid …", the command in parentheses may hold any character. ValueError when it
     reads otherwise."""
@@ -296,7 +296,7 @@ def _threads_run(process: str) -> bool:
         return False
     for task in tasks:
         with contextlib.suppress(OSError, ValueError):
-            if _stat(task.path)[0] not in ENDED:
+            if process_stat(task.path)[0] not in ENDED:
                 return True
     return False
 
