@@ -20,7 +20,8 @@ broker (``forecast``) both are predictable. Each cycle:
 3. **This cycle's moves** (``endstate.EndState.this_cycle``): as much of the plan as the rails let through, the
    moves that lead fastest to the end state first; what the plan cannot fix, one best move at a time
    (``pairing``), splitting a bundle too big to move (``splits``, with the split trigger's splits), or, where
-   none can split, swapping it for smaller ones; a bundle too big for any receiver's band goes to one that hands
+   none can split, swapping it for smaller ones — and where nothing helps, splitting it with no move for the next
+   report to measure its halves; a bundle too big for any receiver's band goes to one that hands
    smaller ones on (a relay; both in ``swaps``); where the grace period holds a broker above the band, the brokers
    it keeps the spread past the target from are filled toward it from those above the level.
 
@@ -449,7 +450,24 @@ class _Cycle:
             return relay
         if plain or not above:
             return plain
-        return self._swap(source, destinations, level, band, room)
+        swap = self._swap(source, destinations, level, band, room)
+        if not swap and self.config.loadBalancerAutoBundleSplitEnabled:
+            made = len(self.pieces.splits)
+            self.movable[source] = splits.split_to_measure(
+                self.load,
+                self.forecast,
+                source,
+                self.movable[source],
+                destinations,
+                level,
+                band,
+                self.config,
+                self.pieces,
+                room,
+                self.state.predictive_halves,
+            )
+            self.notes += [f"{NAME}: {sp.reason}" for sp in self.pieces.splits[made:]]
+        return swap
 
     def _givers(self, source: str) -> set[str]:
         """Brokers that may give besides ``source``: none that took load this cycle, none at the per-broker cap."""

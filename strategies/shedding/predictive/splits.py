@@ -11,7 +11,9 @@ that overshoots it is split the same way, and a half moves to it. Each split cou
 Where the snapshot lists no topics of the bundle, a half's traffic is a guess: each of the bundle's t topics falls
 in either half at random, so a half carries ½ ± ½/√t of it (a bundle of two topics: none, half or all). A bundle is
 split to move a half only where that miss, on the broker the half leaves or fills, is within the band: moved on a
-guess of two topics, a half left its receiver past the band, and then two halves that carried nothing moved.
+guess of two topics, a half left its receiver past the band, and then two halves that carried nothing moved. Where
+nothing else helps a broker above the band, its too-big bundle is split with no move (``split_to_measure``): the
+next report measures the halves, and the cycle after moves one or splits the larger again.
 """
 
 from __future__ import annotations
@@ -187,6 +189,72 @@ def split_to_move(
         pieces.count(source)
         pieces.splits.append(Split(split_bundle, source, algorithms.RANGE_EQUALLY_DIVIDE, tuple(at), reason, False))
     return [(source, *best)], sorted([*(b for b in movable if b != bundle), *parts])
+
+
+def split_to_measure(
+    load: LoadData,
+    forecast: Forecast,
+    source: str,
+    movable: list[str],
+    takers: set[str],
+    level: float,
+    band: float,
+    config: LoadBalancerConfig,
+    pieces: Pieces,
+    room: int,
+    split_last: frozenset[str] = frozenset(),
+) -> list[str]:
+    """Where ``source`` is above the band and nothing it has helps this cycle — no move, split, relay or swap — split
+    its biggest bundle that alone is more than its excess over ``level`` (and twice the band), range_equally_divide,
+    the halves kept on ``source`` and none moved: without the bundle's topics in the snapshot (the daemon does not
+    read them), how its traffic divides is a guess too wide to move a half on (``split_to_move``), but the next report
+    measures each half, and the next cycle moves one, or splits the larger again. Left whole, the bundle would hold
+    ``source`` above the band for good. Only where a taker is below the band to take a piece, and for a bundle of at
+    least two topics that was not split this cycle, within loadBalancerNamespaceMaximumBundles; the split counts
+    against the caps; not a bundle holding a piece of last cycle's splits (``split_last``): a report that still
+    shows it was read before the split was made. ``pieces`` is updated; the source's movable bundles after the split
+    come back (``movable`` as it was where there is none to make)."""
+    if room < 1 or pieces.per_source.get(source, 0) + 1 > load.rails.max_unloads_per_broker:
+        return movable
+    if not any(level - forecast.usage(t) > band for t in takers if t != source):
+        return movable
+    usage = forecast.usage(source)
+    sizes = []
+    for bundle in movable:
+        namespace, bundle_range = bundle_names.split_bundle_name(bundle)
+        if bundle in pieces.halves or pieces.topics_of(load, source, bundle) < 2 or not bundle_range.can_split():
+            continue
+        if any(_within(piece, namespace, bundle_range) for piece in split_last):
+            continue
+        if bundles_after_splits(load, namespace, pieces.splits) >= config.loadBalancerNamespaceMaximumBundles:
+            continue
+        drop = usage - forecast.usage(source, forecast.shifted(source, bundle_traffic(load, source, bundle), -1))
+        if drop > max(usage - level, 2 * band):
+            sizes.append((drop, bundle))
+    if not sizes:
+        return movable
+    drop, bundle = max(sizes)
+    cuts = algorithms.range_equally_divide(bundle_names.split_bundle_name(bundle)[1])
+    parts = split_halves(load, source, bundle, cuts)
+    pieces.halves.update(parts)
+    topics = pieces.topics_of(load, source, bundle)
+    pieces.topics.update(dict.fromkeys(parts, topics // 2))
+    pieces.count(source)
+    reason = (
+        f"{bundle} alone is {drop:.1f} points of {source}'s, more than its {usage - level:.1f} over the balanced "
+        "level, and nothing it has can move without overshooting: split, the halves stay on it until a report "
+        "measures them"
+    )
+    pieces.splits.append(Split(bundle, source, algorithms.RANGE_EQUALLY_DIVIDE, tuple(cuts), reason, False))
+    return sorted([*(b for b in movable if b != bundle), *parts])
+
+
+def _within(piece: str, namespace: str, bundle_range: bundle_names.BundleRange) -> bool:
+    """Whether ``piece`` is a bundle of ``namespace`` inside ``bundle_range``."""
+    if not bundle_names.is_bundle_name(piece):
+        return False
+    own, inside = bundle_names.split_bundle_name(piece)
+    return own == namespace and bundle_range.lower <= inside.lower and inside.upper <= bundle_range.upper
 
 
 def _may_split_again(
