@@ -79,15 +79,19 @@ class Pieces:
         stats = load.snapshot.brokers[source].lastStats
         return self.topics.get(bundle, stats[bundle].topics if bundle in stats else 0)
 
+    def add(self, split: Split, parts: dict[str, Traffic], topics: int) -> None:
+        """A split planned this cycle, with the pieces it makes (their traffic) and each piece's topic count."""
+        self.splits.append(split)
+        self.count(split.source)
+        self.halves.update(parts)
+        self.topics.update(dict.fromkeys(parts, topics))
+
     def add_trigger_split(self, load: LoadData, split: Split, reason: str) -> dict[str, Traffic]:
         """One of the split trigger's splits (range_equally_divide, boundaries known): kept on its owner, its
         halves placed like any bundle."""
         parts = split_halves(load, split.source, split.bundle, split.boundaries)
-        self.splits.append(replace(split, unload=False, reason=reason))
-        self.count(split.source)
-        self.halves.update(parts)
         topics = self.topics_of(load, split.source, split.bundle)
-        self.topics.update(dict.fromkeys(parts, topics // len(parts)))
+        self.add(replace(split, unload=False, reason=reason), parts, topics // len(parts))
         return parts
 
 
@@ -95,6 +99,17 @@ def bundles_after_splits(load: LoadData, namespace: str, splits: Sequence[Split]
     """The namespace's bundles once this cycle's planned splits are made: each split adds one."""
     return load.snapshot.bundle_count(namespace) + sum(
         1 for sp in splits if bundle_names.namespace_of(sp.bundle) == namespace
+    )
+
+
+def _splittable(load: LoadData, source: str, bundle: str, pieces: Pieces, config: LoadBalancerConfig) -> bool:
+    """Whether ``source``'s ``bundle`` can be split: two topics at least (a piece: its parent's share), a range that
+    can be halved, and room for one more bundle in its namespace under loadBalancerNamespaceMaximumBundles."""
+    namespace, bundle_range = bundle_names.split_bundle_name(bundle)
+    return (
+        pieces.topics_of(load, source, bundle) >= 2
+        and bundle_range.can_split()
+        and bundles_after_splits(load, namespace, pieces.splits) < config.loadBalancerNamespaceMaximumBundles
     )
 
 
@@ -129,14 +144,9 @@ def split_to_move(
     coolest_at = forecast.usage(coolest)
     sizes = []
     for bundle in movable:
+        if not _splittable(load, source, bundle, pieces, config):
+            continue
         topics = pieces.topics_of(load, source, bundle)
-        if topics < 2:
-            continue
-        namespace, bundle_range = bundle_names.split_bundle_name(bundle)
-        if not bundle_range.can_split():
-            continue
-        if bundles_after_splits(load, namespace, pieces.splits) >= config.loadBalancerNamespaceMaximumBundles:
-            continue
         traffic = bundle_traffic(load, source, bundle, pieces.halves)
         # how far off an even share may be: a half of t topics dealt at random carries ½ ± ½/√t of them
         guessed = 0.5 / math.sqrt(topics) if not load.snapshot.topics.get(bundle) else 0
@@ -221,12 +231,9 @@ def split_to_measure(
     usage = forecast.usage(source)
     sizes = []
     for bundle in movable:
-        namespace, bundle_range = bundle_names.split_bundle_name(bundle)
-        if bundle in pieces.halves or pieces.topics_of(load, source, bundle) < 2 or not bundle_range.can_split():
+        if bundle in pieces.halves or not _splittable(load, source, bundle, pieces, config):
             continue
-        if any(_within(piece, namespace, bundle_range) for piece in split_last):
-            continue
-        if bundles_after_splits(load, namespace, pieces.splits) >= config.loadBalancerNamespaceMaximumBundles:
+        if any(_within(piece, *bundle_names.split_bundle_name(bundle)) for piece in split_last):
             continue
         drop = usage - forecast.usage(source, forecast.shifted(source, bundle_traffic(load, source, bundle), -1))
         if drop > max(usage - level, 2 * band):
@@ -235,17 +242,14 @@ def split_to_measure(
         return movable
     drop, bundle = max(sizes)
     cuts = algorithms.range_equally_divide(bundle_names.split_bundle_name(bundle)[1])
-    parts = split_halves(load, source, bundle, cuts)
-    pieces.halves.update(parts)
     topics = pieces.topics_of(load, source, bundle)
-    pieces.topics.update(dict.fromkeys(parts, topics // 2))
-    pieces.count(source)
     reason = (
         f"{bundle} alone is {drop:.1f} points of {source}'s, more than its {usage - level:.1f} over the balanced "
         "level, and nothing it has can move without overshooting: split, the halves stay on it until a report "
         "measures them"
     )
-    pieces.splits.append(Split(bundle, source, algorithms.RANGE_EQUALLY_DIVIDE, tuple(cuts), reason, False))
+    parts = split_halves(load, source, bundle, cuts)
+    pieces.add(Split(bundle, source, algorithms.RANGE_EQUALLY_DIVIDE, tuple(cuts), reason, False), parts, topics // 2)
     return sorted([*(b for b in movable if b != bundle), *parts])
 
 
