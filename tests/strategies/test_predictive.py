@@ -458,13 +458,30 @@ def test_a_broker_departing_from_its_model_within_its_own_noise_keeps_its_model(
     assert cast.usage("b:1") == pytest.approx(50.0 + 1.4)
 
 
+def test_a_run_of_alike_departures_is_not_read_as_the_noise_of_a_broker_that_jitters_by_points():
+    """a's samples scatter about its model by 2.4 points (a real broker's departures, from the ``noise`` family: its
+    traffic jitters and nothing else changes); by chance its last ten moved little from one to the next, and the
+    median of their nine differences reads its noise at 0.9 points. Measured over those ten, its last three
+    departures (5.2, 2.3 and this sample's 0) read as a lasting change of 2.3 points, and its level, its model's plus
+    that, would have a plan move a bundle off a broker that is where its model says. Over the last thirty (the 25 it
+    has), its noise reads 1.9 points and its level stays its model's."""
+    departures = (1.2, 0.1, -1.0, 0.9, -0.6, 2.2, 4.2, 4.5, 4.6, -3.0, -0.9, -0.4, 1.4, -1.5, 0.3, 3.0, 2.2, 2.5)
+    departures += (1.6, 1.4, -4.0, 5.3, 5.2, 2.3)
+    cast = _forecast({"a:1": departures, "b:1": QUIET, "c:1": QUIET})
+    assert cast.broker_noise("a:1") > 1.5
+    assert cast.usage("a:1") == pytest.approx(10.0)  # its model: 5 + one bundle of 5 points
+    ten = _forecast({"a:1": departures[-(10 - 1) :], "b:1": QUIET, "c:1": QUIET})
+    assert ten.broker_noise("a:1") < 1.0  # what its last ten alone say
+    assert ten.usage("a:1") > 12.0
+
+
 def test_a_lasting_change_is_planned_at_the_mean_of_the_samples_since():
     """Another process took 10 points of b's machine seven samples ago (b's machine now uses 15 % with no traffic,
     where its fit says 5). Its samples since read 9.6 to 10.5 above its model, the last three 9.7, 9.6 and 10.0:
     their median is 0.3 under the change, the mean of all seven 0.07 over. b is planned at the mean: at the median,
     a plan would land it a third of a point lower than it is, and a spread planned just under the target would end
-    just over it."""
-    since = (10.4, 10.2, 10.5, 10.1, 9.7, 9.6)
+    just over it. Its samples jitter by tenths, before the change as after."""
+    before, since = (0.3, -0.2, 0.4, -0.3, 0.1, -0.4), (10.4, 10.2, 10.5, 10.1, 9.7, 9.6)
     b_bundles = {bundle("t/ns", i): 5.0 for i in range(9)}
     load, _, _ = build_load_data(
         snapshot({"a:1": broker(5, {bundle("t/ns", 9): 5.0}), "b:1": broker(15, b_bundles), "c:1": broker(70, {})}),
@@ -473,11 +490,11 @@ def test_a_lasting_change_is_planned_at_the_mean_of_the_samples_since():
         ONE_HIT.grace_period_ms,
     )
     load = load.with_profile(PROFILE)
-    state = StrategyState(predictive_residuals={"a:1": QUIET, "b:1": (*QUIET, *since), "c:1": QUIET})
+    state = StrategyState(predictive_residuals={"a:1": QUIET, "b:1": (*before, *since), "c:1": QUIET})
     cast = forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state)
     assert cast.usage("b:1") == pytest.approx(50.0 + statistics.mean((*since, 10.0)))
-    two_samples = StrategyState(predictive_residuals={"a:1": QUIET, "b:1": (*QUIET, 9.6), "c:1": QUIET})
-    # a change two samples old is read by the median of the last three (−0.01, 9.6, 10.0) until there are enough
+    two_samples = StrategyState(predictive_residuals={"a:1": QUIET, "b:1": (*before, 9.6), "c:1": QUIET})
+    # a change two samples old is read by the median of the last three (−0.4, 9.6, 10.0) until there are enough
     assert forecast.Forecast(load, ONE_HIT, forecast.slopes(load, two_samples), two_samples).usage(
         "b:1"
     ) == pytest.approx(50.0 + 9.6)

@@ -22,7 +22,9 @@ three); once such a change has lasted ``OWN_NOISE_FROM`` samples, by the mean of
 and a plan landing the broker a point off the band leaves it there for another round of the hit counters). The
 noise is measured from the departures themselves: each broker's from its last ``NOISE_WINDOW`` (machines jitter
 differently, and a noisy one's jitter is no lasting change), those taken at a higher level scaled down to its present
-one (``at_present_level``), pooled for the plan's margins. The trigger reads each level less the bias its departures
+one (``at_present_level``), pooled for the plan's margins: thirty of them, as the median of nine successive
+differences reads a sample's noise at under half its size one time in twenty (two ordinary samples then read as a
+lasting change), of twenty-nine at under two thirds. The trigger reads each level less the bias its departures
 show (``Forecast.unbiased``): a fit a point off is within the noise of any one sample, not of their mean; a bias within
 twice its standard error counts as far as the spread of the cluster's biases makes it likely (``shrunk``).
 """
@@ -52,7 +54,7 @@ from pulsar_lb_operator.strategies.state import PendingMove, StrategyState
 MIN_R2 = 0.8  # a cost model explaining less of its CPU than this is not trusted: the cluster's slope is used
 MIN_SAMPLES = 10  # nor one fitted on fewer samples (the Spark job's windows hold hundreds)
 RESIDUALS = 3  # the steady level's median: one outlier among three is ignored, a lasting change is seen at two
-NOISE_WINDOW = 10  # departures kept per broker: its own samples' noise is measured over the last ten
+NOISE_WINDOW = 30  # departures kept per broker, its own noise measured over them (the module's docstring says why)
 OWN_NOISE_FROM = 4  # departures before a broker's own noise is measured: three differences, a median ignores one
 LEVEL_FLOOR = 1.0  # CPU points: a modelled level under one (an idle machine, a fit's negative intercept) counts as one
 KBIT_PER_BYTE = 8 / 1000  # LocalBrokerData's bandwidth is in kbit/s
