@@ -167,7 +167,7 @@ def _processes() -> dict[int, tuple[int, float, float]]:
         try:
             parent = process_stat(f"/proc/{pid}")[1]
             status = Path(f"/proc/{pid}/status").read_text().splitlines()
-        except (OSError, IndexError, ValueError):
+        except (OSError, ValueError):
             continue
         memory = {line.split(":")[0]: int(line.split()[1]) / 1024 for line in status if line.startswith("Vm")}
         out[int(pid)] = (parent, memory.get("VmHWM", 0.0), memory.get("VmRSS", 0.0))
