@@ -399,7 +399,7 @@ class _Cycle:
         if not leaving:
             return False
         traffic: forecast.Traffic = tuple(float(v) for v in np.sum(leaving, axis=0))  # type: ignore[assignment]
-        after = self.forecast.usage(broker, self.forecast.shifted(broker, traffic, -1))
+        after = self.forecast.usage_with(broker, traffic, -1)
         return after - plan.target <= plan.tolerance(broker)
 
     def _best(self, source: str, destinations: set[str], plan: endstate.EndState) -> list[pairing.Move]:

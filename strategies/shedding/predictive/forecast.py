@@ -455,8 +455,8 @@ class Forecast:
             sum(s.msgThroughputIn for s in short) - bytes_in,
             sum(s.msgThroughputOut for s in short) - bytes_out,
         )
-        level = self.usage(broker, self.shifted(broker, delta, +1))
-        return level, abs(level - self.usage(broker, self.shifted(broker, jitter, -1)))
+        level = self.usage_with(broker, delta, +1)
+        return level, abs(level - self.usage_with(broker, jitter, -1))
 
     def usage(self, broker: str, points: Sequence[float] | None = None) -> float:
         p = self.points[broker] if points is None else points
@@ -466,6 +466,10 @@ class Forecast:
             p[2] * self.weights[2],
             self.direct[broker] * self.weights[3],
         )
+
+    def usage_with(self, broker: str, traffic: Traffic, sign: float) -> float:
+        """The broker's usage with ``traffic`` added (sign +1: it arrives) or taken away (−1: it leaves)."""
+        return self.usage(broker, self.shifted(broker, traffic, sign))
 
     def shifted(self, broker: str, traffic: Traffic, sign: float, points: Sequence[float] | None = None) -> list[float]:
         """The broker's points (or ``points``) with ``traffic`` added (sign +1) or taken away (−1)."""
@@ -498,7 +502,7 @@ class Forecast:
 
     def arrivals(self, brokers: list[str], traffic: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each broker's usage now (a row), and after each of the bundles (rows of ``traffic``) arrives on it
-        (a matrix, bundles × brokers): ``usage(b, shifted(b, t, +1))`` for every pair, in the same operations."""
+        (a matrix, bundles × brokers): ``usage_with(b, t, +1)`` for every pair, in the same operations."""
         points = np.array([self.points[b] for b in brokers]).T  # cpu, bandwidth in, bandwidth out: one row each
         cpu = np.array([self.slope[b].cpu for b in brokers]).T
         bandwidth_in = np.array([self.slope[b].bandwidth_in for b in brokers])
@@ -521,8 +525,8 @@ class Forecast:
         return now, np.maximum(np.maximum(np.maximum(after[0], after[1]), after[2]), direct)
 
     def departures(self, broker: str, traffic: np.ndarray) -> np.ndarray:
-        """The broker's usage after each of the bundles (rows of ``traffic``) leaves it: ``usage(broker,
-        shifted(broker, t, -1))`` for every row, in array operations."""
+        """The broker's usage after each of the bundles (rows of ``traffic``) leaves it: ``usage_with(broker, t,
+        -1)`` for every row, in array operations."""
         s, p, w = self.slope[broker], self.points[broker], self.weights
         with np.errstate(over="ignore", invalid="ignore"):
             cpu = np.maximum(p[0] - traffic @ np.array(s.cpu), 0.0) * w[0]

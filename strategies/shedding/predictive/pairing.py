@@ -89,8 +89,8 @@ def planned_move(
     band for a broker the trigger has not flagged, which the hit counters leave alone there), never less than the
     band."""
     traffic = bundle_traffic(load, giver, bundle, halves)
-    new_source = forecast.usage(giver, forecast.shifted(giver, traffic, -1))
-    new_destination = forecast.usage(destination, forecast.shifted(destination, traffic, +1))
+    new_source = forecast.usage_with(giver, traffic, -1)
+    new_destination = forecast.usage_with(destination, traffic, +1)
     limit = ceiling(config, level, band)
     up, down = max(reach(destination), band), max(reach(giver), band)
     above = new_destination > new_source and (new_destination > level + up or new_source < level - down)
@@ -132,7 +132,7 @@ def best_move(
     movable = carried(load, source, sorted(bundles), halves)
     if not destinations or not movable:
         return None
-    new_source = np.array([forecast.usage(source, forecast.shifted(source, t, -1)) for _, t in movable])
+    new_source = np.array([forecast.usage_with(source, t, -1) for _, t in movable])
     u_destination, new_destination = forecast.arrivals(destinations, np.array([t for _, t in movable]))
     with np.errstate(over="ignore", invalid="ignore"):
         gained = (
@@ -156,7 +156,7 @@ def best_move(
     if not gained[b, d] > 1e-9:
         return None
     bundle, destination = movable[b][0], destinations[d]
-    new_destination_usage = forecast.usage(destination, forecast.shifted(destination, movable[b][1], +1))
+    new_destination_usage = forecast.usage_with(destination, movable[b][1], +1)
     return bundle, destination, (u_source, forecast.usage(destination)), (float(new_source[b]), new_destination_usage)
 
 
@@ -177,13 +177,13 @@ def best_move_pairwise(
     limit = ceiling(config, level, within or 0.0)
     best, best_gain = None, 1e-9
     for bundle, traffic in carried(load, source, bundles, halves):
-        new_source = forecast.usage(source, forecast.shifted(source, traffic, -1))
+        new_source = forecast.usage_with(source, traffic, -1)
         allowed = allowed_brokers(load, bundle)  # namespace policies
         for destination in destinations:
             if destination not in allowed:
                 continue
             u_destination = forecast.usage(destination)
-            new_destination = forecast.usage(destination, forecast.shifted(destination, traffic, +1))
+            new_destination = forecast.usage_with(destination, traffic, +1)
             above = new_destination > new_source and (
                 within is None or new_destination > level + within or new_source < level - within
             )

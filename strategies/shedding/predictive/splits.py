@@ -151,11 +151,11 @@ def split_to_move(
         # how far off an even share may be: a half of t topics dealt at random carries ½ ± ½/√t of them
         guessed = 0.5 / math.sqrt(topics) if not load.snapshot.topics.get(bundle) else 0
         if receiving:
-            arrival = forecast.usage(coolest, forecast.shifted(coolest, traffic, +1)) - coolest_at
+            arrival = forecast.usage_with(coolest, traffic, +1) - coolest_at
             if arrival > level + band - coolest_at and arrival * guessed <= band:
                 sizes.append((-arrival, bundle))
             continue
-        drop = usage - forecast.usage(source, forecast.shifted(source, traffic, -1))
+        drop = usage - forecast.usage_with(source, traffic, -1)
         if drop > max(excess, 2 * band) and drop * guessed <= band:
             sizes.append((drop, bundle))
     if not sizes:
@@ -170,7 +170,7 @@ def split_to_move(
     quarters: set[str] = set()
     if best is None and _may_split_again(load, source, namespace, topics, pieces, room, config):
         # both halves still overshoot: the larger half is split again, and a quarter moves
-        half = max(parts, key=lambda b: (usage - forecast.usage(source, forecast.shifted(source, parts[b], -1)), b))
+        half = max(parts, key=lambda b: (usage - forecast.usage_with(source, parts[b], -1), b))
         half_cuts = algorithms.range_equally_divide(bundle_names.split_bundle_name(half)[1])
         if load.snapshot.topics.get(bundle):  # the quarters' traffic from the topics' stats, by their hashes
             finer = split_halves(load, source, bundle, sorted([*cuts, *half_cuts]), pieces.halves.get(bundle))
@@ -235,7 +235,7 @@ def split_to_measure(
             continue
         if any(_within(piece, *bundle_names.split_bundle_name(bundle)) for piece in split_last):
             continue
-        drop = usage - forecast.usage(source, forecast.shifted(source, bundle_traffic(load, source, bundle), -1))
+        drop = usage - forecast.usage_with(source, bundle_traffic(load, source, bundle), -1)
         if drop > max(usage - level, 2 * band):
             sizes.append((drop, bundle))
     if not sizes:
