@@ -1073,7 +1073,7 @@ def test_the_exact_program_finds_the_plan_the_greedy_packing_misses():
     assert plan.target == pytest.approx(45.0) and plan.solver == "milp"
     assert plan.outside() == set() and len(plan.moves) == 4
     assert all(abs(end - 45.0) < 2.0 for end in plan.ends.values())
-    rows = endstate._fewest(endstate._items(load, prediction, movable, plan.level, 45.0, 2.0, {}, {}), plan)
+    rows = endstate._fewest(endstate._items(load, prediction, movable, plan, {}, {}), plan)
     assert len(rows) == 2  # each giver's 6: the greedy's choice, which no packing lands in the band
 
 
@@ -1184,6 +1184,32 @@ def test_a_broker_with_no_model_of_its_own_is_landed_a_samples_noise_further_ins
     assert len(modelled.moves) == 5 and modelled.ends["n:1"] == pytest.approx(37.5)
     assert len(joined.moves) == 6 and joined.ends["n:1"] == pytest.approx(39.0)
     assert joined.outside() == set()
+
+
+def test_a_giver_the_trigger_left_alone_may_give_down_to_its_tolerance_not_only_the_band():
+    """A broker back empty (n, 5 points of background) and nine givers 4 points over the level (41) that the trigger
+    has not flagged, each with a bundle of 8.5 and two of 4, a band of 4 and a noise of 1. An untriggered broker
+    needs moving only beyond the band and the noise (5), and the plan may land it that far: each 8.5 leaves its
+    giver 4.5 under the level, so four fill n to 2 under it. Held to the band, the givers could give only their 4s,
+    and n would take nine."""
+    reports = {
+        f"g{k}:1": broker(
+            5, {bundle(f"t/g{k}", 0): 23.5, bundle(f"u/g{k}", 0): 8.5} | {bundle(f"u/g{k}", i): 4.0 for i in (1, 2)}
+        )
+        for k in range(9)
+    }
+    reports["n:1"] = broker(5, {})
+    snap = snapshot(reports)
+    movable = {b: sorted(x for x in r.lastStats if x.startswith("u/")) for b, r in snap.brokers.items()}
+    profile = LoadProfile(cost_models=MappingProxyType({(b, "cpu"): model(5) for b in reports}))
+    load = build_load_data(snap, {}, {}, ONE_HIT.grace_period_ms)[0].with_profile(profile)
+    state = StrategyState()
+    prediction = forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state)
+    prediction.sigma = 1.0
+    plan = endstate.plan(load, prediction, movable, set(snap.brokers), 4.0, ONE_HIT, {}, {}, {"n:1"})
+    assert plan.target == pytest.approx(41.0) and plan.outside() == set()
+    assert len(plan.moves) == 4 and plan.ends["n:1"] == pytest.approx(39.0)
+    assert all(plan.ends[giver] == pytest.approx(36.5) for giver, _, _ in plan.moves)
 
 
 def _three(b_bundles):

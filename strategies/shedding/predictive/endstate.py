@@ -6,18 +6,19 @@ lowers the cluster's mean, so the mean of today's usage is not where the brokers
 
 **The plan** brings every broker into the band around it — the band where the hit counters leave a broker alone
 (``debounce.settled_gap``), less the samples' measured noise (twice for a broker with no model of its own, whose
-level is one sample) — with the fewest moves, then the narrowest spread (the hottest broker that can take load less
-the coolest, where the trigger holds and the target is judged), then the fewest topics disconnected: an optimisation
-over which bundle goes where. Each giver's fewest bundles that land it in the band are packed onto the receivers
-(``packing``: largest first onto the lowest, then a bounded search); where that leaves a broker out of the band,
-lands the brokers within the noise of twice the band apart (estimates a few tenths off cannot tell such a spread
-from the target), or uses more moves than the givers' and receivers' own counts need, the whole choice is made again
-as a mixed-integer program (HiGHS, through ``scipy.optimize.milp``) — bundles of any broker above the level,
-receivers below it, within the namespace policies and under the overload threshold — with a deterministic node
-budget, and kept when it is better. Where every receiver would make too many (bundle, receiver) pairs for the
-program and the receivers the packing leaves out of the band carry nothing (on a scale-out, the new brokers, each
-of which a coarse bundle may overfill or leave short, while the many old brokers just under the level need
-nothing), it is made over those receivers.
+level is one sample; a broker the trigger has not flagged may end as far as the band and the noise, where it needs
+no moving: ``EndState.tolerance``) — with the fewest moves, then the narrowest spread (the hottest broker that can
+take load less the coolest, where the trigger holds and the target is judged), then the fewest topics disconnected:
+an optimisation over which bundle goes where. Each giver's fewest bundles that land it in the band are packed onto
+the receivers (``packing``: largest first onto the lowest, then a bounded search); where that leaves a broker out of
+the band, lands the brokers within the noise of twice the band apart (estimates a few tenths off cannot tell such a
+spread from the target), or uses more moves than the givers' and receivers' own counts need, the whole choice is
+made again as a mixed-integer program (HiGHS, through ``scipy.optimize.milp``) — bundles of any broker above the
+level, receivers below it, within the namespace policies and under the overload threshold — with a deterministic
+node budget, and kept when it is better. Where every receiver would make too many (bundle, receiver) pairs for the
+program and the receivers the packing leaves out of the band carry nothing (on a scale-out, the new brokers, each of
+which a coarse bundle may overfill or leave short, while the many old brokers just under the level need nothing), it
+is made over those receivers.
 
 **This cycle's moves**, when the rails' caps spread the plan over cycles: first what each giver must give now for
 the plan to take no more cycles than it needs (a giver with more moves than the per-broker cap allows in the
@@ -216,7 +217,7 @@ def plan(
     )
     if not nothing.outside():
         return nothing
-    items = _items(load, forecast, movable, level, target, band, halves, topics)
+    items = _items(load, forecast, movable, nothing, halves, topics)
     receivers = sorted(b for b in takers if level[b] < target)
     if not items or not receivers:
         return nothing
@@ -271,14 +272,13 @@ def _items(
     load: LoadData,
     forecast: Forecast,
     movable: Mapping[str, list[str]],
-    level: Mapping[str, float],
-    target: float,
-    band: float,
+    base: EndState,
     halves: Mapping[str, Traffic],
     topics: Mapping[str, int],
 ) -> list[tuple[str, str, Traffic, float, int]]:
     """The bundles of brokers above the level that may move: (giver, bundle, traffic, drop, topics), each one
-    that alone does not take its giver below the band."""
+    that alone does not take its giver below its tolerance (``EndState.tolerance``: as far as the plan may land it)."""
+    level, target = base.level, base.target
     items = []
     for giver in sorted(b for b in movable if level[b] > target):
         stats = load.snapshot.brokers[giver].lastStats
@@ -287,7 +287,7 @@ def _items(
             continue
         drops = level[giver] - forecast.departures(giver, np.array([traffic for _, traffic in moving]))
         for (bundle, traffic), drop in zip(moving, drops.tolist()):
-            if 0 < drop <= level[giver] - (target - band):
+            if 0 < drop <= level[giver] - (target - base.tolerance(giver)):
                 count = topics.get(bundle, stats[bundle].topics if bundle in stats else 0)
                 items.append((giver, bundle, traffic, drop, count))
     return items
