@@ -1073,7 +1073,7 @@ def test_the_exact_program_finds_the_plan_the_greedy_packing_misses():
     assert plan.target == pytest.approx(45.0) and plan.solver == "milp"
     assert plan.outside() == set() and len(plan.moves) == 4
     assert all(abs(end - 45.0) < 2.0 for end in plan.ends.values())
-    rows = endstate._fewest(endstate._items(load, prediction, movable, plan, {}, {}), plan)
+    rows = endstate._fewest(endstate._items(load, prediction, movable, plan, {}, {})[0], plan)
     assert len(rows) == 2  # each giver's 6: the greedy's choice, which no packing lands in the band
 
 
@@ -1186,6 +1186,20 @@ def test_a_broker_with_no_model_of_its_own_is_landed_a_samples_noise_further_ins
     assert joined.outside() == set()
 
 
+def _refill_plan(reports, movable=None):
+    """The end state for ``reports`` (every broker at 0.01 % per msg/s over 5 % of background), n:1 the one the
+    trigger flagged, with a band of 4 and a noise of 1; and each broker's bundles that may move (``movable``;
+    default: those of the namespaces under ``u/``)."""
+    snap = snapshot(reports)
+    movable = movable or {b: sorted(x for x in r.lastStats if x.startswith("u/")) for b, r in snap.brokers.items()}
+    profile = LoadProfile(cost_models=MappingProxyType({(b, "cpu"): model(5) for b in reports}))
+    load = build_load_data(snap, {}, {}, ONE_HIT.grace_period_ms)[0].with_profile(profile)
+    state = StrategyState()
+    prediction = forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state)
+    prediction.sigma = 1.0
+    return endstate.plan(load, prediction, movable, set(snap.brokers), 4.0, ONE_HIT, {}, {}, {"n:1"}), movable
+
+
 def test_a_giver_the_trigger_left_alone_may_give_down_to_its_tolerance_not_only_the_band():
     """A broker back empty (n, 5 points of background) and nine givers 4 points over the level (41) that the trigger
     has not flagged, each with a bundle of 8.5 and two of 4, a band of 4 and a noise of 1. An untriggered broker
@@ -1199,17 +1213,60 @@ def test_a_giver_the_trigger_left_alone_may_give_down_to_its_tolerance_not_only_
         for k in range(9)
     }
     reports["n:1"] = broker(5, {})
-    snap = snapshot(reports)
-    movable = {b: sorted(x for x in r.lastStats if x.startswith("u/")) for b, r in snap.brokers.items()}
-    profile = LoadProfile(cost_models=MappingProxyType({(b, "cpu"): model(5) for b in reports}))
-    load = build_load_data(snap, {}, {}, ONE_HIT.grace_period_ms)[0].with_profile(profile)
-    state = StrategyState()
-    prediction = forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state)
-    prediction.sigma = 1.0
-    plan = endstate.plan(load, prediction, movable, set(snap.brokers), 4.0, ONE_HIT, {}, {}, {"n:1"})
+    plan, _ = _refill_plan(reports)
     assert plan.target == pytest.approx(41.0) and plan.outside() == set()
     assert len(plan.moves) == 4 and plan.ends["n:1"] == pytest.approx(39.0)
     assert all(plan.ends[giver] == pytest.approx(36.5) for giver, _, _ in plan.moves)
+
+
+def _heavy_and_light():
+    """n back empty (5 points of background); six g at 47 with 30 points that stay and four bundles of 3; two h at
+    47 with 16 that stay, one bundle of 20 and two of 3. The level is 42.3 (5 + 8 × 42 / 9)."""
+    reports = {
+        f"g{k}:1": broker(5, {bundle(f"t/g{k}", 0): 30.0} | {bundle(f"u/g{k}", i): 3.0 for i in range(4)})
+        for k in range(6)
+    }
+    reports |= {
+        f"h{k}:1": broker(
+            5, {bundle(f"t/h{k}", 0): 16.0, bundle(f"u/h{k}", 0): 20.0} | {bundle(f"u/h{k}", i): 3.0 for i in (1, 2)}
+        )
+        for k in range(2)
+    }
+    return reports | {"n:1": broker(5, {})}
+
+
+def test_a_heavy_bundle_fills_a_broker_back_empty_and_its_giver_is_refilled():
+    """A broker back empty (n, 5 points of background) and eight givers at 47, a few points over the level (42.3),
+    none flagged by the trigger, with bundles of 3 points; two of them (h) also carry one of 20, which alone would
+    take its giver far below the band. Filled with 3s alone, n takes twelve; the plan sends it a 20 and refills
+    that h with 3s: ten moves, every broker ending within the band and the noise."""
+    reports = _heavy_and_light()
+    plan, movable = _refill_plan(reports)
+    assert plan.target == pytest.approx(5 + 8 * 42 / 9) and plan.outside() == set()
+    assert plan.solver == "milp through a heavy bundle" and len(plan.moves) == 10
+    heavy = {giver for giver, bundle_, receiver in plan.moves if plan.drops[bundle_] == pytest.approx(20)}
+    assert heavy and heavy < plan.receivers() and {receiver for *_, receiver in plan.moves} - heavy == {"n:1"}
+    assert all(abs(end - plan.target) < plan.tolerance(b) for b, end in plan.ends.items())
+    light = {b: [x for x in bundles if x != bundle(f"u/{b[:2]}", 0) or b[0] == "g"] for b, bundles in movable.items()}
+    alone, _ = _refill_plan(reports, light)
+    assert len(alone.moves) == 12 and alone.outside() == set()
+
+
+def test_a_heavy_bundles_giver_gives_this_cycle_and_is_refilled_the_next():
+    """The cycle carries out the plan's moves into the broker back empty, the heavy bundles among them (each leaves
+    its giver below its destination, beyond the band: a move no plan without its refill makes), and leaves the
+    refills of their givers to the next cycle, their brokers kept acting on (``predictive_deferred``): a broker
+    that gives and receives in one cycle would count the moves twice."""
+    reports = _heavy_and_light()
+    profile = LoadProfile(cost_models=MappingProxyType({(b, "cpu"): model(5) for b in reports}))
+    snap = snapshot(reports)
+    result = shed(snap, profile)
+    assert any("end state by milp through a heavy bundle" in note for note in result.notes)
+    assert {u.destination for u in result.unloads} == {"n:1"}
+    points = {u.bundle: snap.brokers[u.source].lastStats[u.bundle].msgRateIn / 50 for u in result.unloads}
+    heavy = {u.source for u in result.unloads if points[u.bundle] > 47 - (5 + 8 * 42 / 9 - 5)}
+    assert heavy and heavy <= result.state.predictive_deferred
+    assert 5 + 8 * 42 / 9 - 5 < 5 + sum(points.values()) < 5 + 8 * 42 / 9 + 5  # n within the band
 
 
 def _three(b_bundles):

@@ -283,7 +283,11 @@ class _Cycle:
         )
         self.deferred = {b for move in set(plan.moves) - set(now) for b in (move[0], move[2])}
         outside = plan.outside()
+        givers = {move[0] for move in plan.moves}
         for giver, bundle, destination in now:
+            if destination in givers:  # refilled once it has given its heavy bundle (``endstate._through``)
+                self.deferred |= {giver, destination}
+                continue
             if giver in self.received or destination in self.pieces.per_source:
                 continue
             if giver in outside or destination in outside:
@@ -301,6 +305,7 @@ class _Cycle:
                 self.config,
                 self.pieces.halves,
                 plan.tolerance,
+                refilled=giver in plan.receivers(),
             )
             if move is not None:
                 self._carry_out(move, plan.target)

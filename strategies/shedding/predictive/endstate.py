@@ -18,7 +18,9 @@ level, receivers below it, within the namespace policies and under the overload 
 node budget, and kept when it is better. Where every receiver would make too many (bundle, receiver) pairs for the
 program and the receivers the packing leaves out of the band carry nothing (on a scale-out, the new brokers, each of
 which a coarse bundle may overfill or leave short, while the many old brokers just under the level need nothing), it
-is made over those receivers.
+is made over those receivers. Where a broker is below the band (one back empty), the program is made once more
+with the bundles that alone would take their giver below the band, their givers among the receivers (``_through``):
+a heavy bundle fills the gap and its giver is refilled from lighter ones, a cycle later; kept with fewer moves.
 
 **This cycle's moves**, when the rails' caps spread the plan over cycles: first what each giver must give now for
 the plan to take no more cycles than it needs (a giver with more moves than the per-broker cap allows in the
@@ -51,6 +53,7 @@ MILP_NODES = 200  # HiGHS's branch-and-bound budget: a count, so the same cycle 
 # much costs more than every candidate move together.
 STRICTLY = 0.01
 TIME_LIMIT = 1  # scipy's ``milp`` status for HiGHS's time limit (its node budget reads as 4, "solution limit")
+Item = tuple[str, str, Traffic, float, int]  # a movable bundle: giver, bundle, traffic, drop, topics
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,10 @@ class EndState:
         sample's noise less for one whose level is its latest sample (``sampled``)."""
         untriggered = 0.0 if broker in self.triggered else self.noise
         return max(self.band + untriggered - (self.noise if broker in self.sampled else 0.0), 0.0)
+
+    def receivers(self) -> set[str]:
+        """The brokers the plan's moves go to."""
+        return {receiver for _, _, receiver in self.moves}
 
     def spread(self) -> float:
         """The hottest less the coolest broker that can take load, where the plan leaves them: the spread the trigger
@@ -177,7 +184,7 @@ def _level_of_shares(lines: list[tuple[np.ndarray, np.ndarray, float]], whole: n
 class _Candidates:
     """Movable bundles of brokers above the level (``rows`` of ``items``) and the receivers below it (columns)."""
 
-    items: list[tuple[str, str, Traffic, float, int]]  # giver, bundle, traffic, drop, topics
+    items: list[Item]
     rows: list[int]  # the items the matrices' rows are
     receivers: list[str]
     rise: np.ndarray  # rows × receivers: what each bundle adds to each receiver
@@ -217,13 +224,28 @@ def plan(
     )
     if not nothing.outside():
         return nothing
-    items = _items(load, forecast, movable, nothing, halves, topics)
+    items, heavy = _items(load, forecast, movable, nothing, halves, topics)
     receivers = sorted(b for b in takers if level[b] < target)
-    if not items or not receivers:
+    if not receivers:
         return nothing
+    limit = ceiling(config, target, band)
+    best = _plan_of(load, forecast, items, receivers, limit, nothing, config) if items else nothing
+    return _through(load, forecast, items, heavy, receivers, limit, nothing, best, config) or best
+
+
+def _plan_of(
+    load: LoadData,
+    forecast: Forecast,
+    items: list[Item],
+    receivers: list[str],
+    limit: float,
+    nothing: EndState,
+    config: LoadBalancerConfig,
+) -> EndState:
+    """The plan over ``items`` (see the module's docstring): the greedy packing, made again as a program where that
+    may pay."""
     exact_size = len(items) * len(receivers) <= MILP_MAX_PAIRS
     rows = _fewest(items, nothing)
-    limit = ceiling(config, target, band)
     found = _candidates(load, forecast, items, range(len(items)) if exact_size else rows, receivers, limit)
     if found is None:
         return nothing
@@ -238,10 +260,53 @@ def plan(
     return greedy
 
 
+def _through(
+    load: LoadData,
+    forecast: Forecast,
+    items: list[Item],
+    heavy: list[Item],
+    receivers: list[str],
+    limit: float,
+    nothing: EndState,
+    best: EndState,
+    config: LoadBalancerConfig,
+) -> EndState | None:
+    """The program again with the ``heavy`` bundles too, their givers among the receivers: a bundle that alone takes
+    its giver below the band may go to a broker below the band (one back empty), its giver then refilled with
+    lighter ones — after a rolling restart a few of the heaviest bundles and lighter ones to refill their givers,
+    where the lighter ones alone take more moves. Kept only with fewer moves (or fewer brokers or points out of the
+    band) than ``best``: the giver dips below the band until its refill, a cycle later (``_carry_out_plan``); None
+    where there is no heavy bundle, the pairs are too many for the program, or it finds nothing better."""
+    if not heavy:
+        return None
+    columns = receivers + sorted({giver for giver, *_ in heavy} - set(receivers))
+    every = items + heavy
+    if len(every) * len(columns) > MILP_MAX_PAIRS:
+        return None
+    found = _candidates(load, forecast, every, range(len(every)), columns, limit)
+    if found is None:
+        return None
+    # a heavy bundle goes to a broker below the band, its giver refilled from lighter ones only
+    found.fits[len(items) :] &= np.array([column in _short(nothing) for column in columns])
+    through = _milp(found, nothing, _seconds(config))
+    if through is None or _score(through, found)[:3] >= _score(best, found)[:3]:
+        return None
+    sent = {bundle for _, bundle, _, _, _ in heavy}
+    gave = {giver for giver, bundle, _ in through.moves if bundle in sent}
+    if through.receivers() - set(receivers) - gave:
+        return None  # a giver refilled without giving its heavy bundle: a relay, which ``_pair`` orders its own way
+    return replace(through, solver="milp through a heavy bundle")
+
+
+def _short(base: EndState) -> set[str]:
+    """The brokers that can take load below their tolerance of the level: the gaps a heavy bundle may fill."""
+    return {b for b in base.takers if b in base.level and base.level[b] < base.target - base.tolerance(b)}
+
+
 def _first_fill(
     load: LoadData,
     forecast: Forecast,
-    items: list[tuple[str, str, Traffic, float, int]],
+    items: list[Item],
     receivers: list[str],
     limit: float,
     nothing: EndState,
@@ -275,11 +340,13 @@ def _items(
     base: EndState,
     halves: Mapping[str, Traffic],
     topics: Mapping[str, int],
-) -> list[tuple[str, str, Traffic, float, int]]:
+) -> tuple[list[Item], list[Item]]:
     """The bundles of brokers above the level that may move: (giver, bundle, traffic, drop, topics), each one
-    that alone does not take its giver below its tolerance (``EndState.tolerance``: as far as the plan may land it)."""
+    that alone does not take its giver below its tolerance (``EndState.tolerance``: as far as the plan may land it);
+    and the heavy ones that do, but fit within the band on a broker below it with the most room (``_through``)."""
     level, target = base.level, base.target
-    items = []
+    deepest = max((target + base.tolerance(b) - level[b] for b in _short(base)), default=0.0)
+    items, heavy = [], []
     for giver in sorted(b for b in movable if level[b] > target):
         stats = load.snapshot.brokers[giver].lastStats
         moving = carried(load, giver, movable[giver], halves)
@@ -287,13 +354,15 @@ def _items(
             continue
         drops = level[giver] - forecast.departures(giver, np.array([traffic for _, traffic in moving]))
         for (bundle, traffic), drop in zip(moving, drops.tolist()):
+            count = topics.get(bundle, stats[bundle].topics if bundle in stats else 0)
             if 0 < drop <= level[giver] - (target - base.tolerance(giver)):
-                count = topics.get(bundle, stats[bundle].topics if bundle in stats else 0)
                 items.append((giver, bundle, traffic, drop, count))
-    return items
+            elif 0 < drop <= deepest:
+                heavy.append((giver, bundle, traffic, drop, count))
+    return items, heavy
 
 
-def _fewest(items: list[tuple[str, str, Traffic, float, int]], base: EndState) -> list[int]:
+def _fewest(items: list[Item], base: EndState) -> list[int]:
     """Each giver beyond its tolerance: its fewest bundles that land it in the band, nearest the level
     (``packing.fewest_into_band``); none for a giver no set of its bundles lands there."""
     rows_of: dict[str, list[int]] = {}
@@ -311,7 +380,7 @@ def _fewest(items: list[tuple[str, str, Traffic, float, int]], base: EndState) -
 def _candidates(
     load: LoadData,
     forecast: Forecast,
-    items: list[tuple[str, str, Traffic, float, int]],
+    items: list[Item],
     rows: Sequence[int],
     receivers: list[str],
     limit: float,
@@ -328,6 +397,7 @@ def _candidates(
     if not (np.isfinite(now).all() and np.isfinite(rise).all()):
         return None
     fits = (after <= limit) & permitted(load, [bundle for _, bundle, _, _, _ in chosen], receivers)
+    fits &= np.array([[giver != receiver for receiver in receivers] for giver, *_ in chosen])
     return _Candidates(items, list(rows), receivers, rise, fits)
 
 

@@ -82,18 +82,20 @@ def planned_move(
     config: LoadBalancerConfig,
     halves: Mapping[str, Traffic],
     reach: Callable[[str], float],
+    refilled: bool = False,
 ) -> Move | None:
     """A planned move as the forecast sees it now; None if it would overload its destination, leave it above the
     giver and beyond its reach of the level, or (the mirror) leave the giver below its destination and beyond its
-    reach. ``reach``: how far from the level the plan lets a broker end (``EndState.tolerance``: wider than the
-    band for a broker the trigger has not flagged, which the hit counters leave alone there), never less than the
-    band."""
+    reach, but for a giver the plan refills (``refilled``: ``endstate._through``). ``reach``: how far from the level
+    the plan lets a broker end (``EndState.tolerance``: wider than the band for a broker the trigger has not flagged,
+    which the hit counters leave alone there), never less than the band."""
     traffic = bundle_traffic(load, giver, bundle, halves)
     new_source = forecast.usage_with(giver, traffic, -1)
     new_destination = forecast.usage_with(destination, traffic, +1)
     limit = ceiling(config, level, band)
     up, down = max(reach(destination), band), max(reach(giver), band)
-    above = new_destination > new_source and (new_destination > level + up or new_source < level - down)
+    beyond = new_destination > level + up or (new_source < level - down and not refilled)
+    above = new_destination > new_source and beyond
     if new_destination > limit or above:
         return None
     return (
