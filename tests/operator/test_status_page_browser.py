@@ -8,7 +8,9 @@ loopback, whose forms post to the status page while the person is signed in ther
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -25,14 +27,21 @@ pytestmark = pytest.mark.skipif(not (CHROMIUM and DRIVER), reason="chromium and 
 
 @pytest.fixture
 def browser():
+    """Chromium with a temporary directory of its own, removed after it quits: it leaves its profile's singleton
+    socket in a directory under $TMPDIR that outlives it."""
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
         options.add_argument(flag)
-    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=DRIVER))
-    driver.set_page_load_timeout(20)
-    yield driver
-    driver.quit()
+    own = tempfile.mkdtemp(prefix="chromium-")  # short: a unix socket's path is at most 107 bytes
+    service = webdriver.ChromeService(executable_path=DRIVER, env={**os.environ, "TMPDIR": own})
+    try:
+        driver = webdriver.Chrome(options=options, service=service)
+        driver.set_page_load_timeout(20)
+        yield driver
+        driver.quit()
+    finally:
+        shutil.rmtree(own, ignore_errors=True)
 
 
 @pytest.fixture
