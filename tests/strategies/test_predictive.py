@@ -1261,12 +1261,13 @@ def test_a_heavy_bundles_giver_gives_this_cycle_and_is_refilled_the_next():
     profile = LoadProfile(cost_models=MappingProxyType({(b, "cpu"): model(5) for b in reports}))
     snap = snapshot(reports)
     result = shed(snap, profile)
+    level, band = 5 + 8 * 42 / 9, 5.0
     assert any("end state by milp through a heavy bundle" in note for note in result.notes)
     assert {u.destination for u in result.unloads} == {"n:1"}
     points = {u.bundle: snap.brokers[u.source].lastStats[u.bundle].msgRateIn / 50 for u in result.unloads}
-    heavy = {u.source for u in result.unloads if points[u.bundle] > 47 - (5 + 8 * 42 / 9 - 5)}
+    heavy = {u.source for u in result.unloads if points[u.bundle] > 47 - (level - band)}
     assert heavy and heavy <= result.state.predictive_deferred
-    assert 5 + 8 * 42 / 9 - 5 < 5 + sum(points.values()) < 5 + 8 * 42 / 9 + 5  # n within the band
+    assert level - band < 5 + sum(points.values()) < level + band  # n within the band
 
 
 def _three(b_bundles):

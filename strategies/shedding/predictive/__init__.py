@@ -283,7 +283,7 @@ class _Cycle:
         )
         self.deferred = {b for move in set(plan.moves) - set(now) for b in (move[0], move[2])}
         outside = plan.outside()
-        givers = {move[0] for move in plan.moves}
+        givers, receivers = {move[0] for move in plan.moves}, plan.receivers()
         for giver, bundle, destination in now:
             if destination in givers:  # refilled once it has given its heavy bundle (``endstate._through``)
                 self.deferred |= {giver, destination}
@@ -305,7 +305,7 @@ class _Cycle:
                 self.config,
                 self.pieces.halves,
                 plan.tolerance,
-                refilled=giver in plan.receivers(),
+                refilled=giver in receivers,
             )
             if move is not None:
                 self._carry_out(move, plan.target)

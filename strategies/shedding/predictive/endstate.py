@@ -287,7 +287,8 @@ def _through(
     if found is None:
         return None
     # a heavy bundle goes to a broker below the band, its giver refilled from lighter ones only
-    found.fits[len(items) :] &= np.array([column in _short(nothing) for column in columns])
+    short = _short(nothing)
+    found.fits[len(items) :] &= np.array([column in short for column in columns])
     through = _milp(found, nothing, _seconds(config))
     if through is None or _score(through, found)[:3] >= _score(best, found)[:3]:
         return None
