@@ -431,19 +431,36 @@ def _forecast(
     return forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state)
 
 
-def test_trusting_the_samples_after_a_miss_keeps_their_noise():
-    """A broker whose prediction missed has its level set from its latest sample; the scatter of its recent samples
-    around the model is still the samples' noise, so the noise the dip hold and the plan's margins use stays."""
-    residuals = {"a:1": (0.5, -1.0, 1.5), "b:1": (-0.8, 0.9, 0.1), "c:1": (1.2, -0.3, 0.4)}
-    cast = _forecast(residuals)
-    noise = cast.sigma
-    assert noise > 0.4
-    latest = {b: rs[-1] for b, rs in cast.residuals.items()}
-    cast.trust_samples({"a:1", "b:1", "c:1"})
-    assert {b: statistics.median(rs[-forecast.RESIDUALS :]) for b, rs in cast.residuals.items()} == pytest.approx(
-        latest
-    )
+def _missing(residuals: tuple[float, ...], a_background: float) -> forecast.Forecast:
+    """``heterogeneous()``'s forecast where a's fit says its background is 2 points (its model: 7 with its one bundle)
+    and its machine reads ``a_background`` now, with a's departures ``residuals`` on record."""
+    profile = LoadProfile(cost_models=MappingProxyType({**PROFILE.cost_models, ("a:1", "cpu"): model(2)}))
+    b_bundles = {bundle("t/ns", i): 5.0 for i in range(9)}
+    a = broker(a_background, {bundle("t/ns", 9): 5.0})
+    reports = {"a:1": a, "b:1": broker(5, b_bundles), "c:1": broker(70, {})}
+    state = StrategyState(predictive_residuals={"a:1": residuals, "b:1": QUIET, "c:1": QUIET})
+    load, _, _ = build_load_data(snapshot(reports), {}, {}, ONE_HIT.grace_period_ms)
+    load = load.with_profile(profile)
+    return forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state)
+
+
+def test_a_missed_prediction_sets_the_level_for_its_cycle_and_the_next_reading_decides():
+    """a's samples jitter by about half a point around its model (7); its first report since a move reads 10, a
+    prediction missed by 3. This cycle its level is that sample. Its departures on record stay as read, so one sample
+    is no lasting change: a next reading back at its model puts its level back there (the miss was the sample's, and
+    a plan made on it would move a bundle off a broker inside the band); a next reading 3 over again keeps it at 10.
+    The noise measured from its departures is the same either way."""
+    jitter = (0.4, -0.5, 0.3, -0.4, 0.5, -0.3)
+    cast = _missing(jitter, 5)
+    assert cast.usage("a:1") == pytest.approx(7.0)  # one sample 3 over: the median of the last three stays
+    noise = cast.noise()
+    assert cast.missed({"a:1": 3.0}) == {"a:1"}
+    cast.trust_samples({"a:1"})
+    assert cast.usage("a:1") == pytest.approx(10.0)
+    assert cast.residuals["a:1"] == pytest.approx((*jitter, 3.0))
     assert cast.noise() == pytest.approx(noise)
+    assert _missing(cast.residuals["a:1"], 2).usage("a:1") == pytest.approx(7.0)  # back at its model
+    assert _missing(cast.residuals["a:1"], 5).usage("a:1") == pytest.approx(10.0)  # off again: the model is
 
 
 def test_a_broker_departing_from_its_model_within_its_own_noise_keeps_its_model():

@@ -309,18 +309,15 @@ class Forecast:
         return {b for b, e in errors.items() if abs(e) > 2 * max(self.sigma, self.broker_noise(b))}
 
     def trust_samples(self, brokers: set[str]) -> None:
-        """A broker whose last prediction missed (``missed``): its model does not know its traffic as it now is (the
-        fit was made on another mix), so its samples set its level — its departure from the model counts from now
-        on, as if it had lasted ``RESIDUALS`` samples. The recent residuals are shifted so their median is the latest,
-        not replaced by copies of it: their scatter is the samples' noise, and copies would tell ``noise`` there is
-        none (the hit counters' dip hold and the plan's margins would lose it)."""
+        """A broker whose last prediction missed (``missed``): its model may not know its traffic as it now is (the
+        fit was made on another mix), so this cycle its sample sets its level. The departures on record stay as read:
+        one sample is no lasting change, and the next reading decides as it does for any departure (the median of the
+        last ``RESIDUALS``): one back at the model says the miss was the sample's noise, one alike says the model is
+        off, and the level keeps counting it. Counted as lasting from the one sample, a miss of a sample's noise and a
+        model's few points set a level that far off for cycles, and a plan moved bundles off a broker whose readings
+        since put it inside the band."""
         for b in brokers & set(self.residuals):
-            recent = self.residuals[b]
-            latest, centre = recent[-1], statistics.median(recent[-RESIDUALS:])
-            shifted = tuple(r - centre + latest for r in recent)
-            self.residuals[b] = (latest,) * (RESIDUALS - len(recent)) + shifted
-            levels = self.residual_levels[b]
-            self.residual_levels[b] = (levels[-1],) * (RESIDUALS - len(recent)) + levels
+            latest = self.residuals[b][-1]
             self.points[b][0] = max(self.points[b][0] - self._offset[b] + latest, 0.0)
             self._offset[b] = latest
 
