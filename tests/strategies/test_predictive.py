@@ -47,12 +47,12 @@ def shed(snap, profile, state=None, config=ONE_HIT):
     return predictive.shed(load, config, state)
 
 
-def heterogeneous(last_update=NOW):
+def heterogeneous(last_update=NOW, a_background=5):
     """PIP-364's 10/50/70: a and b alike, c carries nothing but a co-tenant uses 70 % of its CPU."""
     b_bundles = {bundle("t/ns", i): 5.0 for i in range(9)}
     return snapshot(
         {
-            "a:1": broker(5, {bundle("t/ns", 9): 5.0}, last_update),
+            "a:1": broker(a_background, {bundle("t/ns", 9): 5.0}, last_update),
             "b:1": broker(5, b_bundles, last_update),
             "c:1": broker(70, {}, last_update),
         }
@@ -435,11 +435,8 @@ def _missing(residuals: tuple[float, ...], a_background: float) -> forecast.Fore
     """``heterogeneous()``'s forecast where a's fit says its background is 2 points (its model: 7 with its one bundle)
     and its machine reads ``a_background`` now, with a's departures ``residuals`` on record."""
     profile = LoadProfile(cost_models=MappingProxyType({**PROFILE.cost_models, ("a:1", "cpu"): model(2)}))
-    b_bundles = {bundle("t/ns", i): 5.0 for i in range(9)}
-    a = broker(a_background, {bundle("t/ns", 9): 5.0})
-    reports = {"a:1": a, "b:1": broker(5, b_bundles), "c:1": broker(70, {})}
     state = StrategyState(predictive_residuals={"a:1": residuals, "b:1": QUIET, "c:1": QUIET})
-    load, _, _ = build_load_data(snapshot(reports), {}, {}, ONE_HIT.grace_period_ms)
+    load, _, _ = build_load_data(heterogeneous(a_background=a_background), {}, {}, ONE_HIT.grace_period_ms)
     load = load.with_profile(profile)
     return forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state)
 

@@ -347,7 +347,8 @@ def _items(
     and the heavy ones that do, but fit within the band on a broker below it with the most room (``_through``)."""
     level, target = base.level, base.target
     deepest = max((target + base.tolerance(b) - level[b] for b in _short(base)), default=0.0)
-    items, heavy = [], []
+    items: list[Item] = []
+    heavy: list[Item] = []
     for giver in sorted(b for b in movable if level[b] > target):
         stats = load.snapshot.brokers[giver].lastStats
         moving = carried(load, giver, movable[giver], halves)
@@ -355,11 +356,15 @@ def _items(
             continue
         drops = level[giver] - forecast.departures(giver, np.array([traffic for _, traffic in moving]))
         for (bundle, traffic), drop in zip(moving, drops.tolist()):
-            count = topics.get(bundle, stats[bundle].topics if bundle in stats else 0)
             if 0 < drop <= level[giver] - (target - base.tolerance(giver)):
-                items.append((giver, bundle, traffic, drop, count))
+                kept = items
             elif 0 < drop <= deepest:
-                heavy.append((giver, bundle, traffic, drop, count))
+                kept = heavy
+            else:
+                continue
+            kept.append(
+                (giver, bundle, traffic, drop, topics.get(bundle, stats[bundle].topics if bundle in stats else 0))
+            )
     return items, heavy
 
 
