@@ -8,9 +8,10 @@ intercept. A broker with no good fit — one that just joined has no history at 
 and its kind's per-core cost at the dearest of the kind's brokers (of a kind no fit knows, each kind of traffic at
 the dearest known kind's price: a fill that overshoots cannot be undone within the grace period), its scale refined
 from its samples as they arrive, the latest included (against what it used when it carried nothing: a broker joins
-empty); its samples are its level. Bandwidth is exact: a bundle's bytes over the NIC's limit. Traffic is what each
-bundle is expected to carry (``LoadData.expected_traffic``), not one report's draws of its topics' jitter: a plan
-on the draws moves the bundle that read high off the broker that read high, and the next report undoes it.
+empty), the starting price weighed against them by how far the brokers' prices differ; its samples are its level.
+Bandwidth is exact: a bundle's bytes over the NIC's limit. Traffic is what each bundle is expected to carry
+(``LoadData.expected_traffic``), not one report's draws of its topics' jitter: a plan on the draws moves the bundle
+that read high off the broker that read high, and the next report undoes it.
 
 A CPU sample is noisy (a point or more on a busy broker: as large as a bundle), so plans are made on each
 broker's **steady** level: its model's prediction, plus the median of its last ``RESIDUALS`` departures from the
@@ -97,8 +98,8 @@ def slopes(load: LoadData, state: StrategyState) -> dict[str, Slope] | None:
     for a broker of a kind with no good fit, each kind of traffic at the dearest known kind's price, ``_envelope``,
     or the whole cluster's where the broker has a fit) over its own CPU limit, scaled so that its own traffic costs
     what its fit says (``fitted_scale``: a machine slower per core pays more); a broker with no good fit starts from
-    the dearest of its kind (``_dearest``) and is scaled by what its samples say (``learned_scale``), 1 until they
-    do."""
+    the dearest of its kind (``_own_costs``) and is scaled by what its samples say (``learned_scale``, the start
+    weighed against them by ``_prior_weight``), 1 until they do."""
     brokers = load.snapshot.brokers
     models = {b: load.cost_models.get((b, "cpu")) for b in brokers}
     fitted = {b: m for b, m in models.items() if good(m) and brokers[b].cpu.limit > 0}
@@ -113,7 +114,10 @@ def slopes(load: LoadData, state: StrategyState) -> dict[str, Slope] | None:
     if pooled is None:
         return None
     mix = tuple(np.sum([r.traffic for r in brokers.values()], axis=0))  # the cluster's traffic: its mix
-    dearest = _dearest(per_kind, kinds, brokers)
+    own = _own_costs(per_kind, kinds, brokers)
+    dearest = {k: max(costs_, key=lambda c: float(c @ mix)) for k, costs_ in own.items()}
+    prices = [float(c @ mix) for costs_ in own.values() for c in costs_]  # what each fitted broker pays per core
+    noise = _sample_noise(state)
     unknown = _envelope(list(dearest.values())) if dearest else pooled  # a broker of a kind no fit knows
     out = {}
     for b, report in brokers.items():
@@ -122,6 +126,7 @@ def slopes(load: LoadData, state: StrategyState) -> dict[str, Slope] | None:
             kind = pooled if b in fitted else unknown
         elif b not in fitted:
             kind = dearest[_kind(report)]
+        prior = None if b in fitted else _prior_weight(prices, float(kind @ mix), noise)
         per_core = kind / (report.cpu.limit or 1.0)
         kept, learned = None, None
         if b in fitted:
@@ -130,7 +135,7 @@ def slopes(load: LoadData, state: StrategyState) -> dict[str, Slope] | None:
             scale = kept[0]
         else:
             learned = _learned_now(state.predictive_learned.get(b), report, per_core)
-            scale = learned_scale(learned)
+            scale = learned_scale(learned, prior)
         nic_in = report.bandwidthIn.limit or float("inf")
         nic_out = report.bandwidthOut.limit or float("inf")
         cpu: Traffic = tuple(float(v) for v in per_core * scale)  # type: ignore[assignment]
@@ -150,28 +155,55 @@ def _envelope(per_kind: Sequence[np.ndarray]) -> np.ndarray:
     return dearest
 
 
-def _dearest(
+def _own_costs(
     per_kind: Mapping[tuple[float, float], np.ndarray | None],
     kinds: Mapping[tuple[float, float], Mapping[str, CostModel]],
     brokers: Mapping[str, BrokerLoad],
-) -> dict[tuple[float, float], np.ndarray]:
-    """Per machine kind, the per-core cost a broker of it with no fit of its own starts from: its kind's pooled
-    cost times the largest ``fitted_scale`` of its brokers that carry traffic, each at its own (a fit read off the
-    mix it was made on says little). Alike machines may still pay differently per message — one instance type
-    across two hardware generations, or with other JVM flags — and the pooled cost is their average: a newcomer
-    priced at it that pays the most is overfilled, which, for the reason ``_envelope`` gives, cannot be undone
-    within the grace period, while a fill that falls short is topped up once its first report says what it pays."""
-    dearest = {}
+) -> dict[tuple[float, float], list[np.ndarray]]:
+    """Per machine kind, the per-core cost of each of its fitted brokers that carry traffic: the kind's pooled cost
+    times the broker's own ``fitted_scale`` (a fit read off the mix it was made on says little about another). Alike
+    machines may still pay differently per message — one instance type across two hardware generations, or with
+    other JVM flags — and the pooled cost is their average: a newcomer priced at it that pays the most is overfilled,
+    which, for the reason ``_envelope`` gives, cannot be undone within the grace period."""
+    own = {}
     for kind, cost in per_kind.items():
         if cost is None:
             continue
-        own = [
+        scales = [
             fitted_scale(model, cost / brokers[b].cpu.limit, None, brokers[b].traffic)[0]
             for b, model in kinds[kind].items()
             if any(brokers[b].traffic)
         ]
-        dearest[kind] = cost * max(own, default=1.0)
-    return dearest
+        own[kind] = [cost * scale for scale in scales or [1.0]]
+    return own
+
+
+def _prior_weight(prices: Sequence[float], start: float, noise: float | None) -> float | None:
+    """How much the price a new broker starts from (``start``, per core for the cluster's mix) counts against its
+    samples in ``learned_scale``, in the units of its sums (a predicted cost squared): a sample's error (its
+    ``noise``, and that of the background it is read against) over how far its price may be from the start — as far
+    as any fitted broker's (``prices``) is. A load report tells a machine's cores and NIC, not what a core pays: a
+    newcomer with one kind's cores may have another's CPU. Where the brokers' prices differ by more than a sample's
+    noise tells, its first sample says more than the start, and its next fill is planned on its own price; where
+    they are alike, the start counts as one sample. None (one sample) where the noise or the prices' spread is not
+    known."""
+    if noise is None or not prices or not start > 0:
+        return None
+    spread = max(abs(max(prices) / start - 1), abs(min(prices) / start - 1))
+    if not spread > 0 or not math.isfinite(spread):
+        return None
+    return 2 * noise * noise / (spread * spread)
+
+
+def _sample_noise(state: StrategyState) -> float | None:
+    """A CPU sample's noise in points, from the successive differences of every broker's departures from its model
+    (a lasting change is one large difference, which their median ignores); None before there are ten."""
+    steps = [
+        abs(later - earlier)
+        for residuals in state.predictive_residuals.values()
+        for earlier, later in itertools.pairwise(residuals)
+    ]
+    return MAD_TO_SIGMA * statistics.median(steps) / math.sqrt(2) if len(steps) >= 10 else None
 
 
 def _kind(report: BrokerLoad) -> tuple[float, float]:
@@ -211,14 +243,17 @@ def fitted_scale(
     return (own / cluster if own > 0 and cluster > 0 else 1.0), model.intercept
 
 
-def learned_scale(learned: tuple[float, float, float, int] | None) -> float:
-    """How much more a borrowed slope's broker pays for its traffic than the cluster's per-core cost says: least
+def learned_scale(learned: tuple[float, float, float, int] | None, weight: float | None = None) -> float:
+    """How much more a borrowed slope's broker pays for its traffic than the price it started from says: least
     squares of what its traffic cost (samples less its background) on what the unrefined slope predicted, the
-    unrefined slope counting as one sample of its own. 1 until a sample with traffic arrives."""
+    unrefined slope counting as ``weight`` (``_prior_weight``), never more than one sample of its own. 1 until a
+    sample with traffic arrives."""
     if learned is None or not learned[3] or learned[2] <= 0:
         return 1.0
     _, products, squares, count = learned
-    prior = squares / count  # one typical sample's weight, saying "as the cluster"
+    prior = squares / count  # one typical sample's weight, saying "as the start"
+    if weight is not None and math.isfinite(weight):
+        prior = min(prior, weight)
     scale = (products + prior) / (squares + prior)
     return (max(scale, 0.0) or 1.0) if math.isfinite(scale) else 1.0
 
