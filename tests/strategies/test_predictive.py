@@ -1353,6 +1353,24 @@ def test_the_spread_that_holds_the_trigger_back_is_the_steady_levels_not_the_sam
     assert "b:1" in triggered(count - 1, {"a:1": 44.0, "b:1": 56.0})
 
 
+def test_a_broker_whose_readings_complete_its_count_is_read_where_its_samples_sit():
+    """a's and b's steady levels are 9.5 points apart, inside the target; but b's samples sit a point further out than
+    its model says (the mean of its departures since its last change: too few to count as a bias beyond doubt), and
+    its own readings past the gap complete its count. The spread its samples show, 10.5, is past the target: b is
+    acted on. With its samples where its model is, or none to tell, it is not."""
+    config = cfg()
+    count = config.loadBalancerAvgShedderHitCountLowThreshold
+    scores, steady = {"a:1": 54.0, "b:1": 44.0}, {"a:1": 54.5, "b:1": 45.0}
+    state = StrategyState(avg_hits_low={"a:1": count - 1, "b:1": count - 1})
+
+    def triggered(as_read):
+        return debounce.hits(scores, 50, config, state, {"a:1", "b:1"}, steady, {}, NOW, None, None, as_read)[2]
+
+    assert "b:1" in triggered({"a:1": 54.5, "b:1": 44.0})
+    assert not triggered({"a:1": 54.5, "b:1": 45.0})
+    assert not triggered(None)
+
+
 def test_a_broker_past_the_gap_is_left_alone_while_the_spread_is_under_twice_it():
     """b 6 points above the mean is past the gap (5: a third of AvgShedder's low gap); but no broker is 10 points
     below it, the spread the target asks for: moving a bundle would only carry the gap elsewhere."""

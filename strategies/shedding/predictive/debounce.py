@@ -59,6 +59,7 @@ def hits(
     now: int | None = None,
     steady_averaged: Mapping[str, float] | None = None,
     firm_averaged: Mapping[str, tuple[float, float]] | None = None,
+    as_read: Mapping[str, float] | None = None,
 ) -> tuple[dict[str, int], dict[str, int], set[str], frozenset[str], frozenset[str]]:
     """AvgShedder's two hit counters, per broker, on its distance from the mean; the brokers triggered; the brokers
     whose counters this reading held; the brokers being balanced whose counters a reading has held since their last
@@ -73,7 +74,12 @@ def hits(
     give back. Its counters go on counting: one sample that puts the spread under twice the gap clears nothing.
     But the rule does not hold back the pair furthest apart at their average traffic (``apart`` below, with no bias
     beyond doubt to say otherwise): a steady level shrinks a bias read from a few samples toward the cluster's, and
-    reads such a pair inside the target for as long as its samples take to show the bias beyond doubt.
+    reads such a pair inside the target for as long as its samples take to show the bias beyond doubt. Nor does it
+    hold back a broker whose own readings past the gap complete its count with this one: the rule reads that broker
+    where its samples sit (``as_read``: its steady level plus the whole mean of its departures since its last
+    change), where that is further out than its steady level — at its average traffic too. A plan lands brokers
+    near the band's opposite edges; with each model a point off outward, their steady levels read a spread under the
+    target that their samples, reading past the gap cycle after cycle, do not.
 
     A single reading under the gap, where the broker's ``steady`` level is past it, is held: it does not clear the
     broker's counters, and counts as the low hit its steady level says it is. A sample is a point or more off the
@@ -157,7 +163,18 @@ def hits(
     paired = not pair and bool(steady_of) and not ends
     if steady_averaged is None:
         steady_averaged = {b: level for b, (level, _) in averaged.items()}
-    at_average = {b: steady_averaged[b] for b in present if b in steady_averaged}
+    # a broker whose own readings complete its count with this one is read where its samples sit (``as_read``), where
+    # that is further out than its steady level
+    shown = {
+        b: level - steady_of[b]
+        for b in present
+        if as_read
+        and (level := as_read.get(b)) is not None
+        and abs(scores[b] - mean) >= settled
+        and state.avg_hits_low.get(b, 0) + 1 >= count
+        and abs(level - mean) > abs(steady_of[b] - mean)
+    }
+    at_average = {b: steady_averaged[b] + shown.get(b, 0.0) for b in present if b in steady_averaged}
     lasting = bool(furthest(at_average, settled))  # past the target at the bundles' average traffic too
     averaged_mean = sum(at_average.values()) / len(at_average) if at_average else mean
     window = landing_ms(config)
@@ -209,6 +226,8 @@ def hits(
         )
         if high.get(broker, 0) >= high_count or low[broker] >= count or (joined and low[broker] >= high_count):
             triggered.add(broker)
+    if paired and shown:
+        paired = not furthest({b: level + shown.get(b, 0.0) for b, level in steady_of.items()}, settled)
     if paired:
         triggered -= takers - state.predictive_deferred
     for broker in list(high) + list(low):

@@ -117,7 +117,7 @@ def slopes(load: LoadData, state: StrategyState) -> dict[str, Slope] | None:
     own = _own_costs(per_kind, kinds, brokers)
     dearest = {k: max(costs_, key=lambda c: float(c @ mix)) for k, costs_ in own.items()}
     prices = [float(c @ mix) for costs_ in own.values() for c in costs_]  # what each fitted broker pays per core
-    noise = _sample_noise(state)
+    noise = _sample_noise(state) if len(fitted) < len(brokers) else None  # only a broker with no fit learns
     unknown = _envelope(list(dearest.values())) if dearest else pooled  # a broker of a kind no fit knows
     out = {}
     for b, report in brokers.items():
@@ -406,6 +406,12 @@ class Forecast:
         """The broker's usage at its steady level, less its model's bias where its departures show one (``bias``):
         what the trigger reads (``debounce.hits``)."""
         return self._biased(broker, self.bias(broker))
+
+    def as_read(self, broker: str) -> float:
+        """The broker's usage at its steady level plus the whole mean of its departures since the last lasting change
+        (``departures_since``, not shrunk as ``bias`` shrinks it): where its samples sit, as far as they tell."""
+        shown = self._uncounted(broker)
+        return self.unbiased(broker) if shown is None else self._biased(broker, shown[0])
 
     def firmly_unbiased(self, broker: str, least: float) -> tuple[float, float]:
         """``unbiased`` with only a bias its departures show beyond doubt (their mean beyond twice its standard error,
