@@ -145,7 +145,7 @@ class _Cycle:
                 load.snapshot.taken_at,
                 steady_averaged,  # read for the pool's takers only
                 firm_averaged,
-                {b: self.forecast.as_read(b) for b in pool},
+                {b: self.forecast.as_read(b) for b in self.takers & pool},  # read for the takers only
             )
             self.high |= high
             self.low |= low

@@ -197,13 +197,21 @@ def _prior_weight(prices: Sequence[float], start: float, noise: float | None) ->
 
 def _sample_noise(state: StrategyState) -> float | None:
     """A CPU sample's noise in points, from the successive differences of every broker's departures from its model
-    (a lasting change is one large difference, which their median ignores); None before there are ten."""
-    steps = [
-        abs(later - earlier)
-        for residuals in state.predictive_residuals.values()
-        for earlier, later in itertools.pairwise(residuals)
-    ]
-    return MAD_TO_SIGMA * statistics.median(steps) / math.sqrt(2) if len(steps) >= 10 else None
+    (``_step_noise``); None before there are ten."""
+    steps = [step for residuals in state.predictive_residuals.values() for step in _steps(residuals)]
+    return _step_noise(steps) if len(steps) >= 10 else None
+
+
+def _steps(departures: Sequence[float]) -> list[float]:
+    """The sizes of the differences between successive departures."""
+    return [abs(later - earlier) for earlier, later in itertools.pairwise(departures)]
+
+
+def _step_noise(steps: Sequence[float]) -> float:
+    """A sample's noise (as a standard deviation) from the sizes of successive departures' differences (``_steps``):
+    a difference of two samples has √2 times one's noise, and a lasting change is one large difference, which their
+    median ignores."""
+    return MAD_TO_SIGMA * statistics.median(steps) / math.sqrt(2)
 
 
 def _kind(report: BrokerLoad) -> tuple[float, float]:
@@ -322,6 +330,7 @@ class Forecast:
         self.sigma = self.noise()
         self._offset: dict[str, float] = {}
         self._spread: float | None = None  # ``_bias_spread``, once measured
+        self._since: dict[str, tuple[float, float] | None] = {}  # ``departures_since``, once measured per broker
         for b, model in models.items():
             recent = self.residuals[b][-RESIDUALS:]
             offset = statistics.median(recent)
@@ -387,8 +396,7 @@ class Forecast:
         recent = self.at_present_level(broker)
         if len(recent) < OWN_NOISE_FROM:
             return self.sigma
-        steps = [abs(later - earlier) for earlier, later in itertools.pairwise(recent)]
-        return MAD_TO_SIGMA * statistics.median(steps) / math.sqrt(2)
+        return _step_noise(_steps(recent))
 
     def at_present_level(self, broker: str) -> tuple[float, ...]:
         """The broker's residuals, each taken at a level above its present one scaled down to it (× present ÷ then).
@@ -450,7 +458,13 @@ class Forecast:
     def departures_since(self, broker: str) -> tuple[float, float] | None:
         """The mean of the broker's departures since the last lasting change (those within three times its noise
         of the last three's median, newest first) and its standard error (noise ÷ √count); None before there are
-        as many as the broker's own noise needs."""
+        as many as the broker's own noise needs. Measured once per broker: the departures and the noise are this
+        snapshot's (the trigger reads it for ``bias``, ``as_read`` and ``firmly_unbiased`` alike)."""
+        if broker not in self._since:
+            self._since[broker] = self._departures_since(broker)
+        return self._since[broker]
+
+    def _departures_since(self, broker: str) -> tuple[float, float] | None:
         kept = self.residuals.get(broker, ())
         if len(kept) < OWN_NOISE_FROM:
             return None
