@@ -14,24 +14,34 @@ real beyond it (a hot topic): only the part beyond counts. Cutting there instead
 beyond — would read the one draw in twenty past the cut at its most extreme, on every broker every cycle. A bundle
 alone in its namespace, one with fewer than ``MIN_SAMPLES`` samples (it was just split or just appeared) and a
 system bundle are read as reported; so is every bundle of a cluster whose bundles show no jitter of their own.
+
+What is expected so is still an estimate (``Expected.error``): a ten-sample average is off by a part of one draw, and
+a namespace's movement, the median of one report's draws, by a part of one draw for every bundle of it at once. A
+broker's level read from such traffic is a point or so off where topics jitter by tens of percent; the trigger allows
+for that before it calls two brokers further apart than the target.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Protocol
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
 from pulsar_lb_operator.strategies import bundles as bundle_names
-from pulsar_lb_operator.strategies.averages import MessageAverage
+from pulsar_lb_operator.strategies.averages import NUM_SHORT_SAMPLES, MessageAverage
 from pulsar_lb_operator.strategies.snapshots import BundleStats, ClusterSnapshot
 
 MIN_SAMPLES = 3  # an average of fewer samples is one or two draws itself
 ROUNDING = 1e-9  # a scale this close to 1 is the floats' rounding: the report stands, and no plan turns on it
 MAD_TO_SIGMA = 1.4826  # the median absolute deviation of normal noise times this is its standard deviation
 Traffic = tuple[float, float, float]  # msg rate in + out, throughput in, throughput out
+# a ten-sample running average of draws is off by √(α/(2 − α)) of one draw (α = 1/10: an exponential average's spread)
+AVERAGE_ERROR = math.sqrt((1 / NUM_SHORT_SAMPLES) / (2 - 1 / NUM_SHORT_SAMPLES))
+MEDIAN_ERROR = math.sqrt(math.pi / 2)  # a median of n normal draws is off by √(π/2)/√n of one
 
 
 class Averaged(Protocol):
@@ -41,10 +51,35 @@ class Averaged(Protocol):
     def short(self) -> MessageAverage: ...
 
 
-def expected_traffic(snapshot: ClusterSnapshot, bundle_data: Mapping[str, Averaged]) -> dict[str, Traffic]:
-    """Each bundle whose report departs from what it is expected to carry, with that (see the module's docstring);
-    a bundle left out is expected to carry what its report says. One pass over the reports gathers each bundle's
-    rate against its average; the rest is numpy (a cycle of 100,000 bundles reads every one)."""
+class Expected(NamedTuple):
+    """``traffic``: each bundle whose report departs from what it is expected to carry, with that; a bundle left out
+    is expected to carry what its report says. ``jitter``: a bundle's draws' spread around its namespace's movement,
+    as a fraction of its average (0: none shown); ``sizes``: per namespace read so, its bundles."""
+
+    traffic: dict[str, Traffic]
+    jitter: float = 0.0
+    sizes: Mapping[str, int] = MappingProxyType({})
+
+    def error(self, costs: Iterable[tuple[str, float]]) -> float:
+        """How far a level made of bundles expected so may be off (one standard error), in the units of ``costs``
+        (each bundle's name and what its traffic costs): each bundle's average is off by a part of a draw, on its
+        own, and its namespace's movement by a part of a draw for all of the namespace's bundles at once."""
+        if not self.jitter:
+            return 0.0
+        together: dict[str, float] = defaultdict(float)
+        alone = 0.0
+        for bundle, cost in costs:
+            namespace = bundle.rpartition("/")[0]
+            if namespace in self.sizes:
+                together[namespace] += cost
+                alone += cost * cost
+        common = sum((cost * MEDIAN_ERROR) ** 2 / self.sizes[ns] for ns, cost in together.items())
+        return self.jitter * math.sqrt(common + AVERAGE_ERROR**2 * alone)
+
+
+def expected_traffic(snapshot: ClusterSnapshot, bundle_data: Mapping[str, Averaged]) -> Expected:
+    """What each bundle is expected to carry (see the module's docstring). One pass over the reports gathers each
+    bundle's rate against its average; the rest is numpy (a cycle of 100,000 bundles reads every one)."""
     stats: list[BundleStats] = []
     names: list[str] = []
     ratios: list[float] = []
@@ -69,7 +104,7 @@ def expected_traffic(snapshot: ClusterSnapshot, bundle_data: Mapping[str, Averag
             ratios.append(ratio)
             groups.append(namespaces.setdefault(namespace, len(namespaces)))
     if not ratios:
-        return {}
+        return Expected({})
     group = np.array(groups, dtype=np.intp)
     departure = np.array(ratios) - 1
     order = np.lexsort((departure, group))  # by namespace, then departure: each namespace's median by position
@@ -81,7 +116,7 @@ def expected_traffic(snapshot: ClusterSnapshot, bundle_data: Mapping[str, Averag
     kept = (sizes[group] > 1) & ~system[group]  # a bundle alone in its namespace: nothing to tell its jitter by
     alone = departure - common[group]
     if not kept.any():
-        return {}
+        return Expected({})
     band = 2 * MAD_TO_SIGMA * float(np.median(np.abs(alone[kept])))
     beyond = np.sign(alone) * np.maximum(np.abs(alone) - band, 0.0)  # what the jitter cannot make
     with np.errstate(over="ignore", invalid="ignore"):
@@ -91,4 +126,7 @@ def expected_traffic(snapshot: ClusterSnapshot, bundle_data: Mapping[str, Averag
     for k, factor in zip(np.flatnonzero(changed).tolist(), scale[changed].tolist()):
         rate, bytes_in, bytes_out = stats[k].traffic
         expected[names[k]] = (rate * factor, bytes_in * factor, bytes_out * factor)
-    return expected
+    if not band:
+        return Expected(expected)
+    read = {ns: int(sizes[g]) for ns, g in namespaces.items() if sizes[g] > 1 and not system[g]}
+    return Expected(expected, band / 2, read)

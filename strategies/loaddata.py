@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from pulsar_lb_operator.strategies import bundles as bundle_names
 from pulsar_lb_operator.strategies.averages import NUM_LONG_SAMPLES, NUM_SHORT_SAMPLES, MessageAverage
 from pulsar_lb_operator.strategies.documents import Reader, StateError
-from pulsar_lb_operator.strategies.expected import Traffic, expected_traffic
+from pulsar_lb_operator.strategies.expected import Expected, Traffic, expected_traffic
 from pulsar_lb_operator.strategies.profile import CostModel, LoadProfile
 from pulsar_lb_operator.strategies.rails import DEFAULT_RAILS, Rails
 from pulsar_lb_operator.strategies.snapshots import BundleStats, ClusterSnapshot
@@ -117,10 +117,15 @@ class LoadData:
         return candidates
 
     @cached_property
+    def expected(self) -> Expected:
+        """What each bundle is expected to carry, where its topics' rates jitter (``expected.expected_traffic``)."""
+        return expected_traffic(self.snapshot, self.bundle_data)
+
+    @cached_property
     def expected_traffic(self) -> Mapping[str, Traffic]:
-        """Each bundle whose report departs from what it is expected to carry, where its topics' rates jitter, with
-        that (``expected.expected_traffic``); any other bundle is expected to carry what its report says."""
-        return MappingProxyType(expected_traffic(self.snapshot, self.bundle_data))
+        """Each bundle whose report departs from what it is expected to carry, with that; any other bundle is
+        expected to carry what its report says."""
+        return MappingProxyType(self.expected.traffic)
 
     def bundle_or_default(self, bundle: str) -> BundleData:
         return self.bundle_data.get(bundle) or _NEW_BUNDLE_DATA

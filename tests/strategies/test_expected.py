@@ -80,3 +80,24 @@ def test_without_jitter_a_bundle_that_changes_alone_is_read_as_reported():
         snap = snapshot({"b1:8080": broker_report(cpu=(50, 100), bundles=bundles)}, taken_at=NOW + k * 60_000)
         load, data, _ = build_load_data(snap, data, {}, 0)
     assert load.expected_traffic == {}  # every bundle as reported: 110 for the one that changed
+
+
+def test_a_level_read_from_jittering_bundles_is_known_as_far_as_their_averages_and_their_namespaces_movement():
+    """The sixteen bundles' latest draws spread by about a fifth around their average: a level made of them is read
+    from ten-sample averages and the namespace's movement in one report, each off by a part of a draw. Four bundles
+    of the namespace share its movement's error (it adds up across them, where each average's own does not): more
+    than twice one bundle's error. Where no bundle jitters, a level is as reported and off by nothing."""
+    expected = _history(LATEST).expected
+    assert 0.15 < expected.jitter < 0.3
+    one = expected.error([(JITTERY[0], 10.0)])
+    four = expected.error([(b, 10.0) for b in JITTERY[:4]])
+    assert 0 < one < 10 * expected.jitter  # a part of one draw
+    assert 2 * one < four < 4 * one
+    assert expected.error([("t/elsewhere/0x00000000_0xffffffff", 10.0)]) == 0.0  # not read from averages
+
+    data: dict = {}
+    for k in range(11):
+        bundles = {b: stats(100, 0, 0) for b in JITTERY}
+        snap = snapshot({"b1:8080": broker_report(cpu=(50, 100), bundles=bundles)}, taken_at=NOW + k * 60_000)
+        steady, data, _ = build_load_data(snap, data, {}, 0)
+    assert steady.expected.error([(b, 10.0) for b in JITTERY]) == 0.0

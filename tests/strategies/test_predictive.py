@@ -580,15 +580,18 @@ def test_a_broker_away_for_a_restart_keeps_the_scale_its_fit_was_read_at():
 def test_the_trigger_reads_a_bias_the_departures_show_since_the_last_lasting_change():
     """a's fit is about 1.9 points low: its departures swing ±1 around that, the median of its last three is within
     twice its noise and its steady level (what plans move) stays its model's, but their mean is beyond twice its
-    standard error, and the level the trigger reads counts it. b's departures were 20 points while another process
-    ran on its machine, and are nothing since it stopped: only those since count, and b has no bias."""
+    standard error, and the level the trigger reads counts it as far as it is past that error. b's departures were
+    20 points while another process ran on its machine, and are nothing since it stopped: only those since count,
+    and b has no bias."""
     residuals = {
         "a:1": (3.0, 1.0, 3.1, 0.9, 2.9, 1.1, 3.0, 1.0, 2.5),
         "b:1": (20.0, 20.1, 19.9, 20.0, 0.1, -0.1, 0.2, -0.2, 0.1),
     }
     cast = _forecast(residuals)
     assert cast.usage("a:1") == pytest.approx(10.0)  # 5 + one bundle of 5 points; this sample departs by 0
-    assert cast.unbiased("a:1") == pytest.approx(10.0 + 18.5 / 10)
+    mean, error = cast.departures_since("a:1") or (0.0, 0.0)
+    assert mean == pytest.approx(18.5 / 10) and 2 * error < mean
+    assert cast.unbiased("a:1") == pytest.approx(10.0 + mean - error)
     assert cast.usage("b:1") == pytest.approx(50.0)
     assert cast.unbiased("b:1") == pytest.approx(50.0)
 
@@ -625,17 +628,18 @@ def test_a_bias_within_its_error_counts_as_far_as_the_clusters_fits_are_off():
 def test_a_broker_the_trigger_flagged_is_planned_at_the_level_its_departures_show():
     """a's fit is 2 points low (its model's background is 3 %, its machine's 5 %): its departures swing ±1 around 2,
     within twice its noise, so its steady level stays its model's. Its samples put it 5.25 points above the mean
-    and trigger it, and with the bias its departures show the trigger reads a and b 10.55 apart. Planned on its
-    model, a would sit 4.25 above the level, inside the band, and nothing would move while the cluster stays over
-    the target; planned at the level the trigger read, a gives a bundle."""
+    and trigger it, and with the bias its twenty departures show (2.03, counted as far as it is past its standard
+    error of 0.47) the trigger reads a and b 10.06 apart. Planned on its model, a would sit 4.25 above the level,
+    inside the band, and nothing would move while the cluster stays over the target; planned at the level the
+    trigger read, a gives a bundle."""
     a_bundles = {bundle("t/a", i): 1.5 for i in range(11)}
     b_bundles = {bundle("t/b", i): 1.0 for i in range(6)}
     snap = snapshot({"a:1": broker(5, a_bundles), "b:1": broker(5, b_bundles)})
     profile = LoadProfile(cost_models=MappingProxyType({("a:1", "cpu"): model(3), ("b:1", "cpu"): model(5)}))
-    residuals = {"a:1": (3.0, 1.0, 3.1, 0.9, 2.9, 1.1, 3.0, 1.0, 2.5), "b:1": (0.0,) * 9}
+    residuals = {"a:1": (3.0, 1.0) * 9 + (2.5,), "b:1": (0.0,) * 19}
     result = shed(snap, profile, StrategyState(predictive_residuals=residuals))
     assert [(u.source, u.destination) for u in result.unloads] == [("a:1", "b:1")]
-    assert "predicted a:1 21.6→20.1, b:1 11.0→12.5" in result.unloads[0].reason  # 19.5 + the mean departure, 2.05
+    assert "predicted a:1 21.1→19.6, b:1 11.0→12.5" in result.unloads[0].reason  # 19.5 + 2.03 less 0.47
 
 
 def test_a_prediction_near_the_largest_float_refines_a_borrowed_slope_without_an_error():
@@ -1351,6 +1355,26 @@ def test_the_spread_that_holds_the_trigger_back_is_the_steady_levels_not_the_sam
 
     assert "b:1" not in triggered(count - 1)
     assert "b:1" in triggered(count - 1, {"a:1": 44.0, "b:1": 56.0})
+
+
+def test_at_rest_a_spread_past_the_target_by_less_than_its_levels_error_is_not_acted_on():
+    """a's and b's steady levels are 10.5 points apart, past the target by half a point; where their bundles' traffic
+    jitters, each level is read from averages of draws and may be off by 0.6 points (``Forecast.level_error``), and
+    half a point is no imbalance the cluster is known to have: b is not acted on. Where nothing jitters (no error),
+    it is; so it is while another broker's moves are landing (an imbalance was confirmed and is being acted on)."""
+    config = cfg()
+    count = config.loadBalancerAvgShedderHitCountLowThreshold
+    scores, steady = {"a:1": 44.0, "b:1": 55.5}, {"a:1": 44.5, "b:1": 55.0}
+    takers = {"a:1", "b:1"}
+
+    def triggered(error, moved_at=None):
+        state = StrategyState(avg_hits_low={"b:1": count - 1}, predictive_moved_at=moved_at or {})
+        return debounce.hits(scores, 50, config, state, takers, steady, {}, NOW, None, None, None, error)[2]
+
+    assert "b:1" not in triggered(lambda b: 0.6)
+    assert "b:1" in triggered(lambda b: 0.0)
+    assert "b:1" in triggered(None)
+    assert "b:1" in triggered(lambda b: 0.6, {"c:1": NOW - 60_000})
 
 
 def test_a_broker_whose_readings_complete_its_count_is_read_where_its_samples_sit():

@@ -35,6 +35,7 @@ notes and the state.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TypeVar
@@ -146,6 +147,7 @@ class _Cycle:
                 steady_averaged,  # read for the pool's takers only
                 firm_averaged,
                 {b: self.forecast.as_read(b) for b in self.takers & pool},  # read for the takers only
+                functools.partial(self.forecast.level_error, load),  # read for the spread's two ends only
             )
             self.high |= high
             self.low |= low

@@ -22,7 +22,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Set
+import math
+from collections.abc import Callable, Mapping, Set
 
 from pulsar_lb_operator.strategies.config import LoadBalancerConfig
 from pulsar_lb_operator.strategies.documents import one_more
@@ -60,6 +61,7 @@ def hits(
     steady_averaged: Mapping[str, float] | None = None,
     firm_averaged: Mapping[str, tuple[float, float]] | None = None,
     as_read: Mapping[str, float] | None = None,
+    error: Callable[[str], float] | None = None,
 ) -> tuple[dict[str, int], dict[str, int], set[str], frozenset[str], frozenset[str]]:
     """AvgShedder's two hit counters, per broker, on its distance from the mean; the brokers triggered; the brokers
     whose counters this reading held; the brokers being balanced whose counters a reading has held since their last
@@ -76,10 +78,16 @@ def hits(
     beyond doubt to say otherwise): a steady level shrinks a bias read from a few samples toward the cluster's, and
     reads such a pair inside the target for as long as its samples take to show the bias beyond doubt. Nor does it
     hold back a broker whose own readings past the gap complete its count with this one: the rule reads that broker
-    where its samples sit (``as_read``: its steady level plus the whole mean of its departures since its last
-    change), where that is further out than its steady level — at its average traffic too. A plan lands brokers
-    near the band's opposite edges; with each model a point off outward, their steady levels read a spread under the
-    target that their samples, reading past the gap cycle after cycle, do not.
+    where its samples sit (``as_read``: its steady level plus the mean of its departures since its last change, as
+    far as it is past its standard error), where that is further out than its steady level — at its average traffic
+    too. A plan lands brokers near the band's opposite edges; with each model a point off outward, their steady levels
+    read a spread under the target that their samples, reading past the gap cycle after cycle, do not.
+
+    At rest (no broker's moves landing), the rule asks the spread to be past twice the gap by the two ends' levels'
+    own errors together (``error``: ``forecast.Forecast.level_error``, what their bundles' expected traffic may be
+    off by; none where no topic's traffic jitters): a level read from averages of a few draws of topics jittering by
+    tens of percent is a point or so off, and the two furthest apart of a dozen such levels are further apart than the
+    brokers are (two brokers 7 points apart were read 10.3 apart). An imbalance being acted on was confirmed already.
 
     A single reading under the gap, where the broker's ``steady`` level is past it, is held: it does not clear the
     broker's counters, and counts as the low hit its steady level says it is. A sample is a point or more off the
@@ -160,7 +168,11 @@ def hits(
         pair = frozenset()
     steady_of = {b: steady.get(b, scores[b]) for b in present}
     ends = furthest(steady_of, settled)  # none where the takers' steady levels are within the target
-    paired = not pair and bool(steady_of) and not ends
+    window = landing_ms(config)
+    landing = set() if now is None else {b for b, at in state.predictive_moved_at.items() if now - at < window}
+    acting = bool(landing)  # an imbalance was confirmed and is being acted on
+    margin = None if acting else error  # at rest, the spread must be past the target by its levels' own error
+    paired = not pair and bool(steady_of) and not (ends and furthest(steady_of, settled, margin))
     if steady_averaged is None:
         steady_averaged = {b: level for b, (level, _) in averaged.items()}
     # a broker whose own readings complete its count with this one is read where its samples sit (``as_read``), where
@@ -177,9 +189,6 @@ def hits(
     at_average = {b: steady_averaged[b] + shown.get(b, 0.0) for b in present if b in steady_averaged}
     lasting = bool(furthest(at_average, settled))  # past the target at the bundles' average traffic too
     averaged_mean = sum(at_average.values()) / len(at_average) if at_average else mean
-    window = landing_ms(config)
-    landing = set() if now is None else {b for b, at in state.predictive_moved_at.items() if now - at < window}
-    acting = bool(landing)  # an imbalance was confirmed and is being acted on
     for broker, value in scores.items():
         gap, steady_gap = abs(value - mean), abs(steady.get(broker, mean) - mean)
         if broker in pair:
@@ -227,7 +236,7 @@ def hits(
         if high.get(broker, 0) >= high_count or low[broker] >= count or (joined and low[broker] >= high_count):
             triggered.add(broker)
     if paired and shown:
-        paired = not furthest({b: level + shown.get(b, 0.0) for b, level in steady_of.items()}, settled)
+        paired = not furthest({b: level + shown.get(b, 0.0) for b, level in steady_of.items()}, settled, margin)
     if paired:
         triggered -= takers - state.predictive_deferred
     for broker in list(high) + list(low):
@@ -238,13 +247,16 @@ def hits(
     return high, low, triggered, frozenset(dipped), frozenset(held)
 
 
-def furthest(levels: Mapping[str, float], settled: float) -> frozenset[str]:
-    """The coolest and hottest by their ``levels``, where those are twice the ``settled`` gap apart or more; else
-    none."""
+def furthest(
+    levels: Mapping[str, float], settled: float, error: Callable[[str], float] | None = None
+) -> frozenset[str]:
+    """The coolest and hottest by their ``levels``, where those are twice the ``settled`` gap apart or more (and
+    further by the two levels' ``error`` together, where given); else none."""
     if len(levels) < 2:
         return frozenset()
     coolest, hottest = min(levels, key=levels.__getitem__), max(levels, key=levels.__getitem__)
-    return frozenset({coolest, hottest}) if levels[hottest] - levels[coolest] >= 2 * settled else frozenset()
+    margin = math.hypot(error(coolest), error(hottest)) if error else 0.0
+    return frozenset({coolest, hottest}) if levels[hottest] - levels[coolest] >= 2 * settled + margin else frozenset()
 
 
 def apart(averaged: Mapping[str, tuple[float, float]], takers: Set[str], settled: float) -> frozenset[str]:

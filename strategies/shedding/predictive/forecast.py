@@ -26,12 +26,14 @@ differently, and a noisy one's jitter is no lasting change), those taken at a hi
 one (``at_present_level``), pooled for the plan's margins: thirty of them, as the median of nine successive
 differences reads a sample's noise at under half its size one time in twenty (two ordinary samples then read as a
 lasting change), of twenty-nine at under two thirds. The trigger reads each level less the bias its departures
-show (``Forecast.unbiased``): a fit a point off is within the noise of any one sample, not of their mean; a bias within
-twice its standard error counts as far as the spread of the cluster's biases makes it likely (``shrunk``).
+show (``Forecast.unbiased``): a fit a point off is within the noise of any one sample, not of their mean; a bias beyond
+twice its standard error counts as far as it is past one (``beyond_error``), one within that as far as the spread of
+the cluster's biases makes it likely (``shrunk``).
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import itertools
 import math
@@ -331,6 +333,7 @@ class Forecast:
         self._offset: dict[str, float] = {}
         self._spread: float | None = None  # ``_bias_spread``, once measured
         self._since: dict[str, tuple[float, float] | None] = {}  # ``departures_since``, once measured per broker
+        self._level_error: dict[str, float] = {}  # ``level_error``, once measured per broker
         for b, model in models.items():
             recent = self.residuals[b][-RESIDUALS:]
             offset = statistics.median(recent)
@@ -416,10 +419,11 @@ class Forecast:
         return self._biased(broker, self.bias(broker))
 
     def as_read(self, broker: str) -> float:
-        """The broker's usage at its steady level plus the whole mean of its departures since the last lasting change
-        (``departures_since``, not shrunk as ``bias`` shrinks it): where its samples sit, as far as they tell."""
+        """The broker's usage at its steady level plus the mean of its departures since the last lasting change as far
+        as it is past its standard error (``departures_since``, ``beyond_error``; not shrunk as ``bias`` shrinks it):
+        where its samples sit, as far as they tell."""
         shown = self._uncounted(broker)
-        return self.unbiased(broker) if shown is None else self._biased(broker, shown[0])
+        return self.unbiased(broker) if shown is None else self._biased(broker, beyond_error(*shown))
 
     def firmly_unbiased(self, broker: str, least: float) -> tuple[float, float]:
         """``unbiased`` with only a bias its departures show beyond doubt (their mean beyond twice its standard error,
@@ -441,25 +445,29 @@ class Forecast:
         """The CPU points the broker's model is off where its departures show it: a fit a point or two off a broker's
         true level departs by less than twice its noise, which the steady level leaves alone, and the trigger would
         read a spread just over the target as under it for as long as the fit lasts. The mean of its departures since
-        the last lasting change (``departures_since``), where no lasting change is counted already: whole where it is
-        beyond twice its standard error; within that, as far as the spread of the cluster's biases makes a bias of
-        that size likely (``shrunk``). Plans are not made on it but for brokers the trigger flagged
-        (``count_bias``): after a move the departures kept are of the traffic the broker no longer carries."""
+        the last lasting change (``departures_since``), where no lasting change is counted already: where it is beyond
+        twice its standard error, as far as it is past one (``beyond_error``); within that, as far as the spread of
+        the cluster's biases makes a bias of that size likely (``shrunk``). Plans are not made on it but for brokers
+        the trigger flagged (``count_bias``): after a move the departures kept are of the traffic the broker no longer
+        carries."""
         shown = self._uncounted(broker)
         if shown is None:
             return 0.0
         mean, error = shown
-        return mean if abs(mean) > 2 * error else shrunk(mean, error, self._bias_spread())
+        return beyond_error(mean, error) if abs(mean) > 2 * error else shrunk(mean, error, self._bias_spread())
 
     def _uncounted(self, broker: str) -> tuple[float, float] | None:
         """``departures_since``, where no lasting change is counted in the broker's level already (its offset)."""
         return None if self._offset.get(broker) else self.departures_since(broker)
 
     def departures_since(self, broker: str) -> tuple[float, float] | None:
-        """The mean of the broker's departures since the last lasting change (those within three times its noise
-        of the last three's median, newest first) and its standard error (noise ÷ √count); None before there are
-        as many as the broker's own noise needs. Measured once per broker: the departures and the noise are this
-        snapshot's (the trigger reads it for ``bias``, ``as_read`` and ``firmly_unbiased`` alike)."""
+        """The mean of the broker's departures since the last lasting change and its standard error (noise ÷
+        √count); None before there are as many as the broker's own noise needs. The run goes back from the newest
+        while each departure is within three times the broker's noise of the median of those in the run (of the last
+        three, until it has three): a median of three is off by two thirds of a sample's noise, and measured from it
+        one ordinary sample ended the run, leaving a few that read high by chance to stand as a bias. Measured once per
+        broker: the departures and the noise are this snapshot's (the trigger reads it for ``bias``, ``as_read`` and
+        ``firmly_unbiased`` alike)."""
         if broker not in self._since:
             self._since[broker] = self._departures_since(broker)
         return self._since[broker]
@@ -469,7 +477,14 @@ class Forecast:
         if len(kept) < OWN_NOISE_FROM:
             return None
         own, centre = self.broker_noise(broker), statistics.median(kept[-RESIDUALS:])
-        since = list(itertools.takewhile(lambda r: abs(r - centre) <= 3 * own, reversed(kept)))
+        since: list[float] = []  # sorted
+        for departure in reversed(kept):  # each against the median of those since (the newest three's at first)
+            if abs(departure - centre) > 3 * own:
+                break
+            bisect.insort(since, departure)
+            if len(since) >= RESIDUALS:
+                middle = len(since) // 2
+                centre = since[middle] if len(since) % 2 else (since[middle - 1] + since[middle]) / 2
         if len(since) < OWN_NOISE_FROM:
             return None
         return sum(since) / len(since), own / math.sqrt(len(since))
@@ -491,6 +506,19 @@ class Forecast:
             if bias := self.bias(b):
                 self.points[b][0] = max(self.points[b][0] + bias, 0.0)
                 self._offset[b] = bias
+
+    def level_error(self, load: LoadData, broker: str) -> float:
+        """How far the broker's steady level may be off for its bundles' expected traffic (``Expected.error``: an
+        average of a few draws, and its namespace's movement read from one report's draws, are each off by a part of
+        a draw); 0 where no bundle's traffic jitters."""
+        if broker not in self._level_error:
+            usage = self.usage(broker)
+            costs = (
+                (bundle, usage - self.usage_with(broker, bundle_traffic(load, broker, bundle), -1))
+                for bundle in load.snapshot.brokers[broker].lastStats
+            )
+            self._level_error[broker] = load.expected.error(costs)
+        return self._level_error[broker]
 
     def averaged(self, load: LoadData, broker: str) -> tuple[float, float]:
         """The broker's usage at its bundles' short-term average traffic (Pulsar's ten-sample TimeAverageMessageData),
@@ -604,6 +632,13 @@ class Forecast:
             self.points.update(points)
             self.traffic.clear()
             self.traffic.update(traffic)
+
+
+def beyond_error(mean: float, error: float) -> float:
+    """A mean of departures counted as far as it is past its standard error: the trigger reads brokers whose samples
+    were past the gap, and the two furthest apart of a dozen; counted whole, the mean of a few samples adds their
+    chance to the very brokers picked for it."""
+    return math.copysign(max(abs(mean) - error, 0.0), mean)
 
 
 def shrunk(mean: float, error: float, spread: float) -> float:
