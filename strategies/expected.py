@@ -113,7 +113,8 @@ def expected_traffic(snapshot: ClusterSnapshot, bundle_data: Mapping[str, Averag
     ranked = departure[order]
     common = (ranked[starts + (sizes - 1) // 2] + ranked[starts + sizes // 2]) / 2
     system = np.array([bundle_names.is_system_namespace(ns) for ns in namespaces])
-    kept = (sizes[group] > 1) & ~system[group]  # a bundle alone in its namespace: nothing to tell its jitter by
+    readable = (sizes > 1) & ~system  # per namespace: a bundle alone in its namespace has nothing to tell its jitter by
+    kept = readable[group]
     alone = departure - common[group]
     if not kept.any():
         return Expected({})
@@ -126,7 +127,4 @@ def expected_traffic(snapshot: ClusterSnapshot, bundle_data: Mapping[str, Averag
     for k, factor in zip(np.flatnonzero(changed).tolist(), scale[changed].tolist()):
         rate, bytes_in, bytes_out = stats[k].traffic
         expected[names[k]] = (rate * factor, bytes_in * factor, bytes_out * factor)
-    if not band:
-        return Expected(expected)
-    read = {ns: int(sizes[g]) for ns, g in namespaces.items() if sizes[g] > 1 and not system[g]}
-    return Expected(expected, band / 2, read)
+    return Expected(expected, band / 2, {ns: int(sizes[g]) for ns, g in namespaces.items() if readable[g]})

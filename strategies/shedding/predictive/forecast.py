@@ -512,11 +512,10 @@ class Forecast:
         average of a few draws, and its namespace's movement read from one report's draws, are each off by a part of
         a draw); 0 where no bundle's traffic jitters."""
         if broker not in self._level_error:
-            usage = self.usage(broker)
-            costs = (
-                (bundle, usage - self.usage_with(broker, bundle_traffic(load, broker, bundle), -1))
-                for bundle in load.snapshot.brokers[broker].lastStats
-            )
+            bundles = list(load.snapshot.brokers[broker].lastStats) if load.expected.jitter else []  # none: no error
+            moving = carried(load, broker, bundles)
+            left = self.departures(broker, np.array([traffic for _, traffic in moving]).reshape(-1, 3))
+            costs = zip([bundle for bundle, _ in moving], (self.usage(broker) - left).tolist())
             self._level_error[broker] = load.expected.error(costs)
         return self._level_error[broker]
 
