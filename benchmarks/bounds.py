@@ -213,6 +213,11 @@ def _pool_needs(
     that add up to it: one bundle arrives per move. One move serves one of each, so the bound is the largest of
     the three. A bundle's cost on a broker it arrives on is the most it adds to any one resource there, which is
     never less than what it adds to the broker's weighted usage.
+
+    Where the holds keep a broker above the band (what its held bundles cost it is past the band's top), the band
+    moves up to end there: the spread must come under the target around it, so the brokers under the moved band's
+    floor must receive (a hot topic on a broker whose bundles all just arrived: it can give nothing for a while,
+    and the brokers it keeps the spread past the target from must be filled toward it).
     """
     now = _reading(cluster, names)
     if now is None:
@@ -221,7 +226,10 @@ def _pool_needs(
     traffic = {n: np.array([s.traffic for s in per.values()]).reshape(-1, 3) for n, per in stats.items()}
     carried = sum((traffic[n].sum(axis=0) for n in takers), np.zeros(3))
     level = balanced_level([lines[n] for n in sorted(takers)], carried) if carried.any() else _mean(usage, takers)
-    low, high = level - target / 2, level + target / 2
+    high = level + target / 2
+    if held and not _blocked(cluster, now, held, target):  # where the holds block, balance waits for their release
+        high = max([high, *_held_floors(cluster, now, held).values()])  # no lower than a broker the holds keep up
+    low = high - target
     contributions = {
         n: {b: size for b, size in sizes.items() if b not in held}
         for n, sizes in bundle_contributions(cluster, names).items()
@@ -303,13 +311,22 @@ def _held_blocks_pool(cluster: SimulatedCluster, target: float, held: frozenset[
     share carrying all the rest (``balanced_level``) carry only their held bundles; if the highest floor is still
     ``target`` or more above that level, no strategy behind the rails can balance, wherever the rest goes."""
     now = _reading(cluster, names)
-    if now is None:
-        return False
-    alive, _, takers, stats, lines = now
+    return now is not None and _blocked(cluster, now, held, target)
+
+
+def _held_floors(cluster: SimulatedCluster, now: _Reading, held: frozenset[str]) -> dict[str, float]:
+    """What its ``held`` bundles cost each broker that can take load: the least it can be brought down to now."""
+    alive, _, takers, stats, _ = now
+    return {n: cluster.weighted_usage(alive[n], {x: s for x, s in stats[n].items() if x in held}) for n in takers}
+
+
+def _blocked(cluster: SimulatedCluster, now: _Reading, held: frozenset[str], target: float) -> bool:
+    """``_held_blocks_pool`` of a reading."""
+    _, _, takers, stats, lines = now
     kept = {name: {x: s for x, s in stats[name].items() if x in held} for name in takers}
     if not any(kept.values()):
         return False
-    floors = {name: cluster.weighted_usage(alive[name], kept[name]) for name in takers}
+    floors = _held_floors(cluster, now, held)
     total = sum((np.array(s.traffic) for n in takers for s in stats[n].values()), np.zeros(3))
     fixed: set[str] = set()
     while True:

@@ -543,6 +543,34 @@ def test_a_bundle_that_fits_nowhere_costs_its_receiver_the_moves_that_take_it_un
     assert balance_needs(cluster) == (5, 5)
 
 
+def test_a_broker_the_holds_keep_above_the_band_raises_it_and_those_it_leaves_behind_must_receive():
+    """a carries one bundle of 28 points (33 %), just unloaded onto it, b two of 10 (25 %), c seven of 2.5 (22.5 %):
+    level 26.8, band 21.8–31.8. No shedder may move a's bundle for the grace period, so a stays at 33 and the spread
+    (10.5) comes under 10 only with c above 23: c must receive one of b's. Counting the band around the level, a
+    could give nothing and no broker was under the band: the bound said 0 where the cluster stays past the target
+    until something moves."""
+    one = {"bundles": 1, "topics": 1, "msg_size": 100}  # 40 msg/s a point: in and out at 0.1 % of a core each
+    cluster = _still_abc(
+        "held-above",
+        [
+            {"name": "t/a0", "rate": 1120, **one},
+            *({"name": f"t/b{k}", "rate": 400, **one} for k in range(2)),
+            *({"name": f"t/c{k}", "rate": 100, **one} for k in range(7)),
+        ],
+    )
+    ids = {b.name: b.id for b in cluster.brokers.values()}
+    for bundle in cluster.all_bundles():
+        cluster.ownership[bundle] = ids[bundle.split("/")[1][0]]
+    assert {b.name: round(cluster.true_usage(b.id), 6) for b in cluster.brokers.values()} == {
+        "a": 33.0,
+        "b": 25.0,
+        "c": 22.5,
+    }
+    held = frozenset(b for b in cluster.all_bundles() if b.startswith("t/a0/"))
+    assert not held_blocks(cluster, 10.0, held)  # b and c alone would share at 23.75: 33 is 9.25 above
+    assert balance_needs(cluster, held=held) == (1, 0)
+
+
 @pytest.mark.parametrize(("version", "sent", "landed"), [("4.0.4", 1, {"b", "a"}), ("4.0.10", 2, {"b"})])
 def test_on_a_pulsar_that_keeps_one_destination_per_range_a_cycle_sends_one_unload_per_range(version, sent, landed):
     """Before 4.0.10 the leader keeps an unload's destination by bundle range: a second namespace's unload of the
