@@ -403,7 +403,7 @@ def test_a_new_broker_of_a_kind_no_fit_knows_is_not_overfilled_with_bundles_of_a
     The fill is judged, not the rest of the run: what follows depends on the last bits of the cost fits, which
     OpenBLAS rounds differently on different CPUs, and on some (its Haswell kernels) the run goes on to a later
     excursion of another cause — the two 8-core brokers' pooled fit puts a message's cost on the bytes out, and a
-    bundle of 25,000 msg/s priced so at 5 points raises one by 37 (docs/performance.md)."""
+    bundle of 25,000 msg/s priced so at 5 points raises one by 37 (docs/strategy-log.md)."""
     result = run(families.generate("scale-out", 3115), OURS)
     event = next(p for p in result.metrics["segments"] if p["judged"] and p["kind"] == "event")
     spreads = [balanceable_spread(u, result.background[k], result.pools) for k, u in enumerate(result.usage)]

@@ -381,7 +381,7 @@ class Forecast:
         tell. A third of the deviations are the medians' own, 0, so it reads about half of one sample's noise (where
         ``broker_noise``, from successive differences, reads a sample's whole noise): nearer a steady level's error
         than a sample's, and what the plans' margins are made with. Read at a sample's full size, the band narrows
-        and plans make more moves than the goal of 1.25 times the lower bound allows (docs/performance.md)."""
+        and plans make more moves than the goal of 1.25 times the lower bound allows (docs/strategy-log.md)."""
         recent = [rs[-RESIDUALS:] for rs in self.residuals.values()]
         deviations = [abs(r - statistics.median(rs)) for rs in recent if len(rs) > 1 for r in rs]
         if not deviations:
