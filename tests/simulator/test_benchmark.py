@@ -472,6 +472,18 @@ def _still_abc(name: str, namespaces: list[dict], names: Sequence[str] = "abc") 
     return SimulatedCluster(scenario)
 
 
+def _points_on(name: str, points: dict[str, list[float]]) -> SimulatedCluster:
+    """``_still_abc`` with brokers named by single letters (``points``' keys), each carrying one single-bundle
+    namespace per entry of its list, at that many CPU points (40 msg/s a point: in and out at 0.1 % of a core each)."""
+    one = {"bundles": 1, "topics": 1, "msg_size": 100}
+    namespaces = [{"name": f"t/{b}{k}", "rate": 40 * p, **one} for b, ps in points.items() for k, p in enumerate(ps)]
+    cluster = _still_abc(name, namespaces, list(points))
+    ids = {b.name: b.id for b in cluster.brokers.values()}
+    for bundle in cluster.all_bundles():
+        cluster.ownership[bundle] = ids[bundle.split("/")[1][0]]
+    return cluster
+
+
 def _tens_on_a_and_c(name: str) -> tuple[SimulatedCluster, list[str]]:
     """a carries two bundles of 10 points and four of 2.5 (35 %), b nothing (5 %), c two of 10 (25 %); the four
     10-point bundles, a's two first."""
@@ -523,18 +535,7 @@ def test_a_bundle_that_fits_nowhere_costs_its_receiver_the_moves_that_take_it_un
     15–25. a gives five 1-point bundles; or the 15-point one, which puts b or c at 30, and then that broker must
     give five of its own (the 15-point one is held by the grace period): 6. Counting "one move more" for what
     fits nowhere said 2, where no two moves can balance the cluster."""
-    one = {"bundles": 1, "topics": 1, "msg_size": 100}  # 40 msg/s a point: in and out at 0.1 % of a core each
-    cluster = _still_abc(
-        "hot",
-        [
-            {"name": "t/hot", "rate": 600, **one},
-            *({"name": f"t/{n}{k}", "rate": 40, **one} for n in "abc" for k in range(10)),
-        ],
-    )
-    ids = {b.name: b.id for b in cluster.brokers.values()}
-    for bundle in cluster.all_bundles():
-        namespace = bundle.split("/")[1]
-        cluster.ownership[bundle] = ids["a" if namespace == "hot" else namespace[0]]
+    cluster = _points_on("hot", {"a": [15] + [1] * 10, "b": [1] * 10, "c": [1] * 10})
     assert {b.name: round(cluster.true_usage(b.id), 6) for b in cluster.brokers.values()} == {
         "a": 30.0,
         "b": 15.0,
@@ -549,24 +550,13 @@ def test_a_broker_the_holds_keep_above_the_band_raises_it_and_those_it_leaves_be
     (10.5) comes under 10 only with c above 23: c must receive one of b's. Counting the band around the level, a
     could give nothing and no broker was under the band: the bound said 0 where the cluster stays past the target
     until something moves."""
-    one = {"bundles": 1, "topics": 1, "msg_size": 100}  # 40 msg/s a point: in and out at 0.1 % of a core each
-    cluster = _still_abc(
-        "held-above",
-        [
-            {"name": "t/a0", "rate": 1120, **one},
-            *({"name": f"t/b{k}", "rate": 400, **one} for k in range(2)),
-            *({"name": f"t/c{k}", "rate": 100, **one} for k in range(7)),
-        ],
-    )
-    ids = {b.name: b.id for b in cluster.brokers.values()}
-    for bundle in cluster.all_bundles():
-        cluster.ownership[bundle] = ids[bundle.split("/")[1][0]]
+    cluster = _points_on("held-above", {"a": [28], "b": [10, 10], "c": [2.5] * 7})
     assert {b.name: round(cluster.true_usage(b.id), 6) for b in cluster.brokers.values()} == {
         "a": 33.0,
         "b": 25.0,
         "c": 22.5,
     }
-    held = frozenset(b for b in cluster.all_bundles() if b.startswith("t/a0/"))
+    held = frozenset(b for b in cluster.all_bundles() if b.startswith("t/a0/"))  # a's one bundle
     assert not held_blocks(cluster, 10.0, held)  # b and c alone would share at 23.75: 33 is 9.25 above
     assert balance_needs(cluster, held=held) == (1, 0)
 
