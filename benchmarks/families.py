@@ -48,8 +48,15 @@ TENANT_SURGE = (4.0, 15.0)  # points of the smallest broker's CPU each surging t
 HOT_TOPIC = (12.0, 30.0)  # one topic: a large share of a broker, yet under the balanced level (it cannot be split)
 
 
+Size = tuple[int, int]  # the fewest and the most brokers a family's clusters start with
+
+
 class UnknownFamilyError(UserError, ValueError):
     """A --family that names no family."""
+
+
+class FamilySizeError(UserError, ValueError):
+    """A --brokers no family's clusters can have."""
 
 
 def _hardware(rng: random.Random, cores: float | None = None) -> dict[str, Any]:
@@ -147,8 +154,8 @@ def _when(rng: random.Random) -> int:
     return rng.randint(3, 8)
 
 
-def scale_out(rng: random.Random, name: str) -> dict:
-    count = rng.randint(3, 14)
+def scale_out(rng: random.Random, name: str, size: Size) -> dict:
+    count = rng.randint(*size)
     brokers = _brokers(rng, count, kinds=rng.choice([1, 1, 2]))
     joining = rng.randint(1, max(1, round(count * rng.uniform(0.25, 0.8))))
     kind = dict(rng.choice(brokers))
@@ -164,8 +171,8 @@ def scale_out(rng: random.Random, name: str) -> dict:
     return _calibrate(data, rng.uniform(55, 80))
 
 
-def scale_in(rng: random.Random, name: str) -> dict:
-    count = rng.randint(4, 16)
+def scale_in(rng: random.Random, name: str, size: Size) -> dict:
+    count = rng.randint(*size)
     brokers = _brokers(rng, count, kinds=rng.choice([1, 1, 2]))
     leaving = rng.sample([b["name"] for b in brokers], rng.randint(1, max(1, count // 3)))
     at, apart = _when(rng), rng.choice([0, 0, 1])
@@ -177,8 +184,8 @@ def scale_in(rng: random.Random, name: str) -> dict:
     return _calibrate(data, rng.uniform(40, 70) * (count - len(leaving)) / count)
 
 
-def heterogeneous(rng: random.Random, name: str) -> dict:
-    count = rng.randint(3, 14)
+def heterogeneous(rng: random.Random, name: str, size: Size) -> dict:
+    count = rng.randint(*size)
     brokers = _brokers(rng, count, kinds=rng.randint(2, 3))
     if rng.random() < 0.3:  # a machine shared with another process (PIP-364's 70 % co-tenant)
         rng.choice(brokers)["background_cpu"] = round(rng.uniform(0.3, 0.6), 2)
@@ -186,8 +193,8 @@ def heterogeneous(rng: random.Random, name: str) -> dict:
     return _calibrate(data, rng.uniform(35, 65))
 
 
-def rolling_restart(rng: random.Random, name: str) -> dict:
-    count = rng.randint(3, 12)
+def rolling_restart(rng: random.Random, name: str, size: Size) -> dict:
+    count = rng.randint(*size)
     brokers = _brokers(rng, count, kinds=rng.choice([1, 1, 2]))
     at, interval = rng.randint(3, 6), rng.randint(1, 6)
     events = [{"at_minute": at, "type": "rolling_restart", "interval_minutes": interval}]
@@ -239,12 +246,12 @@ def _surged(rng: random.Random, name: str, count: int, topics: int, points: tupl
     return data
 
 
-def tenant_surge(rng: random.Random, name: str) -> dict:
-    return _surged(rng, name, rng.randint(3, 16), rng.randint(1, 4), TENANT_SURGE)
+def tenant_surge(rng: random.Random, name: str, size: Size) -> dict:
+    return _surged(rng, name, rng.randint(*size), rng.randint(1, 4), TENANT_SURGE)
 
 
-def hot_topic(rng: random.Random, name: str) -> dict:
-    return _surged(rng, name, rng.randint(3, 12), 1, HOT_TOPIC)
+def hot_topic(rng: random.Random, name: str, size: Size) -> dict:
+    return _surged(rng, name, rng.randint(*size), 1, HOT_TOPIC)
 
 
 def _daily(amplitude: tuple[float, float], shortest: int) -> Callable[[random.Random], dict]:
@@ -261,10 +268,10 @@ def _daily(amplitude: tuple[float, float], shortest: int) -> Callable[[random.Ra
     return draw
 
 
-def isolation(rng: random.Random, name: str) -> dict:
+def isolation(rng: random.Random, name: str, size: Size) -> dict:
     """A tenant isolated on two to a third of the brokers (a namespace isolation policy: its primaries, which the
     other tenants may not use), both sides equally busy; then a surge in either tenant or a noisy neighbour."""
-    count = rng.randint(5, 14)
+    count = rng.randint(*size)
     brokers = _brokers(rng, count, kinds=rng.choice([1, 1, 2]))
     tenants = _two_tenants_at_least(rng, _tenants(rng, count), count)
     isolated = rng.choice(tenants)["name"]
@@ -291,8 +298,8 @@ def isolation(rng: random.Random, name: str) -> dict:
     return data
 
 
-def diurnal(rng: random.Random, name: str) -> dict:
-    count = rng.randint(3, 14)
+def diurnal(rng: random.Random, name: str, size: Size) -> dict:
+    count = rng.randint(*size)
     daily = _daily((0.2, 0.6), 180)
     tenants = _two_tenants_at_least(rng, _tenants(rng, count, daily), count, daily)
     data = _base(rng, name, _brokers(rng, count, kinds=rng.choice([1, 1, 2])), tenants)
@@ -300,8 +307,8 @@ def diurnal(rng: random.Random, name: str) -> dict:
     return _calibrate(data, rng.uniform(35, 60))
 
 
-def noisy_neighbour(rng: random.Random, name: str) -> dict:
-    count = rng.randint(3, 12)
+def noisy_neighbour(rng: random.Random, name: str, size: Size) -> dict:
+    count = rng.randint(*size)
     brokers = _brokers(rng, count, kinds=rng.choice([1, 1, 2]))
     at = _when(rng)
     noisy = rng.sample([b["name"] for b in brokers], rng.randint(1, min(2, count - 1)))
@@ -326,10 +333,10 @@ def noisy_neighbour(rng: random.Random, name: str) -> dict:
     return _calibrate(data, rng.uniform(35, 55))
 
 
-def mixed(rng: random.Random, name: str) -> dict:
+def mixed(rng: random.Random, name: str, size: Size) -> dict:
     """Heterogeneous hardware, some tenants on daily curves, and two disturbances of other families, apart."""
     parts = rng.sample(["scale-out", "scale-in", "tenant-surge", "noisy-neighbour", "hot-topic"], 2)
-    count = rng.randint(4, 12)
+    count = rng.randint(*size)
     brokers = _brokers(rng, count, kinds=rng.randint(2, 3))
     tenants = _tenants(rng, count, _daily((0.05, 0.25), 240) if rng.random() < 0.5 else None)
     data = _base(rng, name, brokers, tenants, events=[])
@@ -363,8 +370,8 @@ def mixed(rng: random.Random, name: str) -> dict:
     return data
 
 
-def noise(rng: random.Random, name: str) -> dict:
-    count = rng.randint(3, 12)
+def noise(rng: random.Random, name: str, size: Size) -> dict:
+    count = rng.randint(*size)
     brokers = _brokers(rng, count, kinds=rng.choice([1, 1, 2]))
     for broker in brokers:
         broker["jitter"] = round(rng.uniform(0.02, 0.06), 3)
@@ -376,7 +383,7 @@ def noise(rng: random.Random, name: str) -> dict:
     return _calibrate(data, rng.uniform(35, 65))
 
 
-FAMILIES: dict[str, Callable[[random.Random, str], dict]] = {
+FAMILIES: dict[str, Callable[[random.Random, str, Size], dict]] = {
     "scale-out": scale_out,
     "scale-in": scale_in,
     "heterogeneous": heterogeneous,
@@ -389,6 +396,25 @@ FAMILIES: dict[str, Callable[[random.Random, str], dict]] = {
     "mixed": mixed,
     "noise": noise,
 }
+
+
+# how many brokers each family's clusters start with, unless asked otherwise (``generate``'s ``size``): a few to a
+# dozen or so, where each broker's share of a disturbance is large; isolation needs room for two sides, scale-in for
+# brokers to lose, mixed for two disturbances
+SIZES: dict[str, Size] = {
+    "scale-out": (3, 14),
+    "scale-in": (4, 16),
+    "heterogeneous": (3, 14),
+    "rolling-restart": (3, 12),
+    "tenant-surge": (3, 16),
+    "hot-topic": (3, 12),
+    "isolation": (5, 14),
+    "diurnal": (3, 14),
+    "noisy-neighbour": (3, 12),
+    "mixed": (4, 12),
+    "noise": (3, 12),
+}
+FEWEST_BROKERS = 3  # every family's trouble is between brokers: a pair has no spread but its own two
 
 
 def family_names(names: list[str]) -> list[str]:
@@ -412,10 +438,18 @@ def without_sample_noise(scenario: Scenario) -> Scenario:
     return dataclasses.replace(scenario, brokers=brokers, events=events)
 
 
-def generate(family: str, run: int) -> Scenario:
-    """Run ``run`` of ``family``: drawn from a stream of its own (the family's name and the run number)."""
+def generate(family: str, run: int, size: Size | None = None) -> Scenario:
+    """Run ``run`` of ``family``: drawn from a stream of its own (the family's name and the run number), with
+    ``size`` brokers at the start (fewest, most; default the family's ``SIZES``): the same draws but the count, so
+    a cluster the size of the user's is judged as the families are."""
     rng = random.Random(f"{family}/{run}")
     name = f"{family}#{run}"
-    data = FAMILIES[family](rng, name)
-    data.setdefault("description", f"generated: family {family}, run {run}")
+    low, high = size or SIZES[family]
+    if not FEWEST_BROKERS <= low <= high:
+        raise FamilySizeError(
+            f"--brokers: a family's clusters start with {FEWEST_BROKERS} brokers or more, the fewest first "
+            f"(got {low} to {high})"
+        )
+    data = FAMILIES[family](rng, name, (low, high))
+    data.setdefault("description", f"generated: family {family}, run {run}, {low} to {high} brokers")
     return parse_scenario(data)

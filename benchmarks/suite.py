@@ -91,11 +91,17 @@ def scenario_tasks(
 
 
 def family_tasks(
-    names: Sequence[str], chosen: Sequence[Combination], runs: Sequence[int], target: float, sample_noise: bool = True
+    names: Sequence[str],
+    chosen: Sequence[Combination],
+    runs: Sequence[int],
+    target: float,
+    sample_noise: bool = True,
+    size: families.Size | None = None,
 ) -> list[Task]:
-    """Every run of every family asked for (``families.generate``), with every combination; ``sample_noise``
-    False: with exact CPU samples (``families.without_sample_noise``)."""
-    scenarios = [families.generate(family, k) for family in names for k in runs]
+    """Every run of every family asked for (``families.generate``, ``size`` brokers at the start; default each
+    family's own), with every combination; ``sample_noise`` False: with exact CPU samples
+    (``families.without_sample_noise``)."""
+    scenarios = [families.generate(family, k, size) for family in names for k in runs]
     if not sample_noise:
         scenarios = [families.without_sample_noise(s) for s in scenarios]
     return [Task(s, c, 0, target) for s in scenarios for c in chosen]
@@ -114,9 +120,11 @@ def benchmark_command(
     stdout: TextIO | None = None,
     family: Sequence[str] = (),
     sample_noise: bool = True,
+    size: families.Size | None = None,
 ) -> int:
     """``family``: generated scenarios of these families instead (``seeds``: the run numbers), judged per
-    disturbance (``family_report``); ``sample_noise`` False: with exact CPU samples."""
+    disturbance (``family_report``); ``sample_noise`` False: with exact CPU samples; ``size``: the fewest and most
+    brokers they start with."""
     from pulsar_lb_operator.benchmarks import report
 
     chosen = pick_combinations(strategies)
@@ -125,8 +133,8 @@ def benchmark_command(
         from pulsar_lb_operator.benchmarks import family_report
 
         names = families.family_names(list(family))
-        results = run_all(family_tasks(names, chosen, seeds, target, sample_noise), jobs)
-        summary = family_report.write_report(results, out, command, names)
+        results = run_all(family_tasks(names, chosen, seeds, target, sample_noise, size), jobs)
+        summary = family_report.write_report(results, out, command, names, size)
         print(summary, file=stdout)
         print(f"\nReport: {out / 'report.md'}", file=stdout)
         return 0

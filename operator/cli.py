@@ -299,6 +299,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--runs", type=int, default=None, help="with --family: scenarios per family, numbered from --seed (default 5)"
     )
     bench.add_argument(
+        "--brokers",
+        metavar="COUNT",
+        help="with --family: how many brokers its clusters start with, N or LOW-HIGH (default each family's own)",
+    )
+    bench.add_argument(
         "--no-sample-noise",
         action="store_true",
         help="with --family: every broker's CPU samples exact, to tell what part of a strategy's misses the samples' "
@@ -542,6 +547,9 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
         raise UsageError("--runs counts generated scenarios: it needs --family")
     if args.no_sample_noise and not args.family:
         raise UsageError("--no-sample-noise changes generated scenarios: it needs --family")
+    size = _broker_range(args.brokers) if args.brokers is not None else None
+    if size is not None and not args.family:
+        raise UsageError("--brokers sizes generated scenarios: it needs --family")
     # its progress bar and plots are not in the daemon's image
     hints.require_extra("bench", "operator benchmark", ["tqdm"] if args.no_plots else ["tqdm", "matplotlib"])
     from pulsar_lb_operator.sandbox import benchmark
@@ -551,8 +559,18 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
     options = (args.scenario, args.strategy, seeds, args.target, args.jobs, Path(args.out), not args.no_plots)
     with lifecycle.exit_on_signals():  # SIGTERM ends it as Ctrl-C does: the pool's workers are stopped with it
         return benchmark.benchmark_command(
-            *options, args.history, command, family=args.family, sample_noise=not args.no_sample_noise
+            *options, args.history, command, family=args.family, sample_noise=not args.no_sample_noise, size=size
         )
+
+
+def _broker_range(text: str) -> tuple[int, int]:
+    """``--brokers``: N, or LOW-HIGH (each run draws its count between them, as the families draw theirs; the
+    families say how few they take)."""
+    low, _, high = text.partition("-")
+    try:
+        return int(low), int(high or low)
+    except ValueError:
+        raise UsageError(f"--brokers takes N or LOW-HIGH, not {text!r}") from None
 
 
 def cmd_rehearse(args: argparse.Namespace) -> int:

@@ -538,10 +538,30 @@ def test_benchmark_family_command_writes_the_table_and_refuses_what_it_cannot_do
         (["--no-sample-noise"], "--no-sample-noise changes generated scenarios: it needs --family"),
         (["--family", "noise", "--scenario", "demo"], "--family generates its scenarios"),
         (["--family", "noise", "--runs", "0"], "must be positive"),
+        (["--brokers", "20"], "--brokers sizes generated scenarios: it needs --family"),
+        (["--family", "noise", "--brokers", "many"], "--brokers takes N or LOW-HIGH, not 'many'"),
+        (["--family", "noise", "--brokers", "2"], "start with 3 brokers or more, the fewest first (got 2 to 2)"),
+        (["--family", "noise", "--brokers", "30-20"], "the fewest first (got 30 to 20)"),
     ]:
         assert cli.main(["benchmark", *wrong, "--out", str(tmp_path)]) == 2
         err = capsys.readouterr().err
         assert err.startswith("operator: error:") and message in err and err.count("\n") == 1
+
+
+def test_brokers_sizes_a_familys_clusters_and_draws_the_rest_as_before(tmp_path, capsys):
+    """``--brokers 20-24``: every run starts with 20 to 24 brokers, its other draws (hardware, tenants, when) from
+    the same stream as before; without it, each family's own sizes, the scenarios as they always were."""
+    for family, (low, high) in families.SIZES.items():
+        for k in range(3):
+            assert families.generate(family, k) == families.generate(family, k, (low, high))
+            assert 20 <= len(families.generate(family, k, (20, 24)).brokers) <= 24
+    args = ["benchmark", "--family", "noise", "--runs", "2", "--seed", "950", "--brokers", "20-24", "--no-plots"]
+    assert cli.main([*args, "--jobs", "1", "--strategy", "AvgShedder", "--out", str(tmp_path)]) == 0
+    assert "| noise | AvgShedder |" in capsys.readouterr().out
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert len(results) == 4  # the baseline and AvgShedder, two runs each
+    assert all(20 <= len(r["brokers"]) <= 24 for r in results)
+    assert "brokers at the start: 20 to 24." in (tmp_path / "report.md").read_text()
 
 
 def test_a_broker_its_plan_left_just_past_the_gap_is_topped_up_though_its_samples_dip_inside():
