@@ -1576,6 +1576,23 @@ def test_no_relay_is_made_where_the_receiver_cannot_hand_on_enough_to_end_within
     assert prediction.usage("h:1") == pytest.approx(20.0)  # the search leaves the forecast as it found it
 
 
+def test_a_giver_whose_planned_bundle_no_receiver_can_take_or_relay_still_makes_its_other_moves():
+    """h: a 10 % background, a hot 10-point bundle and a 3-point one (23 %); r, s and t: 8 % and four tenth-point
+    bundles (8.4 %): the level is 12.05. The plan sends the hot bundle, which lands h within the band but any
+    receiver at 18.4, above it and above h; r could hand on only 0.4 points, so no relay. h used to be left at 23
+    until the plan changed (a noisy neighbour's broker at 20 to 36 brokers, 5 cycles); its 3-point bundle is a
+    plain move that brings it closer without over-placing anything: made. The hot bundle stays."""
+    snap = snapshot(
+        {"h:1": broker(10, {bundle("hot/ns", 0): 10.0, bundle("hot/ns", 1): 3.0})}
+        | {name: broker(8, {bundle(f"t/{name[0]}", i): 0.1 for i in range(4)}) for name in ("r:1", "s:1", "t:1")}
+    )
+    models = {("h:1", "cpu"): model(10)} | {(b, "cpu"): model(8) for b in ("r:1", "s:1", "t:1")}
+    result = shed(snap, LoadProfile(cost_models=MappingProxyType(models)), config=RELAY_CONFIG)
+    (move,) = result.unloads
+    assert (move.bundle, move.source) == (bundle("hot/ns", 1), "h:1")
+    assert move.destination in {"r:1", "s:1", "t:1"}
+
+
 def test_a_broker_whose_bundles_the_grace_period_holds_has_the_coolest_filled_up_to_it():
     """h carries 60 %, every bundle of it unloaded a minute ago (a restart's reassignment put them there): the grace
     period holds them. The others sit inside the band around the level (52.5), but the two coolest are 12 points

@@ -317,8 +317,9 @@ class _Cycle:
         """What the plan leaves out of the band: one best move at a time while the caps allow (from a broker above the
         level now, though the plan's bundles would take it under the band), a bundle too big to move split first when
         moving a piece helps more than any plain move; and a giver whose planned bundle would leave its receiver
-        above the band, a relay or nothing. Where one above the band can give nothing, the brokers it keeps the spread
-        past the target from are filled toward it (``_behind``)."""
+        above the band, a relay, else the best move it has (``_best``: as any broker above the band; left with
+        nothing, it stayed above the band until a plan chose another bundle). Where one above the band can give
+        nothing, the brokers it keeps the spread past the target from are filled toward it (``_behind``)."""
         outside = plan.outside()
         hot = {b for b in outside if plan.level[b] > plan.target}  # above the level now: the plan may overshoot it
         cold = outside - hot
@@ -351,6 +352,7 @@ class _Cycle:
             if source in stranded:
                 room = rails.max_unloads_per_cycle - self.actions()
                 moves = self._relay(source, destinations, plan.target, plan.band, room)
+                moves = moves or self._best(source, destinations, plan)
             else:
                 moves = self._best(source, destinations, plan)
             if not moves:
