@@ -317,7 +317,7 @@ class _Cycle:
         """What the plan leaves out of the band: one best move at a time while the caps allow (from a broker above the
         level now, though the plan's bundles would take it under the band), a bundle too big to move split first when
         moving a piece helps more than any plain move; and a giver whose planned bundle would leave its receiver
-        above the band, a relay, else the best move it has (``_best``: as any broker above the band; left with
+        above the band, a relay, else the best move it has (``_best``, as any broker above the band; left with
         nothing, it stayed above the band until a plan chose another bundle). Where one above the band can give
         nothing, the brokers it keeps the spread past the target from are filled toward it (``_behind``)."""
         outside = plan.outside()
@@ -349,12 +349,7 @@ class _Cycle:
             if not sources:
                 break
             source = sources[0]
-            if source in stranded:
-                room = rails.max_unloads_per_cycle - self.actions()
-                moves = self._relay(source, destinations, plan.target, plan.band, room)
-                moves = moves or self._best(source, destinations, plan)
-            else:
-                moves = self._best(source, destinations, plan)
+            moves = self._best(source, destinations, plan, stranded=source in stranded)
             if not moves:
                 done.add(source)
                 continue
@@ -412,11 +407,18 @@ class _Cycle:
         after = self.forecast.usage_with(broker, traffic, -1)
         return after - plan.target <= plan.tolerance(broker)
 
-    def _best(self, source: str, destinations: set[str], plan: endstate.EndState) -> list[pairing.Move]:
+    def _best(
+        self, source: str, destinations: set[str], plan: endstate.EndState, stranded: bool = False
+    ) -> list[pairing.Move]:
         """The moves that help ``source`` most: a plain move; a bundle too big to move split first, when moving a
         piece helps more (``splits``); a relay, when no plain move lands it within the band and the relay helps
-        more than either (a split's pieces are estimated, a relay's bundles measured); else a swap (``swaps``)."""
+        more than either (a split's pieces are estimated, a relay's bundles measured); else a swap (``swaps``).
+        ``stranded``: its planned bundle would leave any receiver above the band (``_carry_out_plan``): a relay
+        first, and the others only where there is none."""
         level, band = plan.target, plan.band
+        room = self.load.rails.max_unloads_per_cycle - self.actions()
+        if stranded and (relayed := self._relay(source, destinations, level, band, room)):
+            return relayed
         best = pairing.best_move(
             self.load,
             self.forecast,
@@ -429,10 +431,9 @@ class _Cycle:
             band,
         )
         plain = [] if best is None else [(source, *best)]
-        room = self.load.rails.max_unloads_per_cycle - self.actions()
         above = self.forecast.usage(source) - level > band
         relay: list[pairing.Move] = []
-        if above and _leaves_above(plain, level, band):
+        if above and _leaves_above(plain, level, band) and not stranded:  # a stranded one's was searched above
             relay = self._relay(source, destinations, level, band, room)
         # a broker below the band that no plain move fills without overshooting it takes a piece of a bundle
         receiving = not above and not plain and any(level - self.forecast.usage(d) > band for d in destinations)
