@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pulsar_lb_operator.benchmarks.families import FAMILIES
+from pulsar_lb_operator.benchmarks.families import FAMILIES, Size
 from pulsar_lb_operator.benchmarks.runs import BASELINE, RunResult
 
 RATIO_GOAL = 1.25  # issue 16's goal: at most a quarter more unloads than the lower bound
@@ -167,7 +167,7 @@ def write_report(
     out: Path,
     command: str,
     families: Sequence[str],
-    size: tuple[int, int] | None = None,
+    size: Size | None = None,
 ) -> str:
     """Writes report.md and results.json; returns the table (and how many disturbances were later than floor + 2).
     ``size``: the fewest and most brokers the runs started with, where not each family's own."""
