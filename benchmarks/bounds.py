@@ -182,13 +182,13 @@ def balance_needs(
     """``_pool_needs`` of each pool (``pools_of``; default: the cluster is one) added up, and the most from one
     broker of any."""
     total = most = 0
-    for names in _pool_names(cluster, pools):
+    for names in pool_names(cluster, pools):
         needed, one = _pool_needs(cluster, target, held, names)
         total, most = total + needed, max(most, one)
     return total, most
 
 
-def _pool_names(cluster: SimulatedCluster, pools: Pools | None) -> list[set[str] | None]:
+def pool_names(cluster: SimulatedCluster, pools: Pools | None) -> list[set[str] | None]:
     """The live brokers' names by pool; [None] (every broker) without pools."""
     if not pools:
         return [None]
@@ -219,17 +219,12 @@ def _pool_needs(
     floor must receive (a hot topic on a broker whose bundles all just arrived: it can give nothing for a while,
     and the brokers it keeps the spread past the target from must be filled toward it).
     """
-    now = _reading(cluster, names)
+    now = reading(cluster, names)
     if now is None:
         return 0, 0
     _, usage, takers, stats, lines = now
-    traffic = {n: np.array([s.traffic for s in per.values()]).reshape(-1, 3) for n, per in stats.items()}
-    carried = sum((traffic[n].sum(axis=0) for n in takers), np.zeros(3))
-    level = balanced_level([lines[n] for n in sorted(takers)], carried) if carried.any() else _mean(usage, takers)
-    high = level + target / 2
-    if held and not _blocked(cluster, now, held, target):  # where the holds block, balance waits for their release
-        high = max([high, *_held_floors(cluster, now, held).values()])  # no lower than a broker the holds keep up
-    low = high - target
+    traffic = traffic_rows(stats)
+    low, high = band(cluster, now, target, held)
     contributions = {
         n: {b: size for b, size in sizes.items() if b not in held}
         for n, sizes in bundle_contributions(cluster, names).items()
@@ -271,7 +266,7 @@ def _pool_needs(
     return max(give, take, volume), most
 
 
-_Reading = tuple[
+Reading = tuple[
     dict[str, Broker],  # the alive brokers by name
     dict[str, float],  # their true usage
     set[str],  # those that can take load (``balanceable``)
@@ -280,7 +275,7 @@ _Reading = tuple[
 ]
 
 
-def _reading(cluster: SimulatedCluster, names: set[str] | None = None) -> _Reading | None:
+def reading(cluster: SimulatedCluster, names: set[str] | None = None) -> Reading | None:
     """What ``balance_needs`` and ``held_blocks`` read of the cluster (its brokers of ``names``, default all) now;
     None with fewer than two alive brokers, where there is nothing to balance."""
     alive = {b.name: b for b in cluster.alive_brokers() if names is None or b.name in names}
@@ -293,6 +288,24 @@ def _reading(cluster: SimulatedCluster, names: set[str] | None = None) -> _Readi
     return alive, usage, takers, stats, lines
 
 
+def traffic_rows(stats: Mapping[str, Mapping[str, BundleStats]]) -> dict[str, np.ndarray]:
+    """Each broker's bundles' traffic (``RESOURCES``' units), a row per bundle in ``stats``' order."""
+    return {n: np.array([s.traffic for s in per.values()]).reshape(-1, 3) for n, per in stats.items()}
+
+
+def band(cluster: SimulatedCluster, now: Reading, target: float, held: frozenset[str]) -> tuple[float, float]:
+    """The band a reading's brokers must end in (low, high): ±target/2 around the balanced level, moved up where the
+    grace period's ``held`` bundles keep a broker above it (``_pool_needs``)."""
+    _, usage, takers, stats, lines = now
+    traffic = traffic_rows(stats)
+    carried = sum((traffic[n].sum(axis=0) for n in takers), np.zeros(3))
+    level = balanced_level([lines[n] for n in sorted(takers)], carried) if carried.any() else _mean(usage, takers)
+    high = level + target / 2
+    if held and not _blocked(cluster, now, held, target):  # where the holds block, balance waits for their release
+        high = max([high, *_held_floors(cluster, now, held).values()])  # no lower than a broker the holds keep up
+    return high - target, high
+
+
 def held_blocks(
     cluster: SimulatedCluster,
     target: float = TARGET_SPREAD,
@@ -301,7 +314,7 @@ def held_blocks(
 ) -> bool:
     """Whether the grace period's holds alone keep some pool (``pools_of``; default: the cluster is one) from
     balance (``_held_blocks_pool``)."""
-    return bool(held) and any(_held_blocks_pool(cluster, target, held, names) for names in _pool_names(cluster, pools))
+    return bool(held) and any(_held_blocks_pool(cluster, target, held, names) for names in pool_names(cluster, pools))
 
 
 def _held_blocks_pool(cluster: SimulatedCluster, target: float, held: frozenset[str], names: set[str] | None) -> bool:
@@ -310,17 +323,17 @@ def _held_blocks_pool(cluster: SimulatedCluster, target: float, held: frozenset[
     take load is at least at what its held bundles cost it. Those whose floor is above the level the others would
     share carrying all the rest (``balanced_level``) carry only their held bundles; if the highest floor is still
     ``target`` or more above that level, no strategy behind the rails can balance, wherever the rest goes."""
-    now = _reading(cluster, names)
+    now = reading(cluster, names)
     return now is not None and _blocked(cluster, now, held, target)
 
 
-def _held_floors(cluster: SimulatedCluster, now: _Reading, held: frozenset[str]) -> dict[str, float]:
+def _held_floors(cluster: SimulatedCluster, now: Reading, held: frozenset[str]) -> dict[str, float]:
     """What its ``held`` bundles cost each broker that can take load: the least it can be brought down to now."""
     alive, _, takers, stats, _ = now
     return {n: cluster.weighted_usage(alive[n], {x: s for x, s in stats[n].items() if x in held}) for n in takers}
 
 
-def _blocked(cluster: SimulatedCluster, now: _Reading, held: frozenset[str], target: float) -> bool:
+def _blocked(cluster: SimulatedCluster, now: Reading, held: frozenset[str], target: float) -> bool:
     """``_held_blocks_pool`` of a reading."""
     _, _, takers, stats, lines = now
     kept = {name: {x: s for x, s in stats[name].items() if x in held} for name in takers}

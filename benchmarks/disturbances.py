@@ -46,6 +46,7 @@ class Disturbance:
     released: int = 0  # the first cycle the grace period's holds no longer keep balance out of reach (0: never did)
     shown: int | None = 0  # samples from ``sample`` until the readings show it (``readings_show``); None: not yet
     hits_shown: int = 0  # the hits a count of those readings needs then (``hits_to_act`` with the noise); 0: ``hits``
+    whole: int | None = None  # the fewest whole-bundle moves of a fill (``whole_fill``); None: no such figure
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ class Segment:
     held: bool = False  # the floor is the cycle the grace period's holds free (``floor_of``)
     # where judged: the floor from when the readings could show it (``shown_floor_of``); None: they never did
     shown_floor: int | None = None
+    whole: int | None = None  # the disturbance's ``whole``
 
     @property
     def ratio(self) -> float | None:
@@ -94,9 +96,10 @@ class Tracker:
         released: Callable[[], int] = lambda: 0,
         pools: Pools | None = None,
         noise: Callable[[], Mapping[str, float]] = dict,
+        whole: Callable[[], int | None] = lambda: None,
     ) -> None:
         self.needs, self.config, self.target, self.report_lag = needs, config, target, report_lag
-        self.released, self.pools, self.noise = released, pools, noise
+        self.released, self.pools, self.noise, self.whole = released, pools, noise, whole
         self.found: list[Disturbance] = []
         self.spreads: list[float] = []
         self.pending: tuple[int, int] | None = None  # an event not yet measured: (its sample, when reports show it)
@@ -136,6 +139,8 @@ class Tracker:
         moves, most = self.needs()
         hits = hits_to_act(usage, background, self.config, self.pools)
         found = Disturbance(sample, kind, moves, most, hits, lag, self.released() if moves else 0, shown=None)
+        if moves and kind != "excursion":  # a drift's needs grow while it lasts: no one figure
+            found.whole = self.whole()
         self.found.append(found)
         if spread >= self.target:
             self._shown(found, sample, usage, background)
@@ -165,7 +170,19 @@ def segments(
         held = floor > rails_floor_of(disturbance, rails)  # only the holds set a floor above the caps' and hits'
         shown = shown_floor_of(disturbance, rails) if judged else None
         out.append(
-            Segment(start, end, disturbance.kind, disturbance.moves, floor, cycles, unloads, judged, held, shown)
+            Segment(
+                start,
+                end,
+                disturbance.kind,
+                disturbance.moves,
+                floor,
+                cycles,
+                unloads,
+                judged,
+                held,
+                shown,
+                disturbance.whole,
+            )
         )
     return out
 

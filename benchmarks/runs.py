@@ -42,6 +42,7 @@ from pulsar_lb_operator.benchmarks.metrics import (
     flapping_bundles,
 )
 from pulsar_lb_operator.benchmarks.warmup import day_of_history_profile
+from pulsar_lb_operator.benchmarks.whole_fill import fewest_whole_fill
 from pulsar_lb_operator.simulator.cluster import SimError, SimulatedCluster
 from pulsar_lb_operator.simulator.scenario import Scenario
 from pulsar_lb_operator.strategies import (
@@ -181,6 +182,7 @@ def run(
         released,
         result.pools,
         lambda: _unperturbed(cluster, reading_noise),
+        lambda: _unperturbed(cluster, fewest_whole_fill, target, held(), result.pools),
     )
     event_samples: set[int] = set()  # samples taken after a scenario event: a drop there is not the strategy's
     cycle = 0

@@ -25,6 +25,7 @@ from pulsar_lb_operator.benchmarks.runs import (
     overunloaded_sources,
     run,
 )
+from pulsar_lb_operator.benchmarks.whole_fill import fewest_whole_fill
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster
 from pulsar_lb_operator.simulator.scenario import load_scenario, parse_scenario
 from pulsar_lb_operator.store.history import HistoryStore
@@ -310,6 +311,49 @@ def test_the_lower_bound_counts_one_bundle_arriving_per_move():
     assert moves_lower_bound(cluster) == 12
 
 
+def laid_out(rates):
+    """Brokers of 8 cores at 5 % background, broker k owning one bundle of one topic per rate in ``rates[k]``
+    (msg/s in and out; 400 is 10 points): each namespace is one bundle of one topic, so every bundle carries exactly
+    its topic."""
+    broker = {"cores": 8, "cost_per_msg": 0.1, "cost_per_mib": 0, "background_cpu": 0.05, "jitter": 0}
+    scenario = parse_scenario(
+        {
+            "name": "laid-out",
+            "seed": 3,
+            "duration_minutes": 10,
+            "brokers": [{"name": f"b{k}", **broker} for k in range(len(rates))],
+            "namespaces": [
+                {"name": f"t/ns-{k}-{j}", "bundles": 1, "topics": 1, "rate": rate}
+                for k, owned in enumerate(rates)
+                for j, rate in enumerate(owned)
+            ],
+            "config": {"loadBalancerSheddingEnabled": False, "loadBalancerAutoBundleSplitEnabled": False},
+        }
+    )
+    cluster = SimulatedCluster(scenario)
+    ids = {b.name: b.id for b in cluster.brokers.values()}
+    for bundle in cluster.all_bundles():
+        cluster.unload(bundle, ids["b" + bundle.split("-")[1]])  # unowned yet: its first lookup goes there
+        cluster.assign(bundle)
+    return cluster
+
+
+def test_a_fill_of_coarse_bundles_takes_more_whole_moves_than_the_bound_counts():
+    """Six brokers at 35 % (a bundle of 10 points, four of 5) and one restarted empty at 5 %: the band is the mean
+    (30.7) ± 5, each giver has 9.3 points of room. The lower bound lets each give parts of bundles up to its room: 9.3
+    of a 10-point bundle, so three moves fill the empty broker's 20.7. Moving whole bundles, a giver can give one
+    5-point bundle (two would take it under the band): five moves. With every bundle 10 points, no whole-bundle
+    fill; with a broker above the band and none below it, no fill at all."""
+    cluster = laid_out([[400, 200, 200, 200, 200]] * 6 + [[]])
+    usage = sorted(round(cluster.true_usage(b.id), 6) for b in cluster.alive_brokers())
+    assert usage == [5.0] + [35.0] * 6
+    assert moves_lower_bound(cluster) == 3
+    assert fewest_whole_fill(cluster) == 5
+    assert fewest_whole_fill(laid_out([[400] * 3] * 6 + [[]])) is None
+    assert fewest_whole_fill(SimulatedCluster(two_brokers())) == moves_lower_bound(SimulatedCluster(two_brokers())) == 2
+    assert fewest_whole_fill(laid_out([[400] * 5] + [[400] * 4] * 3)) is None  # 55 % and 45 %: band 42.5 to 52.5
+
+
 def test_ours_unloads_at_most_a_quarter_over_the_lower_bound_where_it_unloaded_most():
     for name, seed in (("over-placement-10-60-70-80-80", 1), ("broker-returns-empty", 2)):
         m = run(load_scenario(name), OURS, seed=seed).metrics
@@ -326,6 +370,8 @@ def test_a_rolling_restart_is_judged_against_the_moves_each_restart_needs():
     bounds = report.lower_bounds(results)
     at_events = [s["moves"] for s in ours.metrics["segments"] if s["kind"] == "event"]
     assert len(at_events) == 5 and min(at_events) > 0
+    # each refill is a fill, and bundles this fine let whole ones fill each restarted broker in the bound's count
+    assert [s["whole"] for s in ours.metrics["segments"] if s["kind"] == "event"] == at_events
     assert (
         bounds[("rolling-restart", 0)]
         < report.run_bound(ours, bounds)

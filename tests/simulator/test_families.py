@@ -213,6 +213,29 @@ def test_the_report_lists_each_part_later_than_floor_plus_2_with_the_floor_its_r
     ]
 
 
+def test_the_report_reads_unloads_against_the_fewest_whole_bundle_moves_of_each_fill(tmp_path):
+    """Three fills of a rolling restart (the fewest whole-bundle moves 7 each, the bound 5 or 6; 7, 9 and 8 unloads)
+    and a surge that was no fill: the section counts the fills only, per family and over all."""
+
+    def part(start: int, moves: int, unloads: int, whole: int | None) -> dict:
+        return {"start": start, "end": start + 6, "kind": "event", "moves": moves, "floor": 2, "cycles": 1,
+                "unloads": unloads, "judged": True, "held": False, "shown_floor": 2, "whole": whole}  # fmt: skip
+
+    restart = RunResult("rolling-restart#1", OURS.label, 0, 60.0, {})
+    restart.metrics = {"flapping_bundles": 0, "segments": [part(0, 5, 7, 7), part(6, 6, 9, 7), part(12, 6, 8, 7)]}
+    surge = RunResult("tenant-surge#1", OURS.label, 0, 60.0, {})
+    surge.metrics = {"flapping_bundles": 0, "segments": [part(0, 2, 9, None)]}
+    family_report.write_report([restart, surge], tmp_path, "operator benchmark", ["rolling-restart", "tenant-surge"])
+    report = (tmp_path / "report.md").read_text()
+    section = report[report.index("## Against the fewest whole-bundle moves") :]
+    rows = [line for line in section.splitlines() if line.startswith("| rolling") or line.startswith("| all")]
+    assert rows == [
+        "| rolling-restart | PredictivePairingShedder | 3 | 33 % | 67 % | 1.29× |",
+        "| all | PredictivePairingShedder | 3 | 33 % | 67 % | 1.29× |",
+    ]
+    assert "tenant-surge" not in section
+
+
 def test_the_floor_waits_for_the_grace_period_where_its_holds_keep_balance_out_of_reach():
     """A broker's restart at sample 19 needs 31 moves (floor 5: 2 hits, then four cycles of ten), but the bundles the
     brokers took at the restart before it are held by the grace period until cycle 46, and until then none of the
@@ -555,11 +578,11 @@ def test_brokers_sizes_a_familys_clusters_and_draws_the_rest_as_before(tmp_path,
         for k in range(3):
             assert families.generate(family, k) == families.generate(family, k, (low, high))
             assert 20 <= len(families.generate(family, k, (20, 24)).brokers) <= 24
-    args = ["benchmark", "--family", "noise", "--runs", "2", "--seed", "950", "--brokers", "20-24", "--no-plots"]
+    args = ["benchmark", "--family", "noise", "--runs", "1", "--seed", "950", "--brokers", "20-24", "--no-plots"]
     assert cli.main([*args, "--jobs", "1", "--strategy", "AvgShedder", "--out", str(tmp_path)]) == 0
     assert "| noise | AvgShedder |" in capsys.readouterr().out
     results = json.loads((tmp_path / "results.json").read_text())
-    assert len(results) == 4  # the baseline and AvgShedder, two runs each
+    assert len(results) == 2  # the baseline and AvgShedder
     assert all(20 <= len(r["brokers"]) <= 24 for r in results)
     assert "brokers at the start: 20 to 24." in (tmp_path / "report.md").read_text()
 
