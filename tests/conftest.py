@@ -18,6 +18,17 @@ from pulsar_lb_operator.simulator.scenario import load_scenario  # noqa: E402
 from tests.builders import cli_shedder, run_shedder  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _no_state_where_pytest_runs(request):
+    """The operator's default stateFile is state/operator-state.json under the directory it runs in: a test that runs
+    it without a directory of its own (``monkeypatch.chdir(tmp_path)`` or ``--state``) leaves it in the checkout."""
+    state = Path(request.config.invocation_params.dir) / "state"
+    there = state.exists()
+    yield
+    if not there and state.exists():
+        pytest.fail(f"the test left {state} behind: run the operator in tmp_path (monkeypatch.chdir) or pass --state")
+
+
 @pytest.fixture(params=["function", "cli"])
 def shed(request, tmp_path):
     """Run a shedding scenario directly, or through ``operator rebalance --snapshot`` with real files."""

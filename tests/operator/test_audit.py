@@ -196,7 +196,8 @@ def test_a_consumer_sees_the_audit_events_of_a_demo_run(tmp_path, broker):
     assert all(e["action"]["destination"] for e in executed), "every unload names its destination"
 
 
-def test_a_manual_rebalance_publishes_its_cycle_when_audit_is_on(live_served, tmp_path, broker):
+def test_a_manual_rebalance_publishes_its_cycle_when_audit_is_on(live_served, tmp_path, broker, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # state/operator-state.json and its lock
     argv = ["rebalance", "--admin-url", live_served.admin_url, "--dry-run", "--strategy", "UniformLoadShedder"]
     for setting in (f"auditServiceUrl={broker.url}", "auditEnabled=true", f"auditSpoolDir={tmp_path / 'spool'}"):
         argv += ["--set", setting]
