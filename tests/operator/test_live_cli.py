@@ -134,8 +134,9 @@ def test_snapshot_then_plan_offline(sim, capsys, tmp_path):
     assert code == 0 and json.loads(out)["actions"]  # offline: one document, the strategy's plan
 
 
-def test_missing_or_unreachable_cluster(capsys, monkeypatch):
+def test_missing_or_unreachable_cluster(capsys, monkeypatch, tmp_path):
     monkeypatch.delenv("PULSAR_ADMIN_URL", raising=False)
+    monkeypatch.chdir(tmp_path)  # the lock is taken before the cluster is reached
     code, _, err = run(capsys, "rebalance")
     assert code == 2 and "give --admin-url or set PULSAR_ADMIN_URL" in err and err.count("\n") == 1
     code, _, err = run(capsys, "rebalance", "--admin-url", "http://127.0.0.1:1")
