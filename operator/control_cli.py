@@ -61,18 +61,26 @@ class Target:
         """The daemon that will carry out ``request``; ControlError (one line, exit 2) when none will."""
         if self.daemon is None:
             raise ControlError(f"{self.absent}: nobody would carry out this {workflows.REQUESTS[request]}; {self.fix}")
-        why_not = workflows.refusal(self.daemon, request)
+        why_not = workflows.refusal(self.daemon, request, self.paused())
         if why_not:
             raise ControlError(why_not)
         return self.daemon
+
+    def paused(self) -> bool:
+        """Whether the daemon's kill switch is on: its environment's, or its pause file."""
+        return self.daemon is not None and (
+            self.daemon.kill_switch_env or read_pause_file(self.daemon.pause_file) is not None
+        )
 
     def pause_file(self) -> str:
         """Where the daemon reads its pause: its own word for it when one runs, else what the settings say."""
         return self.daemon.pause_file if self.daemon else os.path.abspath(self.settings.kill_switch_file())
 
 
-def find(args: argparse.Namespace) -> Target:
-    """Locate the daemon's state; ControlError when there is none at all (the wrong directory, the wrong settings)."""
+def find(args: argparse.Namespace, unreadable_ok: bool = False) -> Target:
+    """Locate the daemon's state; ControlError when there is none at all (the wrong directory, the wrong settings).
+    ``unreadable_ok``: a control file that cannot be read leaves the daemon unknown rather than failing (the emergency
+    stop and its end go in a file of their own, and must never wait on another's repair)."""
     settings = _settings(args)
     state = Path(settings.stateFile).absolute()
     control = ControlFile(state)
@@ -86,7 +94,13 @@ def find(args: argparse.Namespace) -> Target:
             )
         absent = f"no daemon runs on {state} (nothing holds its lock)"
         return Target(settings, state, control, None, absent, "start operator run with this stateFile")
-    record = control.read().daemon
+    try:
+        record = control.read().daemon
+    except files.FileError as exc:
+        if not unreadable_ok:
+            raise
+        absent = f"the daemon is unknown ({exc}; its settings' pause file is the one used)"
+        return Target(settings, state, control, None, absent, "repair or remove the control file")
     if record is None or record.pid != holder:
         absent = f"the process holding {state}.lock (pid {holder}) is not a daemon that has started cycling"
         fix = "a one-shot operator rebalance, or a daemon still starting: try again in a moment"
@@ -116,7 +130,8 @@ def proposals(args: argparse.Namespace) -> int:
         )
         for action in proposal["actions"]:
             where = f"{action['source']} → {action.get('destination') or '(split)'}"
-            print(f"    {action['type']:6s} {action['bundle']}  {where}")
+            held = f"  (held back when proposed: {action['deferred']})" if action.get("deferred") else ""
+            print(f"    {action['type']:6s} {action['bundle']}  {where}{held}")
     return 0
 
 
@@ -152,8 +167,8 @@ def drain(args: argparse.Namespace) -> int:
             raise files.FileError(f"{args.broker} is not an active broker (active: {', '.join(sorted(active))})")
     entry = {"since": _now_ms(), "by": _who()}
     target.control.update(lambda d: d.drains.setdefault(args.broker, entry))
-    paused = daemon.kill_switch_env or read_pause_file(daemon.pause_file) is not None
-    print(workflows.drain_outcome(args.broker, daemon, paused))
+    unchecked = "" if settings.adminUrl else " (not checked against the active brokers: no admin URL given)"
+    print(workflows.drain_outcome(args.broker, daemon, target.paused()) + unchecked)
     if args.wait:
         return _wait_drained(settings, args.broker, args.timeout)
     return 0
@@ -167,8 +182,9 @@ def undrain(args: argparse.Namespace) -> int:
 
 
 def pause(args: argparse.Namespace) -> int:
-    """The emergency stop: written even where no daemon runs now (a daemon started later starts paused)."""
-    target = find(args)
+    """The emergency stop: written even where no daemon runs now (a daemon started later starts paused), and where
+    the control file cannot be read."""
+    target = find(args, unreadable_ok=True)
     path = target.pause_file()
     control_store.write_pause(path, _who(), args.reason or "", _now_ms())
     daemon = target.daemon
@@ -186,7 +202,7 @@ def pause(args: argparse.Namespace) -> int:
 
 
 def resume(args: argparse.Namespace) -> int:
-    target = find(args)
+    target = find(args, unreadable_ok=True)
     path = target.pause_file()
     removed = control_store.remove_pause(path)
     env_on = target.daemon.kill_switch_env if target.daemon else switch_on(os.environ.get(KILL_SWITCH_ENV))
@@ -213,6 +229,9 @@ def _wait_drained(settings: OperatorSettings, broker: str, timeout_s: float) -> 
     client, cluster = live.connect(settings)
     deadline = time.monotonic() + timeout_s
     try:
+        # the brokers as the cluster lists them: the one asked answers for itself, or redirects to where it does
+        # (the client follows a redirect only to a broker it was told of)
+        client.active_brokers(cluster)
         while True:
             left = workflows.count_owned(client.owned_bundles(cluster, broker))
             print(f"{broker}: {left} bundle(s) left", file=sys.stderr, flush=True)

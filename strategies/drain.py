@@ -33,29 +33,37 @@ def plan_drain(
     draining: Collection[str],
     per_broker: int,
     placement: str | None = None,
-    skip: Collection[str] = (),
+    skip: Mapping[str, str] | None = None,
 ) -> tuple[tuple[Unload, ...], tuple[str, ...]]:
-    """(unloads, notes) that move bundles off the ``draining`` brokers onto the others."""
+    """(unloads, notes) that move bundles off the ``draining`` brokers onto the others. ``skip``: bundles the rails
+    hold back now (bundle: why), left for a later cycle; picked, they would take the drain's share of the caps
+    every cycle and nothing would leave."""
+    skip = skip or {}
+    unseen = tuple(
+        f"drain {b}: not an active broker, nothing to move" for b in sorted(draining) if b not in snapshot.brokers
+    )
     draining = sorted(b for b in draining if b in snapshot.brokers)
     if not draining:
-        return (), ()
+        return (), unseen
     others = snapshot.without_brokers(draining)
     if not others.brokers:
-        return (), (f"drain of {', '.join(draining)}: no other broker to move bundles to",)
+        return (), (*unseen, f"drain of {', '.join(draining)}: no other broker to move bundles to")
     shedding_name = registry.shedding_name(config.loadBalancerLoadSheddingStrategy)
     placement_name = registry.placement_name(placement or registry.default_placement(shedding_name))
     load, _, _ = build_load_data(others, state.bundle_data, state.recently_unloaded, config.grace_period_ms)
     ctx = PlacementContext(load, config, rng)
     placer = registry.PLACEMENT[placement_name]
     unloads: list[Unload] = []
-    notes: list[str] = []
+    notes: list[str] = list(unseen)
     for broker in draining:
         report = snapshot.brokers[broker]
-        movable = [
+        owned = [
             b
             for b in sorted(report.owned_bundles())
-            if not bundle_names.is_system_namespace(bundle_names.namespace_of(b)) and b not in skip
+            if not bundle_names.is_system_namespace(bundle_names.namespace_of(b))
         ]
+        movable = [b for b in owned if b not in skip]
+        waiting = [skip[b] for b in owned if b in skip]
         stats = report.lastStats
 
         def heat(bundle: str, stats: Mapping[str, BundleStats] = stats) -> tuple[float, str]:
@@ -68,7 +76,10 @@ def plan_drain(
             if destination is None:
                 notes.append(f"drain {broker}: no destination for {bundle}")
                 continue
-            reason = f"drain {broker}: {len(movable)} bundle(s) left; destination by {placement_name}"
+            reason = f"drain {broker}: {len(owned)} bundle(s) left; destination by {placement_name}"
             unloads.append(Unload(bundle, broker, destination, reason))
-        notes.append(f"drain {broker}: {len(movable)} bundle(s) left, {min(len(movable), per_broker)} this cycle")
+        note = f"drain {broker}: {len(owned)} bundle(s) left, {min(len(movable), per_broker)} this cycle"
+        if waiting:
+            note += f"; {len(waiting)} held back by the rails (e.g. {waiting[0]})"
+        notes.append(note)
     return tuple(unloads), tuple(notes)

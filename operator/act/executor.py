@@ -9,7 +9,8 @@ invariants (docs/safety.md):
   cooldown and a pending verification, and no other action touches it until its owner was checked.
   Only an explicit refusal (400, 401/403, 404, 412) counts as "nothing happened".
 - The kill switch, SIGTERM and leadership are checked immediately before each mutating call, after
-  the (interruptible) pause between actions.
+  the (interruptible) pause between actions; the kill switch and leadership once more after the
+  first call's read of Pulsar's balancer and each write-ahead, the last steps before sending.
 - Write-ahead: the attempt (cooldown and pending verification) is handed to ``persist`` — on disk —
   before the call is sent; if it cannot be persisted, nothing more is sent this cycle.
 - One function, ``_rail``, decides for the preview and the execution alike: ``preview`` is what this cycle's
@@ -21,8 +22,9 @@ invariants (docs/safety.md):
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -74,6 +76,9 @@ class _Reads:
     def isolation(self) -> Any:
         return self._read("isolation", lambda: read_isolation_policies(self.client, self.cluster))
 
+    def owned(self, broker: str) -> set[str]:
+        return self._read(f"owned {broker}", lambda: set(self.client.owned_bundles(self.cluster, broker)))
+
 
 @dataclass
 class Executor:
@@ -124,9 +129,12 @@ class Executor:
         state: ExecutorState,
         on_record: Callable[[Record], None] = lambda _r: None,
         persist: Callable[[ExecutorState], None] = lambda _s: None,
+        planned_earlier: bool = False,
     ) -> tuple[list[Record], ExecutorState]:
         """Carry out the plan; ``on_record`` hears of each outcome as it happens (the audit trail) and
-        ``persist`` receives the state with each attempt before it is sent, and after its answer."""
+        ``persist`` receives the state with each attempt before it is sent, and after its answer.
+        ``planned_earlier``: the plan was made a while ago (an approved proposal), so each action's source must
+        still own its bundle, read right before it is sent: moved since, the action would be another's."""
         records: list[Record] = []
 
         def done(record: Record) -> Record:
@@ -152,6 +160,8 @@ class Executor:
                 skip_rest(index, "shutting down")
                 break
             why_not = self._rail(action, ledger, reads) or (held if engaged else None)
+            if not why_not and planned_earlier:
+                why_not = self._still_owned(action, reads)
             if why_not:
                 done(self._record(action, Outcome.SKIPPED, why_not))
                 continue
@@ -179,6 +189,15 @@ class Executor:
                 ledger.undo(action, entry, previous)
                 skip_rest(index, f"state could not be written, nothing more is sent: {exc}")
                 break
+            # The moment of sending: a pause or a lost lease that came while Pulsar's balancer was read or the state
+            # written (each a call or a disk write away from the check above) stops this action too.
+            last_word = self.safety.killed() or self.fence()
+            if last_word:
+                ledger.undo(action, entry, previous)
+                with contextlib.suppress(OSError):  # left counted on disk, it is only verified as not moved
+                    persist(ledger.state())
+                skip_rest(index, last_word)
+                break
             record = done(self._execute(action))
             if record.outcome in (Outcome.FAILED, Outcome.SKIPPED):  # refused: nothing happened
                 ledger.undo(action, entry, previous)
@@ -194,20 +213,11 @@ class Executor:
         killed = self.safety.killed()
         if killed:
             return killed
-        namespace = bundle_names.namespace_of(action.bundle)
-        if bundle_names.is_system_namespace(namespace):
-            return f"system namespace {namespace} is never touched"
-        if self.safety.excludes_namespace(namespace):
-            return f"namespace {namespace} is excluded"
         if action.source in self.safety.excluded_brokers:
             return f"broker {action.source} is excluded"
-        if any(p.bundle == action.bundle for p in ledger.pending):
-            return "an earlier action on this bundle awaits verification of where it went"
-        moved_at = ledger.last_moved.get(action.bundle)
-        cooldown_ms = self.safety.cooldown_minutes * 60_000
-        if moved_at is not None and self.now_ms() - moved_at < cooldown_ms:
-            minutes = (self.now_ms() - moved_at) / 60000
-            return f"bundle moved {minutes:.1f} min ago (cooldown {self.safety.cooldown_minutes:g} min)"
+        held = self.held_back(action.bundle, ledger.pending, ledger.last_moved)
+        if held:
+            return held
         if ledger.sent >= self.safety.max_unloads_per_cycle:
             return f"max unloads per cycle ({self.safety.max_unloads_per_cycle}) reached"
         if ledger.per_broker.get(action.source, 0) >= self.safety.max_unloads_per_broker:
@@ -235,6 +245,34 @@ class Executor:
             if action.destination not in active:
                 return f"destination {action.destination} is not an active broker"
             return self._isolation_rail(action, active, reads)
+        return None
+
+    def _still_owned(self, action: Action, reads: _Reads) -> str | None:
+        """Why an action planned earlier is no longer the plan's (None: its source still owns the bundle)."""
+        try:
+            owned = reads.owned(action.source)
+        except AdminError as exc:
+            return f"cannot confirm {action.source} still owns the bundle: {exc.reason}"
+        if action.bundle not in owned:
+            return f"stale: {action.source} no longer owns the bundle (it moved since the plan was made)"
+        return None
+
+    def held_back(self, bundle: str, pending: Iterable[Pending], last_moved: Mapping[str, int]) -> str | None:
+        """Why no action on ``bundle`` is sent now, whoever plans it (None: the bundle itself may move): its
+        namespace is the system's or excluded, an earlier action on it is unverified, or it is in cooldown. A drain
+        plans around these (``strategies.drain``): picked, they would fill its share of the caps every cycle."""
+        namespace = bundle_names.namespace_of(bundle)
+        if bundle_names.is_system_namespace(namespace):
+            return f"system namespace {namespace} is never touched"
+        if self.safety.excludes_namespace(namespace):
+            return f"namespace {namespace} is excluded"
+        if any(p.bundle == bundle for p in pending):
+            return "an earlier action on this bundle awaits verification of where it went"
+        moved_at = last_moved.get(bundle)
+        cooldown_ms = self.safety.cooldown_minutes * 60_000
+        if moved_at is not None and self.now_ms() - moved_at < cooldown_ms:
+            minutes = (self.now_ms() - moved_at) / 60000
+            return f"bundle moved {minutes:.1f} min ago (cooldown {self.safety.cooldown_minutes:g} min)"
         return None
 
     def _isolation_rail(self, action: Unload, active: set[str], reads: _Reads) -> str | None:

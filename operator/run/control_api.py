@@ -114,7 +114,7 @@ def _carry_out(daemon: DaemonView, action: str, target: str, form: Mapping[str, 
     leading = daemon.elector is None or daemon.elector.is_leader()
     record = workflows.daemon_record(daemon, leading)
     if action in ("drain", "approve", "reject"):
-        why_not = workflows.refusal(record, action)
+        why_not = workflows.refusal(record, action, safety.kill_switch() is not None)
         if why_not:
             raise Refused(409, why_not)
     try:

@@ -146,7 +146,8 @@ def run_cycle(
         _, executor_state = executor.verify(state.executor, on_verified)
         collection = _collect(context, detected, now_ms)
         snapshot = collection.snapshot
-        plan, strategy_state = _plan(context, detected, snapshot, state, rng, profile, draining)
+        verified = OperatorState(state.strategy, executor_state)
+        plan, strategy_state = _plan(context, detected, snapshot, verified, rng, profile, draining)
         # What this cycle's execution will send, and the rail that defers each of the others; the estimate is of
         # the actions sent (a proposal is executed behind the same rails).
         deferred = executor.preview(plan, executor_state)
@@ -280,10 +281,26 @@ def _drain(
 ) -> Plan:
     """The drained brokers' bundles move first, placed among the others; the strategy's actions on the same
     bundles give way."""
-    max_per_broker = context.executor.safety.max_unloads_per_broker
-    moves, notes = plan_drain(
-        snapshot, context.config, state.strategy, rng, draining, max_per_broker, detected.placement
+    executor = context.executor
+    on_drained = (
+        b for broker in draining if broker in snapshot.brokers for b in snapshot.brokers[broker].owned_bundles()
     )
+    held = {
+        b: why for b in on_drained if (why := executor.held_back(b, state.executor.pending, state.executor.last_moved))
+    }
+    moves, notes = plan_drain(
+        snapshot,
+        context.config,
+        state.strategy,
+        rng,
+        draining,
+        executor.safety.max_unloads_per_broker,
+        detected.placement,
+        skip=held,
+    )
+    say = log.info if moves else log.warning  # a drain is a person's request: why it stalls, where they look
+    for note in notes:
+        say("drain", note=note)
     moved = {m.bundle for m in moves}
     rest = tuple(a for a in plan.actions if a.bundle not in moved)
     return dataclasses.replace(plan, actions=moves + rest, notes=plan.notes + notes)

@@ -242,8 +242,7 @@ class Daemon:
         started = time.monotonic()
         try:
             now_ms = self.clock_ms() if callable(self.clock_ms) else None
-            self._execute_approved()
-            self.draining = frozenset(self.control.read().drains)
+            self._execute_approved()  # reads the drains too
             manual = self.settings.approval == "manual"
             profile = read_profile(self.settings.profileUri) if self.settings.profileUri else None
             result = run_cycle(
@@ -300,18 +299,33 @@ class Daemon:
             self._lock.release()
 
     def _execute_approved(self) -> None:
-        """Approved, unexpired proposals, each behind the same rails as a cycle (called under the cycle lock)."""
+        """Approved, unexpired proposals, each behind the same rails as a cycle (called under the cycle lock), with
+        the drains as they are now (one asked for since the proposal is never a destination) and each source read
+        again (``planned_earlier``). While the kill switch is on they wait, approved, until resume or their expiry:
+        taken now, every action would be skipped and the proposal used up. Each execution is on the status page, in
+        the metrics and in the audit trail as a cycle's actions are, under the proposal's id."""
+        self.draining = frozenset(self.control.read().drains)
+        if self.executor.safety.killed():
+            return
         for proposal in workflows.take_approved(self.control, self.executor.now_ms()):
             plan = workflows.plan_of(proposal)
             log.warning("executing approved proposal", proposal=proposal["id"], actions=len(plan.actions))
             records, executor_state = self.executor.apply(
                 plan,
                 self.state.executor,
+                on_record=workflows.audit_of(proposal["id"], self.cluster, self.executor.safety, self._publish_audit),
                 persist=lambda attempted: self._save(OperatorState(self.state.strategy, attempted)),
+                planned_earlier=True,
             )
             self.state = OperatorState(self.state.strategy, executor_state)
             self._save(self.state)
             workflows.record_outcomes(self.control, proposal["id"], records)
+            last = self.recent[-1] if self.recent else None
+            result = CycleResult(
+                proposal["id"], plan, tuple(records), (), {}, self.state, last.snapshot if last else None
+            )
+            self.recent.append(result)
+            self.metrics.observe_outcomes(result)
 
     def aggregate(self) -> None:
         """Update the load profile with the Spark job in-process (incremental: the samples since the last run and

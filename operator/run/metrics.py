@@ -7,11 +7,13 @@ chart's dashboard and alerts read exactly these (``tests/deploy/test_monitoring.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from pulsar_lb_operator.records import Record
 from pulsar_lb_operator.run.cycle import CycleResult
-from pulsar_lb_operator.strategies import Split
+from pulsar_lb_operator.strategies import Plan, Split
 
 
 class _PerCluster:
@@ -121,9 +123,7 @@ class Metrics:
         self.brokers_seen.set(len(plan.brokers))
         for action in plan.actions:
             self.planned.labels("split" if isinstance(action, Split) else "unload", plan.shedding).inc()
-        for record in (*result.records, *result.verifications):
-            kind = "split" if isinstance(record.action, Split) else "unload"
-            self.outcomes.labels(kind, plan.shedding, record.outcome.value).inc()
+        self._count_outcomes(plan, (*result.records, *result.verifications))
         self.score.clear()
         for broker in plan.brokers:
             self.score.labels(broker.broker).set(broker.usage_before)
@@ -132,6 +132,16 @@ class Metrics:
         if result.load_manager is not None:  # operator/collect/elm.py detects it every cycle
             self.load_manager.clear()
             self.load_manager.labels(result.load_manager.kind, result.load_manager.version or "").set(1)
+
+    def observe_outcomes(self, result: CycleResult) -> None:
+        """An approved proposal's execution: its outcomes, under the strategy that planned it (not a cycle)."""
+        if result.plan is not None:
+            self._count_outcomes(result.plan, result.records)
+
+    def _count_outcomes(self, plan: Plan, records: Iterable[Record]) -> None:
+        for record in records:
+            kind = "split" if isinstance(record.action, Split) else "unload"
+            self.outcomes.labels(kind, plan.shedding, record.outcome.value).inc()
 
     def standby(self) -> None:
         """A standby reports no brokers and no usage: the leader's are the cluster's (dashboards take the max)."""

@@ -14,12 +14,13 @@ and the status page ask the same question and give the same answer.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import structlog
 
-from pulsar_lb_operator.act.safety import switch_on
+from pulsar_lb_operator.act.safety import Safety, switch_on
+from pulsar_lb_operator.record import audit as audit_events
 from pulsar_lb_operator.records import Record
 from pulsar_lb_operator.run.cycle import CycleResult
 from pulsar_lb_operator.run.daemon_view import DaemonView
@@ -48,7 +49,8 @@ def propose(control: ControlFile, result: CycleResult, now_ms: int, lifetime_ms:
         "shedding": plan.shedding,
         "placement": plan.placement,
         "takenAt": plan.taken_at,
-        "actions": [a.to_json() for a in plan.actions],
+        # each action with the rail that would hold it back were it executed now (None: it would be sent)
+        "actions": [{**a.to_json(), "deferred": why} for a, why in zip(plan.actions, _padded(result.deferred, plan))],
         "spreadBefore": spread(b.usage_before for b in plan.brokers),
         "spreadAfter": spread(b.usage_after for b in plan.brokers),
         "brokers": {b.broker: [round(b.usage_before, 1), round(b.usage_after, 1)] for b in plan.brokers},
@@ -63,6 +65,10 @@ def propose(control: ControlFile, result: CycleResult, now_ms: int, lifetime_ms:
     return proposal
 
 
+def _padded(deferred: tuple[str | None, ...], plan: Plan) -> tuple[str | None, ...]:
+    return (*deferred, *(None,) * (len(plan.actions) - len(deferred)))
+
+
 def take_approved(control: ControlFile, now_ms: int) -> list[dict[str, Any]]:
     """Expire what is too old, and hand out the approved proposals (marked executing, so never twice)."""
 
@@ -74,6 +80,14 @@ def take_approved(control: ControlFile, now_ms: int) -> list[dict[str, Any]]:
         return [dict(p) for p in ready]
 
     return control.update(take)
+
+
+def audit_of(
+    proposal_id: str, cluster: str, safety: Safety, publish: Callable[[list[dict[str, Any]]], None]
+) -> Callable[[Record], None]:
+    """An approved proposal's outcomes as audit events, under its id (the cycle that proposed it)."""
+    context = audit_events.CycleContext(proposal_id, cluster, "approved proposal", safety.dry_run)
+    return lambda record: publish([audit_events.record_event(context, record)])
 
 
 def plan_of(proposal: Mapping[str, Any]) -> Plan:
@@ -139,8 +153,9 @@ def announce(daemon: DaemonView, leading: bool) -> None:
 REQUESTS = {"drain": "drain", "approve": "approval", "reject": "rejection"}  # what a person asks, as a noun
 
 
-def refusal(daemon: DaemonRecord, request: str) -> str | None:
-    """Why ``request`` (drain, approve, reject) would not be carried out by this daemon; None when it will."""
+def refusal(daemon: DaemonRecord, request: str, paused: bool = False) -> str | None:
+    """Why ``request`` (drain, approve, reject) would not be carried out by this daemon; None when it will.
+    ``paused``: the kill switch is on, and an approval now would be carried out with nothing sent."""
     if not daemon.leading:
         leader = f"{daemon.leader} leads" if daemon.leader else "another instance leads"
         return f"this operator is a standby ({leader}): it carries out no {REQUESTS[request]}; ask the leader (its pod)"
@@ -149,6 +164,8 @@ def refusal(daemon: DaemonRecord, request: str) -> str | None:
             "approval is auto: the daemon executes each plan itself and keeps no proposals "
             "(approval: manual makes it wait for a person)"
         )
+    if request == "approve" and paused:
+        return "the kill switch is on: nothing would be sent; operator resume first, then approve (it stays pending)"
     return None
 
 
@@ -158,4 +175,6 @@ def drain_outcome(broker: str, daemon: DaemonRecord, paused: bool) -> str:
         return f"draining {broker}: requested, but the kill switch is on: nothing moves until operator resume"
     if daemon.dry_run:
         return f"draining {broker}: in dry run the daemon only logs the moves (dryRun: false to act)"
+    if daemon.approval == "manual":
+        return f"draining {broker}: each cycle's moves off it are proposed; nothing moves until they are approved"
     return f"draining {broker}: the daemon moves its bundles within the rails, from its next cycle"
