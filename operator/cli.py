@@ -442,11 +442,13 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
         print(f"[{time.monotonic() - started:6.1f}s] {step}", file=sys.stderr, flush=True)
 
     progress(f"starting Spark ({args.master})")
-    spark = build_session(args.master, short_lived=not args.full)  # a full recompute runs for minutes
-    try:
-        summary = build_profile(spark, args.history, args.out, ProfileOptions(), progress, full=args.full)
-    finally:
-        spark.stop()
+    # a signal ends it as Ctrl-C does: Spark is stopped and its scratch space removed (its JVM would outlive us)
+    with lifecycle.exit_on_signals(), lifecycle.temp_files_inside("aggregate"):
+        spark = build_session(args.master, short_lived=not args.full)  # a full recompute runs for minutes
+        try:
+            summary = build_profile(spark, args.history, args.out, ProfileOptions(), progress, full=args.full)
+        finally:
+            spark.stop()
     print(json.dumps(summary))
     return 0
 

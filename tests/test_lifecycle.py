@@ -57,7 +57,7 @@ def test_operator_demo_leaves_nothing_behind(signum):
     assert_nothing_left(left_behind(args, signum, cycles, 130))  # interrupted, as Ctrl-C has always said
 
 
-@pytest.mark.parametrize("signum", SIGNALS)
+@pytest.mark.parametrize("signum", [*SIGNALS, pytest.param(signal.SIGHUP, id="SIGHUP")])
 def test_operator_run_leaves_no_spark_jvm_during_an_aggregation(live_served, tmp_path, signum):
     """The daemon's in-process aggregation starts Spark's JVM (pyspark launches it); a signal while the job
     runs ends it too, and Spark's scratch directories with it."""
@@ -73,6 +73,14 @@ def test_operator_run_leaves_no_spark_jvm_during_an_aggregation(live_served, tmp
     args = ["run", "--dry-run", *(part for key, value in settings.items() for part in ("--set", f"{key}={value}"))]
     jvm = up_for(2.0, lambda _output, others: "java" in others)  # the job is under way
     assert_nothing_left(left_behind(args, signum, jvm, 0, env={"PULSAR_ADMIN_URL": live_served.admin_url}))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_operator_aggregate_leaves_no_spark_jvm(tmp_path, signum):
+    """The one-shot aggregation ends as Ctrl-C ends it (130): Spark stopped, its JVM and scratch space gone."""
+    args = ["aggregate", "--history", str(tmp_path / "history"), "--out", str(tmp_path / "profile")]
+    jvm = up_for(0.5, lambda _output, others: "java" in others)  # Spark is starting
+    assert_nothing_left(left_behind(args, signum, jvm, 130))
 
 
 def test_a_child_dies_with_its_parent_even_when_the_parent_is_killed():

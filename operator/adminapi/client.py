@@ -198,7 +198,8 @@ class AdminClient:
 
     def __repr__(self) -> str:  # never show the token
         secret = "***" if self.credentials.plugin in ("token", "oauth2") else None
-        return f"AdminClient({self.admin_url!r}, auth={self.credentials.plugin}, token={secret})"
+        url = origins.without_userinfo(self.admin_url)
+        return f"AdminClient({url!r}, auth={self.credentials.plugin}, token={secret})"
 
     def close(self) -> None:
         self.session.close()
@@ -693,5 +694,5 @@ def _list_of_str(value: Any, what: str) -> list[str]:
 def service_url_of(admin_url: str) -> str:
     """The binary-protocol URL of the broker (or proxy) behind an admin URL, on Pulsar's default ports."""
     scheme, _, rest = admin_url.partition("://")
-    host = rest.split("/", 1)[0].rsplit(":", 1)[0]
+    host = rest.split("/", 1)[0].rpartition("@")[2].rsplit(":", 1)[0]  # a basic-auth login is the web API's only
     return f"pulsar+ssl://{host}:6651" if scheme == "https" else f"pulsar://{host}:6650"

@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 import requests
 import urllib3.exceptions
 
+from pulsar_lb_operator.adminapi.origins import without_userinfo
 from pulsar_lb_operator.strategies import ClusterError
 
 # What Pulsar answers when an unload or split meets a bundle whose ownership is already changing:
@@ -64,6 +65,7 @@ class AdminError(ClusterError):
     in_transition: bool = False
 
     def __init__(self, url: str, message: str, status: int | None = None) -> None:
+        url, message = without_userinfo(url), without_userinfo(message)  # a configured login is a credential
         super().__init__(f"{message} ({url})")
         self.url = url
         self.reason = message
@@ -139,7 +141,7 @@ def transport_error(
     admin URL's (the fix is in --admin-url), not an address a broker published (brokerWebServiceUrlTemplate).
     """
     parts = urlsplit(url)
-    where = parts.netloc or url
+    where = parts.netloc.rpartition("@")[2] if parts.netloc else without_userinfo(url)  # never a login
     address = "--admin-url (adminUrl)" if admin_url else "brokerWebServiceUrlTemplate (or brokerWebServiceUrls)"
     causes = list(_causes(exc))
     ssl_error = next((c for c in causes if isinstance(c, ssl.SSLError)), None)

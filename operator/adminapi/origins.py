@@ -68,6 +68,15 @@ class UnusableUrl(UserError, ValueError):
     """A URL no request is sent to: not http(s), no host, a bad port, or read differently by two parsers."""
 
 
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^\s/@]+@")
+
+
+def without_userinfo(text: str) -> str:
+    """``text`` with the user name and password of every URL in it masked (``http://***@host``): a configured
+    basic-auth login is a credential, and an error line, a log line or an audit record may quote its URL."""
+    return _USERINFO.sub(r"\1***@", text)
+
+
 def normal_host(host: str) -> str:
     """Lower case, no brackets or trailing dot; an IP literal in its canonical spelling; "" for what is neither
     an IP literal nor a DNS name (ASCII letters, digits, ``-``, ``_``, dots between labels)."""

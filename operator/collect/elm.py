@@ -351,6 +351,8 @@ class Session:
         if service_url.startswith("pulsar+ssl://"):
             options["tls_trust_certs_file_path"] = verify if isinstance(verify, str) else None
             options["tls_allow_insecure_connection"] = verify is False
+            # pulsar-client trusts any name the CA signed unless told: the credentials go to the broker named only
+            options["tls_validate_hostname"] = verify is not False
         timeout = min(CONNECT_TIMEOUT_S, self.read_timeout_s) if self.read_timeout_s else CONNECT_TIMEOUT_S
         self.reader = SystemTopicReader(service_url, options, timeout).start()
         return self.reader

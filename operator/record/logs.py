@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 import structlog
+
+from pulsar_lb_operator.adminapi import origins
 
 OURS = "pulsar_lb_operator"  # structlog.get_logger(__name__): every module's logger is under it
 HANDLER_NAME = "pulsar-lb-operator"
@@ -37,6 +40,12 @@ class _Stderr(logging.Handler):
             sys.stderr.flush()
         except Exception:
             self.handleError(record)
+
+
+def _no_logins(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> Mapping[str, Any]:
+    """Every line's strings with the user name and password of any URL in them masked: a basic-auth login in
+    adminUrl is a credential, and a line may quote a URL built from it (the audit's service URL, a library's)."""
+    return {k: origins.without_userinfo(v) if isinstance(v, str) else v for k, v in event.items()}
 
 
 def configure(level: str = "info", json: bool = False) -> None:
@@ -65,7 +74,7 @@ def configure(level: str = "info", json: bool = False) -> None:
                 structlog.stdlib.ExtraAdder(allow=["exception"]),  # a JVM record's stack trace (spark_jobs/jvm.py)
                 *tracebacks,
             ],
-            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, _no_logins, renderer],
         )
     )
     root = logging.getLogger()

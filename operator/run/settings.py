@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 from pulsar_lb_operator import hints
 from pulsar_lb_operator.act.guard import BuiltinGuard
 from pulsar_lb_operator.act.safety import KILL_SWITCH_ENV, Safety
-from pulsar_lb_operator.adminapi import AdminClient, auth
+from pulsar_lb_operator.adminapi import AdminClient, auth, origins
 from pulsar_lb_operator.adminapi.auth import AuthSettings
 from pulsar_lb_operator.adminapi.client import TEMPLATE_FIELDS, render_template, service_url_of, template_fields
 from pulsar_lb_operator.collect.elm import ElmSettings
@@ -122,6 +122,15 @@ class OperatorSettings:
     logLevel: str = "info"
     logJson: bool = False
     seed: int = 0
+
+    def __repr__(self) -> str:  # a basic-auth login in a URL is a credential (the token is only a file's path)
+        fields = ", ".join(
+            f"{f.name}={origins.without_userinfo(v)!r}"
+            if isinstance(v := getattr(self, f.name), str)
+            else f"{f.name}={v!r}"
+            for f in dataclasses.fields(self)
+        )
+        return f"OperatorSettings({fields})"
 
     def __post_init__(self) -> None:
         for key in ("maxUnloadsPerCycle", "maxUnloadsPerBroker"):

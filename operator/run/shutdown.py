@@ -1,4 +1,4 @@
-"""How the daemon stops: SIGTERM/SIGINT set the stop event, and a hung call never holds the exit.
+"""How the daemon stops: SIGTERM, SIGINT and SIGHUP set the stop event, and a hung call never holds the exit.
 
 The cycle checks the stop event before every mutating call (the executor's ``stop_requested``), so a
 signal means "send nothing more". On the way out the daemon waits for the cycle in flight at most until
@@ -21,10 +21,12 @@ EXIT_MARGIN_S = 2.0  # left of shutdownTimeoutSeconds for closing the probes and
 
 @contextlib.contextmanager
 def on_signals(stop: threading.Event) -> Iterator[None]:
-    """Meanwhile SIGTERM and SIGINT set ``stop`` (only the main thread may install handlers; elsewhere: nothing),
-    from a thread of its own (lifecycle.relayed): whichever thread the signal reaches, and whatever the main
-    thread is waiting on."""
-    signals = (signal.SIGTERM, signal.SIGINT)
+    """Meanwhile SIGTERM, SIGINT and SIGHUP set ``stop`` (only the main thread may install handlers; elsewhere:
+    nothing), from a thread of its own (lifecycle.relayed): whichever thread the signal reaches, and whatever the
+    main thread is waiting on. Every signal that ends the command ends the daemon's work first: one that ended the
+    process without setting ``stop`` would leave the cycle in flight sending and the aggregation running. A SIGHUP
+    the process was started ignoring (``nohup``) stays ignored."""
+    signals = tuple(s for s in lifecycle.SIGNALS if s != signal.SIGHUP or signal.getsignal(s) != signal.SIG_IGN)
     with lifecycle.relayed(stop.set, signals) as relay, lifecycle.handlers(dict.fromkeys(signals, relay)):
         yield
 

@@ -848,6 +848,7 @@ def test_elms_readers_authenticate_as_the_admin_client_does_at_the_clusters_own_
     assert made_client.args == ("pulsar+ssl://pulsar-broker.pulsar.svc:6651",)
     assert made_client.kwargs["tls_trust_certs_file_path"] == str(tmp_path / "ca.pem")
     assert made_client.kwargs["tls_allow_insecure_connection"] is False
+    assert made_client.kwargs["tls_validate_hostname"] is True
     assert {topic for topic, _, _ in made_client.readers} == set(elm.TOPICS)
     assert all(start == pulsar.MessageId.latest for _, start, _ in made_client.readers)  # non-persistent: from now
     expected = {"token": "AuthenticationToken", "tls": "AuthenticationTLS", "oauth2": "AuthenticationOauth2"}[plugin]

@@ -406,6 +406,21 @@ def test_the_audit_publisher_authenticates_as_the_admin_client_does(plugin, tmp_
         }
 
 
+def test_a_password_in_the_admin_url_is_never_shown(capsys, monkeypatch):
+    """A basic-auth login in adminUrl is a credential: no error line, record, log line or repr quotes it."""
+    monkeypatch.setenv("PULSAR_LB_LOG_LEVEL", "debug")
+    password = "Sup3r" + "SecretPw"
+    code, _, err = rebalance(capsys, "--admin-url", f"http://admin:{password}@127.0.0.1:1")
+    assert code == 1 and "cannot reach 127.0.0.1:1" in err and password not in err
+    with served(faults=["*:PUT:/unload:reset"]) as sim:
+        url = sim.admin_url.replace("http://", f"http://admin:{password}@")
+        code, doc, err = rebalance(capsys, "--admin-url", url, "--no-dry-run", *ACT_NOW)
+        assert doc["outcomes"] and {o["outcome"] for o in doc["outcomes"]} <= {"unknown", "skipped"}
+        assert password not in json.dumps(doc) + err
+    settings = OperatorSettings(adminUrl=f"https://admin:{password}@pulsar:8443", auditEnabled=True)
+    assert password not in repr(settings) + settings.audit().service_url + repr(AdminClient(settings.adminUrl))
+
+
 def test_secrets_are_never_logged(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("PULSAR_LB_LOG_LEVEL", "debug")
     (tmp_path / "token").write_text(SECRET)

@@ -145,6 +145,9 @@ class AuditPublisher:
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout_s)
+        if self._thread.is_alive():  # still in a call of the native client: closing it under that call crashes
+            log.warning("audit publisher still waiting on the broker; its connection ends with the process")
+            return delivered
         self._disconnect()
         log.info("audit publisher stopped", backlog=self.spool.backlog())
         return delivered
@@ -216,6 +219,7 @@ class AuditPublisher:
             connection_timeout_ms=int(self._timeout_s * 1000),
             tls_trust_certs_file_path=self._ca_file,
             tls_allow_insecure_connection=not self._tls_verify,
+            tls_validate_hostname=self._tls_verify,  # pulsar-client trusts any name the CA signed unless told
             logger=_client_log,
         )
         self._producer = self._client.create_producer(
