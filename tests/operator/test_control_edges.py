@@ -159,11 +159,21 @@ def test_drain_wait_follows_the_redirect_to_the_broker_being_drained(sim, tmp_pa
     assert user_bundles(sim, other) == []
 
 
-def test_sighup_stops_the_daemons_work_as_sigterm_does():
-    stop = threading.Event()
-    with shutdown.on_signals(stop):
-        os.kill(os.getpid(), signal.SIGHUP)
-        assert stop.wait(5)
+def test_sighup_stops_the_daemons_work_as_sigterm_does_unless_the_process_was_started_ignoring_it():
+    before = signal.getsignal(signal.SIGHUP)
+    try:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)  # started from a terminal
+        stop = threading.Event()
+        with shutdown.on_signals(stop):
+            os.kill(os.getpid(), signal.SIGHUP)
+            assert stop.wait(5)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # started under nohup: it stays ignored
+        stop = threading.Event()
+        with shutdown.on_signals(stop):
+            os.kill(os.getpid(), signal.SIGHUP)
+            assert not stop.wait(1)
+    finally:
+        signal.signal(signal.SIGHUP, before)
 
 
 def test_a_drain_nobody_can_check_says_so_and_the_daemon_names_it(sim, tmp_path, capsys):
