@@ -155,6 +155,7 @@ def drain(args: argparse.Namespace) -> int:
         return 0
     daemon = target.need_daemon("drain")
     settings = target.settings
+    active: list[str] = []  # unknown without an admin URL: the daemon's notes name a drain it cannot carry out
     if settings.adminUrl:
         from pulsar_lb_operator.run import live
 
@@ -166,7 +167,14 @@ def drain(args: argparse.Namespace) -> int:
         if args.broker not in active:
             raise files.FileError(f"{args.broker} is not an active broker (active: {', '.join(sorted(active))})")
     entry = {"since": _now_ms(), "by": _who()}
-    target.control.update(lambda d: d.drains.setdefault(args.broker, entry))
+
+    def request(doc: control_store.Control) -> None:
+        why_not = workflows.drain_refusal(args.broker, active, doc.drains) if active else None
+        if why_not:
+            raise ControlError(why_not)
+        doc.drains.setdefault(args.broker, entry)
+
+    target.control.update(request)
     unchecked = "" if settings.adminUrl else " (not checked against the active brokers: no admin URL given)"
     print(workflows.drain_outcome(args.broker, daemon, target.paused()) + unchecked)
     if args.wait:

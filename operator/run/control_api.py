@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
@@ -23,7 +23,7 @@ import structlog
 from pulsar_lb_operator.run import control_auth, workflows
 from pulsar_lb_operator.run.daemon_view import DaemonView
 from pulsar_lb_operator.store import control as control_store
-from pulsar_lb_operator.store.control import ControlError
+from pulsar_lb_operator.store.control import Control, ControlError
 from pulsar_lb_operator.strategies import UserError
 
 log = structlog.get_logger(__name__)
@@ -128,8 +128,15 @@ def _carry_out(daemon: DaemonView, action: str, target: str, form: Mapping[str, 
                 raise Refused(409, f"{'pause removed, but ' if removed else ''}{still.line()}: restart without it")
             return "resumed" if removed else "was not paused"
         if action == "drain":
-            _check_broker(daemon, target)
-            daemon.control.update(lambda doc: doc.drains.setdefault(target, {"since": now, "by": by}))
+            active = _check_broker(daemon, target)
+
+            def request(doc: Control) -> None:
+                why_not = workflows.drain_refusal(target, active, doc.drains)
+                if why_not:
+                    raise ControlError(why_not)
+                doc.drains.setdefault(target, {"since": now, "by": by})
+
+            daemon.control.update(request)
             return workflows.drain_outcome(target, record, safety.kill_switch() is not None)
         if action == "undrain":
             was = daemon.control.update(lambda doc: doc.drains.pop(target, None))
@@ -142,7 +149,8 @@ def _carry_out(daemon: DaemonView, action: str, target: str, form: Mapping[str, 
         raise Refused(503, f"not recorded: {exc.strerror or exc}") from None
 
 
-def _check_broker(daemon: DaemonView, broker: str) -> None:
+def _check_broker(daemon: DaemonView, broker: str) -> Collection[str]:
+    """The active brokers, as the last cycle read them, when ``broker`` is one of them; refused otherwise."""
     if not BROKER_ID.match(broker):
         raise Refused(400, f"{broker!r} is not a broker id (host:port, as the admin API lists it)")
     last = daemon.recent[-1].snapshot if daemon.recent else None
@@ -150,6 +158,7 @@ def _check_broker(daemon: DaemonView, broker: str) -> None:
         raise Refused(409, "no cycle has read the cluster yet, so the broker cannot be checked: try again after one")
     if broker not in last.brokers:
         raise Refused(409, f"{broker} is not an active broker (active: {', '.join(sorted(last.brokers))})")
+    return last.brokers.keys()
 
 
 def _refuse(remote: str, action: str | None, target: Any, status: int, reason: str) -> Answer:

@@ -14,7 +14,7 @@ and the status page ask the same question and give the same answer.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 import structlog
@@ -167,6 +167,16 @@ def refusal(daemon: DaemonRecord, request: str, paused: bool = False) -> str | N
     if request == "approve" and paused:
         return "the kill switch is on: nothing would be sent; operator resume first, then approve (it stays pending)"
     return None
+
+
+def drain_refusal(broker: str, active: Collection[str], drains: Collection[str]) -> str | None:
+    """Why draining ``broker`` would do nothing a person wants: every other active broker is being drained too, so
+    its bundles have nowhere to go (and the maintenance it stands for would find the broker still full)."""
+    if not set(active) <= set(drains) | {broker}:
+        return None
+    others = sorted(set(active) & set(drains) - {broker})
+    already = f" (already draining: {', '.join(others)})" if others else ""
+    return f"draining {broker} would leave no active broker to take its bundles{already}: undrain one, or add a broker"
 
 
 def drain_outcome(broker: str, daemon: DaemonRecord, paused: bool) -> str:

@@ -194,3 +194,19 @@ def test_the_proposals_listing_marks_the_actions_the_rails_would_hold_back(sim, 
     listed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("    unload")]
     held = [line for line in listed if "held back when proposed: max unloads per broker (5)" in line]
     assert len(listed) > 5 and len(held) == len(listed) - 5  # the per-broker cap of 5 holds back the rest
+
+
+def test_draining_the_last_broker_that_could_take_bundles_is_refused(sim, tmp_path, capsys):
+    brokers = sorted(b.id for b in sim.cluster.alive_brokers())
+    *first, last = brokers
+    with running(sim, tmp_path):
+        for broker in first:
+            assert cli.main(cli_args(tmp_path, sim, "drain", broker)) == 0
+        capsys.readouterr()
+        assert cli.main(cli_args(tmp_path, sim, "drain", last)) == 2
+        err = capsys.readouterr().err
+        assert f"draining {last} would leave no active broker to take its bundles" in err
+        assert "Traceback" not in err
+        assert last not in ControlFile(tmp_path / "state.json").read().drains  # nothing written
+        assert cli.main(cli_args(tmp_path, sim, "undrain", first[0])) == 0
+        assert cli.main(cli_args(tmp_path, sim, "drain", last)) == 0  # one broker left to take them again

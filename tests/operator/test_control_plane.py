@@ -204,6 +204,12 @@ def test_the_page_refuses_what_the_daemon_would_not_carry_out(sim, daemon):
     assert status == 409 and "approval is auto" in text
     status, text, _ = call(daemon.port, "POST", "/drains", {"broker": "10.9.9.9:8080"}, bearer)
     assert status == 409 and "not an active broker" in text
+    *first, last = sorted(result.snapshot.brokers)
+    daemon.control.update(lambda doc: doc.drains.update({b: {"since": 0, "by": "test"} for b in first}))
+    status, text, _ = call(daemon.port, "POST", "/drains", {"broker": last}, bearer)
+    assert status == 409 and "would leave no active broker to take its bundles" in text
+    assert sorted(daemon.control.read().drains) == first
+    daemon.control.update(lambda doc: doc.drains.clear())
     daemon.elector = Standby()
     status, text, _ = call(daemon.port, "POST", "/drains", {"broker": sim.cluster.by_name("broker-0").id}, bearer)
     assert status == 409 and "standby" in text
