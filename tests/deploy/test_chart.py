@@ -5,6 +5,7 @@ import base64
 import dataclasses
 import json
 import re
+import shlex
 from pathlib import Path
 
 import helm_python as helm
@@ -257,6 +258,23 @@ def test_an_external_spark_master_gets_the_driver_reachable_from_its_executors()
     assert "PYSPARK_SUBMIT_ARGS" not in {e["name"] for e in container(render()[0])["env"]}
 
 
+def test_spark_conf_values_with_spaces_reach_spark_whole_and_credentials_are_refused():
+    conf = {"spark.executorEnv.GREETING": "hello world", "spark.executor.memory": "4g"}
+    manifests, _, _ = render({"spark": {"master": "spark://spark-master:7077", "conf": conf}})
+    args = shlex.split(env_of(manifests)["PYSPARK_SUBMIT_ARGS"]["value"])  # as pyspark's launch_gateway splits it
+    assert "spark.executorEnv.GREETING=hello world" in args and args[-1] == "pyspark-shell"
+    for key in ("spark.hadoop.fs.s3a.secret.key", "spark.hadoop.fs.s3a.access.key", "spark.authenticate.secret"):
+        with helm.Chart.load(CHART) as chart, pytest.raises(helm.HelmRenderError, match=re.escape(f"spark.conf.{key}")):
+            chart.render(values={"spark": {"conf": {key: "AKIA-not-here"}}}, name="lb", namespace="pulsar")
+    provider = "spark.hadoop.fs.s3a.aws.credentials.provider"  # names a class, not a credential: allowed
+    assert (
+        provider
+        in env_of(render({"spark": {"conf": {provider: "x.DefaultCredentialsProvider"}}})[0])["PYSPARK_SUBMIT_ARGS"][
+            "value"
+        ]
+    )
+
+
 def pulsar_broker_service(release, values):
     """Name and ports of the broker Service the apache/pulsar chart creates for this release."""
     with helm.Chart.load(PULSAR_NAMING) as chart:
@@ -300,6 +318,7 @@ def test_the_derived_urls_name_the_broker_service_the_pulsar_chart_creates(relea
         ({"loadBalancer": {"loadBalancerShedingEnabled": False}}, "loadBalancerShedingEnabled"),
         ({"audit": {"topic": "audit"}}, "/audit/topic"),
         ({"spark": {"master": "local[two]"}}, "/spark/master"),
+        ({"spark": {"conf": {"spark.executorEnv.NAME": "it's"}}}, "/spark/conf"),  # would end its shell quoting
         ({"metrics": {"port": 70000}}, "/metrics/port"),
         ({"pulsar": {"adminUrl": "pulsar-broker:8080"}}, "/pulsar/adminUrl"),
         ({"replicaCount": 0}, "/replicaCount"),

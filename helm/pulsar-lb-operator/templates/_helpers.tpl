@@ -117,6 +117,11 @@ files, counts as on). */}}
 {{- if not (lt (float64 $le.retryPeriodSeconds) (float64 $le.renewDeadlineSeconds)) }}
 {{- fail "leaderElection.retryPeriodSeconds: must be less than leaderElection.renewDeadlineSeconds" }}
 {{- end }}
+{{- range $key, $_ := .Values.spark.conf }}
+{{- if regexMatch "(?i)(secret|password|token|\\.key$)" $key }}
+{{- fail (printf "spark.conf.%s: a credential here would sit in plain text in the Deployment's environment (kubectl get deploy -o yaml, /proc/<pid>/environ); give it through extraEnv from a Secret (for s3a: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) or the pod's own identity (IRSA)" $key) }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* "true" when an upgrade may run the new pod beside the old one: only the Lease holder acts, and no
@@ -189,7 +194,7 @@ claim is shared (the state file's lock admits one pod). */}}
 {{- $args = append $args (printf "--conf spark.blockManager.port=%v" .Values.spark.blockManagerPort) -}}
 {{- end }}
 {{- range $key, $value := .Values.spark.conf }}
-{{- $args = append $args (printf "--conf %s=%v" $key $value) -}}
+{{- $args = append $args (printf "--conf %s" (printf "%s=%v" $key $value | squote)) -}}
 {{- end }}
 {{- join " " $args }}
 {{- end }}
