@@ -127,7 +127,7 @@ def test_every_rendered_manifest_is_valid_kubernetes_1_30_and_lint_is_clean(comb
 
 def test_default_is_one_replica_leader_elected_dry_run_hardened_and_probed():
     manifests, docs, notes = render()
-    kinds = {"ConfigMap", "Deployment", "Service", "ServiceAccount", "Role", "RoleBinding", "Secret"}
+    kinds = {"ConfigMap", "Deployment", "Service", "ServiceAccount", "Role", "RoleBinding", "Secret", "NetworkPolicy"}
     assert {d["kind"] for d in docs} == kinds
     deployment = manifests["Deployment"]["spec"]
     rolling = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
@@ -241,6 +241,21 @@ def test_persistence_claims_a_volume_for_the_history_and_state():
     data = mount(manifests, "data")["mountPath"]
     assert all(settings[k].startswith(data) for k in ("historyUri", "profileUri", "stateFile", "auditSpoolDir"))
     assert "emptyDir" not in notes
+
+
+def test_the_network_policy_admits_only_the_operators_own_ports_to_its_pods():
+    def admitted(manifests):
+        policy = manifests["NetworkPolicy"]["spec"]
+        labels = manifests["Deployment"]["spec"]["template"]["metadata"]["labels"]
+        assert policy["policyTypes"] == ["Ingress"]
+        assert policy["podSelector"]["matchLabels"].items() <= labels.items()
+        return [({p["port"] for p in rule["ports"]}, rule.get("from")) for rule in policy["ingress"]]
+
+    assert admitted(render()[0]) == [({8090}, None)]  # a local Spark's ports serve the pod itself only
+    scrapers = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    external = {**COMBINATIONS["external-spark"], "networkPolicy": {"from": scrapers}}
+    assert admitted(render(external)[0]) == [({8090}, scrapers), ({7078, 7079}, None)]
+    assert "NetworkPolicy" not in render({"networkPolicy": {"enabled": False}})[0]
 
 
 def test_an_external_spark_master_gets_the_driver_reachable_from_its_executors():
