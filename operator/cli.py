@@ -672,7 +672,9 @@ def _admin_error(exc: AdminError, args: argparse.Namespace | None) -> str:
 def run() -> NoReturn:
     # `kill -USR1 <pid>` prints every thread's stack on stderr and the command goes on: a hang can be diagnosed
     faulthandler.register(signal.SIGUSR1, all_threads=True)
-    sys.exit(main())
+    code = main()
+    lifecycle.end_if_stranded(code)  # a broker that never answered holds a native call: no abort at exit
+    sys.exit(code)
 
 
 if __name__ == "__main__":

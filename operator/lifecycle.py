@@ -207,6 +207,26 @@ def _ended(pids: list[int], seconds: float) -> list[int]:
     return pids
 
 
+_stranded: set[str] = set()
+
+
+def strand(what: str) -> None:
+    """``what`` is a thread of ours inside a native library's call that has not returned (pulsar-client waiting on
+    a broker that accepted the connection and says nothing) and that we therefore left open. Finalizing the
+    interpreter under that call aborts the process (the C++ library's destructors meet a thread still running:
+    ``terminate called without an active exception``, exit status 134): ``end_if_stranded`` ends it first."""
+    _stranded.add(what)
+
+
+def end_if_stranded(code: int) -> None:
+    """At the very end of a command: when a native call was left open (``strand``), end the process with ``code``
+    now, the way ``os._exit`` does, after ``finish`` (which atexit would have run) and with our output flushed."""
+    if _stranded:
+        quiet()
+        finish()
+        os._exit(code)
+
+
 def quiet() -> None:
     """From now on nothing more reaches our stdout and stderr (flushed first): for the very end of the process,
     when threads left behind would only report their own ending."""

@@ -21,6 +21,7 @@ from urllib.parse import quote
 
 import structlog
 
+from pulsar_lb_operator import lifecycle
 from pulsar_lb_operator.adminapi import AdminClient, AdminError
 from pulsar_lb_operator.strategies import ClusterError
 
@@ -177,6 +178,10 @@ class SystemTopicReader:
         self._stop.set()
         for thread in self._threads:
             thread.join(2.0)
+        if any(thread.is_alive() for thread in self._threads):  # inside a native call: closing under it crashes
+            log.warning("an ELM reader still waits on its broker; its connection ends with the process")
+            lifecycle.strand("ELM reader")
+            return
         client, self._client = self._client, None
         for reader in self._readers.values():
             try:

@@ -4,6 +4,9 @@ spool and arrive, once each, after it comes back and the operator restarts."""
 
 import io
 import json
+import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -215,3 +218,24 @@ def test_a_manual_rebalance_publishes_its_cycle_when_audit_is_on(live_served, tm
             ("skipped", deferred) if deferred else ("dry_run", outcome["detail"])
         )
     assert received[0]["plan"]["deferredCount"] == sum(1 for e in outcomes if e["kind"] == "skipped") == 6
+
+
+def test_a_broker_that_accepts_and_never_answers_does_not_abort_the_command_at_exit(live_served, tmp_path):
+    """pulsar-client left inside a call: the interpreter's exit would abort the process (status 134) with the C++
+    runtime's ``terminate called without an active exception``; the command ends as it would otherwise."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts (the kernel's backlog) and says nothing
+        argv = ["rebalance", "--admin-url", live_served.admin_url, "--dry-run", "--strategy", "UniformLoadShedder"]
+        for setting in (
+            f"auditServiceUrl=pulsar://127.0.0.1:{silent.getsockname()[1]}",
+            "auditEnabled=true",
+            f"auditSpoolDir={tmp_path / 'spool'}",
+            f"stateFile={tmp_path / 'state.json'}",
+        ):
+            argv += ["--set", setting]
+        done = subprocess.run(
+            [sys.executable, "-m", "pulsar_lb_operator.cli", *argv], capture_output=True, text=True, timeout=120
+        )
+    assert done.returncode == 0, done.stderr[-600:]
+    assert "terminate called" not in done.stderr
+    assert "UniformLoadShedder" in done.stdout  # the plan was printed before the end
+    assert "audit events not yet delivered" in done.stderr and any((tmp_path / "spool").iterdir())

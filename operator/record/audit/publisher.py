@@ -21,6 +21,7 @@ from typing import Any
 import structlog
 import tenacity
 
+from pulsar_lb_operator import lifecycle
 from pulsar_lb_operator.adminapi import auth
 from pulsar_lb_operator.adminapi.auth import AuthSettings, Credentials
 from pulsar_lb_operator.record.audit.spool import Spool
@@ -147,6 +148,7 @@ class AuditPublisher:
             self._thread.join(timeout_s)
         if self._thread.is_alive():  # still in a call of the native client: closing it under that call crashes
             log.warning("audit publisher still waiting on the broker; its connection ends with the process")
+            lifecycle.strand("audit publisher")
             return delivered
         self._disconnect()
         log.info("audit publisher stopped", backlog=self.spool.backlog())
