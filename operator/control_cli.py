@@ -167,14 +167,7 @@ def drain(args: argparse.Namespace) -> int:
         if args.broker not in active:
             raise files.FileError(f"{args.broker} is not an active broker (active: {', '.join(sorted(active))})")
     entry = {"since": _now_ms(), "by": _who()}
-
-    def request(doc: control_store.Control) -> None:
-        why_not = workflows.drain_refusal(args.broker, active, doc.drains) if active else None
-        if why_not:
-            raise ControlError(why_not)
-        doc.drains.setdefault(args.broker, entry)
-
-    target.control.update(request)
+    target.control.update(lambda doc: workflows.add_drain(doc, args.broker, active, entry))
     unchecked = "" if settings.adminUrl else " (not checked against the active brokers: no admin URL given)"
     print(workflows.drain_outcome(args.broker, daemon, target.paused()) + unchecked)
     if args.wait:

@@ -23,7 +23,7 @@ import structlog
 from pulsar_lb_operator.run import control_auth, workflows
 from pulsar_lb_operator.run.daemon_view import DaemonView
 from pulsar_lb_operator.store import control as control_store
-from pulsar_lb_operator.store.control import Control, ControlError
+from pulsar_lb_operator.store.control import ControlError
 from pulsar_lb_operator.strategies import UserError
 
 log = structlog.get_logger(__name__)
@@ -129,14 +129,8 @@ def _carry_out(daemon: DaemonView, action: str, target: str, form: Mapping[str, 
             return "resumed" if removed else "was not paused"
         if action == "drain":
             active = _check_broker(daemon, target)
-
-            def request(doc: Control) -> None:
-                why_not = workflows.drain_refusal(target, active, doc.drains)
-                if why_not:
-                    raise ControlError(why_not)
-                doc.drains.setdefault(target, {"since": now, "by": by})
-
-            daemon.control.update(request)
+            entry = {"since": now, "by": by}
+            daemon.control.update(lambda doc: workflows.add_drain(doc, target, active, entry))
             return workflows.drain_outcome(target, record, safety.kill_switch() is not None)
         if action == "undrain":
             was = daemon.control.update(lambda doc: doc.drains.pop(target, None))

@@ -24,7 +24,15 @@ from pulsar_lb_operator.record import audit as audit_events
 from pulsar_lb_operator.records import Record
 from pulsar_lb_operator.run.cycle import CycleResult
 from pulsar_lb_operator.run.daemon_view import DaemonView
-from pulsar_lb_operator.store.control import APPROVED, EXECUTED, PENDING, ControlError, ControlFile, DaemonRecord
+from pulsar_lb_operator.store.control import (
+    APPROVED,
+    EXECUTED,
+    PENDING,
+    Control,
+    ControlError,
+    ControlFile,
+    DaemonRecord,
+)
 from pulsar_lb_operator.strategies import ClusterSnapshot, Plan, action_from_json
 from pulsar_lb_operator.strategies import bundles as bundle_names
 
@@ -177,6 +185,15 @@ def drain_refusal(broker: str, active: Collection[str], drains: Collection[str])
     others = sorted(set(active) & set(drains) - {broker})
     already = f" (already draining: {', '.join(others)})" if others else ""
     return f"draining {broker} would leave no active broker to take its bundles{already}: undrain one, or add a broker"
+
+
+def add_drain(doc: Control, broker: str, active: Collection[str], entry: dict[str, Any]) -> None:
+    """Record the drain of ``broker`` in the control document (under its lock), or raise ControlError when
+    ``drain_refusal`` says why not (``active`` empty: unknown, not checked)."""
+    why_not = drain_refusal(broker, active, doc.drains) if active else None
+    if why_not:
+        raise ControlError(why_not)
+    doc.drains.setdefault(broker, entry)
 
 
 def drain_outcome(broker: str, daemon: DaemonRecord, paused: bool) -> str:
