@@ -6,7 +6,9 @@ The settings say where (``--config``, or the ``PULSAR_LB_CONFIG`` the chart sets
 ``--set stateFile=…``), and before it answers a command checks that someone will carry the request out: an
 operator state there, a daemon holding its lock, that daemon leading (not a standby), and for approve/reject
 ``approval: manual``. Otherwise it is one line and a non-zero exit — never a success message for a request
-nobody reads. A pause is the exception that is always written (a stop never hurts), and says who will see it.
+nobody reads. A pause, its end and an undrain are kept for the next daemon where none runs now (a stop never
+hurts, and a drain left behind would empty the broker again); a standby refuses an undrain, and a pause there says
+that the leader still acts.
 """
 
 from __future__ import annotations
@@ -137,9 +139,9 @@ def proposals(args: argparse.Namespace) -> int:
 
 def decide(args: argparse.Namespace, approve: bool) -> int:
     target = find(args)
-    target.need_daemon("approve" if approve else "reject")
+    daemon = target.need_daemon("approve" if approve else "reject")
     proposal = target.control.update(lambda d: d.decide(args.id, approve, _now_ms(), _who()))
-    verb = "approved: the daemon executes it within seconds" if approve else "rejected"
+    verb = workflows.approval_outcome(daemon) if approve else "rejected"
     print(f"proposal {args.id} {verb} ({len(proposal['actions'])} actions)")
     return 0
 
@@ -176,9 +178,14 @@ def drain(args: argparse.Namespace) -> int:
 
 
 def undrain(args: argparse.Namespace) -> int:
+    """Refused by a standby (the leader never reads its files); kept for the next daemon where none runs now: a
+    drain left in the control file would keep the broker empty from that daemon's first cycle."""
     target = find(args)
+    if target.daemon is not None:
+        target.need_daemon("undrain")
     was = target.control.update(lambda d: d.drains.pop(args.broker, None))
-    print(f"{args.broker}: {'no longer drained' if was else 'was not being drained'}")
+    later = f" ({target.absent}: the next daemon on it starts without this drain)" if target.daemon is None else ""
+    print(f"{args.broker}: {'no longer drained' if was else 'was not being drained'}{later}")
     return 0
 
 
@@ -216,6 +223,8 @@ def resume(args: argparse.Namespace) -> int:
         print(f"was not paused (no {path})")
     elif target.daemon is None:
         print(f"resumed ({path} removed); {target.absent}")
+    elif not target.daemon.leading:
+        print(f"resumed this standby ({path} removed); it acts only once it leads")
     else:
         print(f"resumed: the daemon (pid {target.daemon.pid}) acts again from its next cycle")
     return 0
@@ -249,14 +258,13 @@ def _wait_drained(settings: OperatorSettings, broker: str, timeout_s: float) -> 
 
 def add_commands(commands: Any, config_options: Any) -> None:
     """The subcommands, for cli.build_parser."""
-    where = (
-        " They act on the daemon whose settings they are given (--config, PULSAR_LB_CONFIG or --set stateFile=…) "
-        "and fail when no daemon there would carry them out."
-    )
+    where = " It acts on the daemon whose settings it is given (--config, PULSAR_LB_CONFIG or --set stateFile=…)"
+    refused = where + " and fails when no daemon there would carry it out."
+    kept = where + "; where no daemon runs now it is kept for the next one on that state."
     listing = commands.add_parser(
         "proposals",
         help="list the plans waiting for approval (approval: manual)",
-        description="List the daemon's proposals." + where,
+        description="List the daemon's proposals." + where + ".",
         epilog="example: operator proposals --all",
     )
     listing.add_argument("--all", action="store_true", help="also the decided and expired ones")
@@ -264,7 +272,7 @@ def add_commands(commands: Any, config_options: Any) -> None:
     config_options(listing)
     for name, meaning in (("approve", "execute a proposal, behind the rails"), ("reject", "drop a proposal")):
         command = commands.add_parser(
-            name, help=meaning, description=meaning.capitalize() + "." + where, epilog=f"example: operator {name} ID"
+            name, help=meaning, description=meaning.capitalize() + "." + refused, epilog=f"example: operator {name} ID"
         )
         command.add_argument("id", help="the proposal's id (operator proposals)")
         config_options(command)
@@ -273,7 +281,7 @@ def add_commands(commands: Any, config_options: Any) -> None:
         help="move every bundle off a broker before maintenance, and keep it empty until undrain",
         description="Ask the daemon to move every bundle off BROKER (several cycles if the caps require), placed "
         "by the placement strategy, and to place nothing on it until 'operator undrain BROKER'. Follows dryRun "
-        "like every action. Without BROKER: list the drains." + where,
+        "like every action. Without BROKER: list the drains." + refused,
         epilog="example: operator drain 10.0.0.12:8080 --wait --timeout 1800",
     )
     drain_command.add_argument("broker", nargs="?", help="broker id (host:port, as the admin API lists it)")
@@ -284,7 +292,7 @@ def add_commands(commands: Any, config_options: Any) -> None:
     undrain_command = commands.add_parser(
         "undrain",
         help="end a drain: the broker may receive bundles again",
-        description="End a drain." + where,
+        description="End a drain. A standby refuses it (the leader reads files of its own)." + kept,
         epilog="example: operator undrain B:8080",
     )
     undrain_command.add_argument("broker")
@@ -293,7 +301,8 @@ def add_commands(commands: Any, config_options: Any) -> None:
         "pause",
         help="the emergency stop: the daemon sends nothing until resume",
         description="Turn the kill switch on: the daemon checks it immediately before every mutating call, so "
-        "nothing more is sent from the next call on, across restarts, until 'operator resume'." + where,
+        "nothing more is sent from the next call on, across restarts, until 'operator resume'. On a standby it "
+        "pauses that instance alone, and says so." + kept,
         epilog='example: operator pause --reason "incident 4211: broker-3 flapping"',
     )
     pause_command.add_argument("--reason", default="", help="why, shown on the status page and in /api/status")
@@ -302,7 +311,7 @@ def add_commands(commands: Any, config_options: Any) -> None:
         "resume",
         help="end a pause: the daemon acts again",
         description="Remove the pause. An environment kill switch (PULSAR_LB_KILL_SWITCH, the chart's "
-        "killSwitch) is not lifted by this: it fails and says so." + where,
+        "killSwitch) is not lifted by this: it fails and says so." + kept,
         epilog="example: operator resume",
     )
     config_options(resume_command)

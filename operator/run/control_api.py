@@ -113,14 +113,14 @@ def _carry_out(daemon: DaemonView, action: str, target: str, form: Mapping[str, 
     safety = daemon.executor.safety
     leading = daemon.elector is None or daemon.elector.is_leader()
     record = workflows.daemon_record(daemon, leading)
-    if action in ("drain", "approve", "reject"):
+    if action in ("drain", "undrain", "approve", "reject") or (action == "pause" and not leading):
         why_not = workflows.refusal(record, action, safety.kill_switch() is not None)
         if why_not:
             raise Refused(409, why_not)
     try:
         if action == "pause":
             control_store.write_pause(daemon.settings.kill_switch_file(), by, form.get("reason", "").strip()[:500], now)
-            return "paused: nothing is sent from the next call on" + ("" if leading else " (this instance stands by)")
+            return "paused: nothing is sent from the next call on"
         if action == "resume":
             removed = control_store.remove_pause(daemon.settings.kill_switch_file())
             still = safety.kill_switch()
@@ -136,7 +136,7 @@ def _carry_out(daemon: DaemonView, action: str, target: str, form: Mapping[str, 
             was = daemon.control.update(lambda doc: doc.drains.pop(target, None))
             return f"{target}: {'no longer drained' if was else 'was not being drained'}"
         daemon.control.update(lambda doc: doc.decide(target, action == "approve", now, by))
-        return f"proposal {target} {action}d"
+        return f"proposal {target} " + (workflows.approval_outcome(record) if action == "approve" else "rejected")
     except ControlError as exc:
         raise Refused(409, str(exc)) from None
     except OSError as exc:  # the control or pause file cannot be written: the request did not happen

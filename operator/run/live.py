@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures.thread
 import contextlib
+import dataclasses
 import json
 import os
 import random
@@ -74,7 +75,9 @@ def rebalance(args: argparse.Namespace) -> int:
     before the next call — what was sent is on disk, as the daemon's SIGTERM — and exits 130; a second Ctrl-C
     quits at once (a call in flight was recorded before it was sent)."""
     settings, config, explicit = settings_from(args, dryRun=args.dry_run)
-    state_path = args.state or settings.stateFile
+    if args.state:  # the state named here is the one whose pause (``<stateFile>.pause``) and drains count
+        settings = dataclasses.replace(settings, stateFile=args.state)
+    state_path = settings.stateFile
     with statefile.InstanceLock(state_path):
         state = statefile.load(state_path, reset=args.reset_state)
         client, cluster = connect(settings)

@@ -158,14 +158,21 @@ def announce(daemon: DaemonView, leading: bool) -> None:
         log.error("the control file could not be written: operator drain/approve/pause will refuse", reason=str(exc))
 
 
-REQUESTS = {"drain": "drain", "approve": "approval", "reject": "rejection"}  # what a person asks, as a noun
+# what a person asks, as a noun
+REQUESTS = {"drain": "drain", "undrain": "undrain", "approve": "approval", "reject": "rejection", "pause": "pause"}
 
 
 def refusal(daemon: DaemonRecord, request: str, paused: bool = False) -> str | None:
-    """Why ``request`` (drain, approve, reject) would not be carried out by this daemon; None when it will.
-    ``paused``: the kill switch is on, and an approval now would be carried out with nothing sent."""
+    """Why ``request`` (``REQUESTS``) would not be carried out by this daemon; None when it will. A standby reads
+    files of its own, which the leader never sees: a pause there would leave the leader sending. ``paused``: the
+    kill switch is on, and an approval now would be carried out with nothing sent."""
     if not daemon.leading:
         leader = f"{daemon.leader} leads" if daemon.leader else "another instance leads"
+        if request == "pause":
+            return (
+                f"this operator is a standby ({leader}): pausing it would not stop the leader; pause the leader "
+                "(its pod), or stop every pod with the chart's killSwitch=true"
+            )
         return f"this operator is a standby ({leader}): it carries out no {REQUESTS[request]}; ask the leader (its pod)"
     if request in ("approve", "reject") and daemon.approval != "manual":
         return (
@@ -194,6 +201,13 @@ def add_drain(doc: Control, broker: str, active: Collection[str], entry: dict[st
     if why_not:
         raise ControlError(why_not)
     doc.drains.setdefault(broker, entry)
+
+
+def approval_outcome(daemon: DaemonRecord) -> str:
+    """What an approval will do, in one line (``refusal`` has let it through)."""
+    if daemon.dry_run:
+        return "approved: in dry run the daemon only logs its actions, and the proposal is then done (dryRun: false)"
+    return "approved: the daemon executes it within seconds"
 
 
 def drain_outcome(broker: str, daemon: DaemonRecord, paused: bool) -> str:

@@ -17,6 +17,7 @@ from pulsar_lb_operator.records import Outcome
 from pulsar_lb_operator.run import shutdown, status_page
 from pulsar_lb_operator.store.control import ControlFile
 from pulsar_lb_operator.strategies import Unload
+from tests.operator.test_controls import Standby
 from tests.operator.test_workflows import cli_args, running, sent_unloads, user_bundles
 from tests.operator.test_workflows import sim as sim
 
@@ -210,3 +211,43 @@ def test_draining_the_last_broker_that_could_take_bundles_is_refused(sim, tmp_pa
         assert last not in ControlFile(tmp_path / "state.json").read().drains  # nothing written
         assert cli.main(cli_args(tmp_path, sim, "undrain", first[0])) == 0
         assert cli.main(cli_args(tmp_path, sim, "drain", last)) == 0  # one broker left to take them again
+
+
+def test_an_approval_in_dry_run_says_it_only_logs(sim, tmp_path, capsys):
+    with running(sim, tmp_path, approval="manual", dryRun=True) as daemon:
+        proposal = daemon.run_once().cycle_id
+        capsys.readouterr()
+        assert cli.main(cli_args(tmp_path, sim, "approve", proposal)) == 0
+        assert "in dry run the daemon only logs its actions" in capsys.readouterr().out
+        daemon.approvals_due()
+    assert sent_unloads(sim) == []
+
+
+def test_undrain_is_refused_by_a_standby_and_kept_for_the_next_daemon_where_none_runs(sim, tmp_path, capsys):
+    broker = sim.cluster.by_name("broker-0").id
+    control = ControlFile(tmp_path / "state.json")
+    with running(sim, tmp_path) as daemon:
+        assert cli.main(cli_args(tmp_path, sim, "drain", broker)) == 0
+        daemon.elector = Standby()
+        daemon.leads()
+        capsys.readouterr()
+        assert cli.main(cli_args(tmp_path, sim, "undrain", broker)) == 2
+        assert "standby" in capsys.readouterr().err and broker in control.read().drains
+        assert cli.main(cli_args(tmp_path, sim, "pause")) == 0
+        assert "but pulsar-lb-operator-7d9f-abcde leads and still acts" in capsys.readouterr().out
+        assert cli.main(cli_args(tmp_path, sim, "resume")) == 0
+        assert "it acts only once it leads" in capsys.readouterr().out
+    assert cli.main(cli_args(tmp_path, sim, "undrain", broker)) == 0  # nobody runs: kept for the next daemon
+    assert "the next daemon on it starts without this drain" in capsys.readouterr().out
+    assert control.read().drains == {}
+
+
+def test_a_rebalance_on_another_state_file_honours_that_states_pause(sim, tmp_path, capsys):
+    other = tmp_path / "elsewhere.json"
+    rebalance = ["rebalance", "--admin-url", sim.admin_url, "--state", str(other)]
+    rebalance += ["--set", f"stateFile={tmp_path / 'state.json'}"]  # the settings' own state is another
+    assert cli.main([*rebalance, "--dry-run"]) == 0
+    assert cli.main(["pause", "--set", f"stateFile={other}"]) == 0
+    capsys.readouterr()
+    assert cli.main([*rebalance, "--no-dry-run"]) == 0  # the second cycle completes AvgShedder's hit count
+    assert sent_unloads(sim) == [] and "kill switch: paused by" in capsys.readouterr().out

@@ -213,6 +213,14 @@ def test_the_page_refuses_what_the_daemon_would_not_carry_out(sim, daemon):
     daemon.elector = Standby()
     status, text, _ = call(daemon.port, "POST", "/drains", {"broker": sim.cluster.by_name("broker-0").id}, bearer)
     assert status == 409 and "standby" in text
+    daemon.control.update(lambda doc: doc.drains.update({last: {"since": 0, "by": "test"}}))
+    status, text, _ = call(daemon.port, "POST", f"/drains/{last}/undrain", {}, bearer)
+    assert status == 409 and "standby" in text  # the leader never reads this replica's files
+    assert list(daemon.control.read().drains) == [last]
+    daemon.control.update(lambda doc: doc.drains.clear())
+    status, text, _ = call(daemon.port, "POST", "/pause", {"reason": "incident"}, bearer)
+    assert status == 409 and "pausing it would not stop the leader" in text
+    assert daemon.executor.safety.kill_switch() is None
     assert daemon.control.read().drains == {}
 
 
@@ -225,3 +233,11 @@ def test_a_weak_or_unreadable_control_token_stops_the_daemon_at_start(sim, tmp_p
             pytest.raises(ConfigError, match=f"controlTokenFile: .*{message}"),
         ):
             daemon._start_probe_server()
+
+
+@pytest.mark.parametrize("daemon", [{"dryRun": True}], indirect=True)
+def test_an_approval_in_dry_run_says_that_nothing_will_be_sent(sim, daemon):
+    result = daemon.run_once()
+    bearer = {"Authorization": f"Bearer {CONTROL_TOKEN}"}
+    status, text, _ = call(daemon.port, "POST", f"/proposals/{result.cycle_id}/approve", {}, bearer)
+    assert status == 200 and "in dry run the daemon only logs its actions" in text
