@@ -193,6 +193,8 @@ def test_the_control_token_is_a_secret_the_chart_makes_mounted_where_the_setting
     assert "Secret" not in existing
     assert volume(existing, "control")["secret"]["items"] == [{"key": "t", "path": "token"}]
     assert volume(existing, "control")["secret"]["secretName"] == "ops-lb-control"
+    dotted = render({"controls": {"existingSecret": "ops", "existingSecretKey": "control.token"}})[2]
+    assert "jsonpath='{.data.control\\.token}'" in dotted  # kubectl's jsonpath reads an unescaped dot as a level
     read_only, _, notes = render(COMBINATIONS["read-only"])
     assert "Secret" not in read_only and settings_file(read_only)["controlTokenFile"] == ""
     assert resolve(settings_file(read_only), {}, {})[0].control_token() is None and "read-only" in notes
@@ -404,7 +406,7 @@ def test_leader_election_is_on_even_for_one_replica_unless_turned_off():
     assert one["Deployment"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 120
     assert settings_file(one)["leaderElection"] is True and settings_file(one)["shutdownTimeoutSeconds"] == 110
     assert "POD_NAME" in env_of(one)
-    assert "cooldowns and pending verifications are kept on the Lease" in notes
+    assert "cooldowns, pending verifications and the strategy's counters are kept on the Lease" in notes
     assert settings_file(render({"leaderElection": {"enabled": None}})[0])["leaderElection"] is True, "older values"
     off, _, notes = render({"leaderElection": {"enabled": False}})
     assert "Role" not in off and "RoleBinding" not in off
