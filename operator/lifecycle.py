@@ -222,9 +222,15 @@ def end_if_stranded(code: int) -> None:
     """At the very end of a command: when a native call was left open (``strand``), end the process with ``code``
     now, the way ``os._exit`` does, after ``finish`` (which atexit would have run) and with our output flushed."""
     if _stranded:
-        quiet()
-        finish()
-        os._exit(code)
+        exit_now(code)
+
+
+def exit_now(code: int) -> None:
+    """End the process with ``code`` at once, joining no thread: our output flushed and then silenced (what threads
+    left behind say from here is only their own ending), and ``finish`` run first, as atexit would have."""
+    quiet()
+    finish()
+    os._exit(code)
 
 
 def quiet() -> None:

@@ -300,6 +300,4 @@ def _exit_now_if_threads_linger(code: int, abandoned: bool) -> None:
         if t is not threading.main_thread() and t.is_alive() and (not t.daemon or t in workers)
     ]
     if abandoned or lingering:
-        lifecycle.quiet()  # what the abandoned threads say from here on is noise: a call, a job failing as it ends
-        lifecycle.finish()  # os._exit runs no atexit: Spark's JVM and the temporary directories, now
-        os._exit(code)
+        lifecycle.exit_now(code)  # Spark's JVM and the temporary directories ended first, as atexit would

@@ -184,22 +184,16 @@ def refusal(daemon: DaemonRecord, request: str, paused: bool = False) -> str | N
     return None
 
 
-def drain_refusal(broker: str, active: Collection[str], drains: Collection[str]) -> str | None:
-    """Why draining ``broker`` would do nothing a person wants: every other active broker is being drained too, so
-    its bundles have nowhere to go (and the maintenance it stands for would find the broker still full)."""
-    if not set(active) <= set(drains) | {broker}:
-        return None
-    others = sorted(set(active) & set(drains) - {broker})
-    already = f" (already draining: {', '.join(others)})" if others else ""
-    return f"draining {broker} would leave no active broker to take its bundles{already}: undrain one, or add a broker"
-
-
 def add_drain(doc: Control, broker: str, active: Collection[str], entry: dict[str, Any]) -> None:
-    """Record the drain of ``broker`` in the control document (under its lock), or raise ControlError when
-    ``drain_refusal`` says why not (``active`` empty: unknown, not checked)."""
-    why_not = drain_refusal(broker, active, doc.drains) if active else None
-    if why_not:
-        raise ControlError(why_not)
+    """Record the drain of ``broker`` in the control document (under its lock). ControlError where every other
+    active broker is being drained too: its bundles would have nowhere to go, and the maintenance it stands for
+    would find the broker still full (``active`` empty: unknown, not checked)."""
+    if active and set(active) <= set(doc.drains) | {broker}:
+        others = sorted(set(active) & set(doc.drains) - {broker})
+        already = f" (already draining: {', '.join(others)})" if others else ""
+        raise ControlError(
+            f"draining {broker} would leave no active broker to take its bundles{already}: undrain one, or add a broker"
+        )
     doc.drains.setdefault(broker, entry)
 
 
