@@ -7,8 +7,8 @@ The settings say where (``--config``, or the ``PULSAR_LB_CONFIG`` the chart sets
 operator state there, a daemon holding its lock, that daemon leading (not a standby), and for approve/reject
 ``approval: manual``. Otherwise it is one line and a non-zero exit — never a success message for a request
 nobody reads. A pause, its end and an undrain are kept for the next daemon where none runs now (a stop never
-hurts, and a drain left behind would empty the broker again); a standby refuses an undrain, and a pause there says
-that the leader still acts.
+hurts, and a drain left behind would empty the broker again); a standby refuses an undrain. With leader election
+a pause and its end also go on the Lease every replica reads (run/lease_pause.py), so they may be given in any pod.
 """
 
 from __future__ import annotations
@@ -19,17 +19,22 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pulsar_lb_operator.act.safety import KILL_SWITCH_ENV, read_pause_file, switch_on
-from pulsar_lb_operator.run import workflows
+from pulsar_lb_operator.run import lease_pause, workflows
+from pulsar_lb_operator.run.lease_client import LeaseApiError
+from pulsar_lb_operator.run.lease_pause import SharedPause
 from pulsar_lb_operator.run.settings import OperatorSettings, resolve
 from pulsar_lb_operator.store import control as control_store
 from pulsar_lb_operator.store import files
 from pulsar_lb_operator.store.control import ControlError, ControlFile, DaemonRecord
 from pulsar_lb_operator.store.statefile import InstanceLock
+from pulsar_lb_operator.strategies import ConfigError
 
 
 def _settings(args: argparse.Namespace) -> OperatorSettings:
@@ -69,10 +74,16 @@ class Target:
         return self.daemon
 
     def paused(self) -> bool:
-        """Whether the daemon's kill switch is on: its environment's, or its pause file."""
-        return self.daemon is not None and (
-            self.daemon.kill_switch_env or read_pause_file(self.daemon.pause_file) is not None
-        )
+        """Whether the daemon's kill switch is on: its environment's, its pause file, or the Lease's pause."""
+        if self.daemon is None:
+            return False
+        if self.daemon.kill_switch_env or read_pause_file(self.daemon.pause_file) is not None:
+            return True
+        try:
+            with _shared_pause(self.settings) as shared:
+                return shared is not None and shared.read() is not None
+        except (LeaseApiError, ConfigError):  # unknown: the request's own line does not depend on it
+            return False
 
     def pause_file(self) -> str:
         """Where the daemon reads its pause: its own word for it when one runs, else what the settings say."""
@@ -189,13 +200,45 @@ def undrain(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextmanager
+def _shared_pause(settings: OperatorSettings) -> Iterator[SharedPause | None]:
+    """The Lease every replica reads its pause from, where leader election is on (None where it is off)."""
+    shared = SharedPause.from_settings(settings.lease())
+    try:
+        yield shared
+    finally:
+        if shared is not None:
+            shared.close()
+
+
 def pause(args: argparse.Namespace) -> int:
     """The emergency stop: written even where no daemon runs now (a daemon started later starts paused), and where
-    the control file cannot be read."""
+    the control file cannot be read; with leader election on the Lease too, so that every replica stops."""
     target = find(args, unreadable_ok=True)
     path = target.pause_file()
-    control_store.write_pause(path, _who(), args.reason or "", _now_ms())
+    who, reason, now = _who(), args.reason or "", _now_ms()
+    control_store.write_pause(path, who, reason, now)
     daemon = target.daemon
+    if target.settings.leaderElection:
+        leading = daemon is not None and daemon.leading
+        try:
+            with _shared_pause(target.settings) as shared:
+                assert shared is not None
+                within = target.settings.renewDeadlineSeconds
+                line = workflows.share_pause(shared, lease_pause.note(who, reason, now), leading, within)
+        except (LeaseApiError, ConfigError) as exc:
+            standby = daemon is not None and not daemon.leading
+            raise ControlError(
+                f"paused {'this standby' if standby else 'this pod'} only ({path}): the Lease could not be written "
+                f"({exc}); "
+                + (
+                    "the leader still acts: pause it in its pod, or set killSwitch=true"
+                    if standby
+                    else "a standby that takes over would act: try again, or set killSwitch=true"
+                )
+            ) from None
+        print(f"{line} (and {path}); operator resume ends it")
+        return 0
     if daemon is None:
         print(f"paused ({path}); {target.absent}: the next operator run or rebalance on it starts paused")
     elif not daemon.leading:
@@ -213,14 +256,27 @@ def resume(args: argparse.Namespace) -> int:
     target = find(args, unreadable_ok=True)
     path = target.pause_file()
     removed = control_store.remove_pause(path)
+    shared_removed = False
+    if target.settings.leaderElection:
+        try:
+            with _shared_pause(target.settings) as shared:
+                assert shared is not None
+                shared_removed = shared.resume()
+        except (LeaseApiError, ConfigError) as exc:
+            raise ControlError(
+                f"{'pause file removed, but ' if removed else ''}the Lease's pause could not be removed ({exc}): every "
+                "instance stays paused; try again"
+            ) from None
     env_on = target.daemon.kill_switch_env if target.daemon else switch_on(os.environ.get(KILL_SWITCH_ENV))
     if env_on:
         raise ControlError(
             f"{'pause removed, but ' if removed else ''}the environment variable {KILL_SWITCH_ENV} still stops every "
             "action: set it to false or unset it (the chart: --set killSwitch=false) and restart"
         )
-    if not removed:
-        print(f"was not paused (no {path})")
+    if shared_removed:
+        print(f"resumed every instance (the Lease's pause{' and ' + path if removed else ''} removed)")
+    elif not removed:
+        print(f"was not paused (no {path}{', none on the Lease' if target.settings.leaderElection else ''})")
     elif target.daemon is None:
         print(f"resumed ({path} removed); {target.absent}")
     elif not target.daemon.leading:
@@ -301,8 +357,9 @@ def add_commands(commands: Any, config_options: Any) -> None:
         "pause",
         help="the emergency stop: the daemon sends nothing until resume",
         description="Turn the kill switch on: the daemon checks it immediately before every mutating call, so "
-        "nothing more is sent from the next call on, across restarts, until 'operator resume'. On a standby it "
-        "pauses that instance alone, and says so." + kept,
+        "nothing more is sent from the next call on, across restarts, until 'operator resume'. With leader "
+        "election it is also written on the Lease, so it stops every replica — run it in any pod — and fails, "
+        "saying whom it stopped, when the Lease cannot be written." + kept,
         epilog='example: operator pause --reason "incident 4211: broker-3 flapping"',
     )
     pause_command.add_argument("--reason", default="", help="why, shown on the status page and in /api/status")

@@ -6,7 +6,8 @@ from ``strategies.rails`` so the planner and the executor can never disagree on 
 The kill switch fails safe. The environment variable is on for any value but an explicit false (``0``,
 ``false``, ``no``, ``off`` or empty), so a value nobody foresaw (``enabled``, ``stop``, ``Y``) stops the
 operator rather than being ignored. The pause file (``operator pause``, or any ``touch``) stops it while
-it exists, whatever it holds; a file that cannot be checked stops it too.
+it exists, whatever it holds; a file that cannot be checked stops it too. With leader election the pause is
+also on the Lease every replica reads (``shared_pause``), so a standby that takes over is paused too.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import json
 import os
 import re
 import stat
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from pulsar_lb_operator.strategies import DEFAULT_RAILS, Rails
@@ -36,7 +38,8 @@ class KillSwitch:
     written by ``operator pause`` or the status page, who set it, why and since when."""
 
     where: str  # "environment variable PULSAR_LB_KILL_SWITCH is set" | "file <path> exists" | …
-    source: str = "file"  # "environment" (lifted only by a restart without it) | "file" (operator resume)
+    # "environment" (lifted only by a restart without it) | "file" | "lease" (both: operator resume)
+    source: str = "file"
     by: str = ""
     reason: str = ""
     since_ms: int | None = None
@@ -99,12 +102,16 @@ class Safety:
     kill_switch_env: str = KILL_SWITCH_ENV
     pause_seconds: float = 0.0
     verify_after_seconds: float = 120.0
+    # the pause every replica shares (run/lease_pause.py: the Lease's, as the elector last read it); None: none
+    shared_pause: Callable[[], KillSwitch | None] | None = field(default=None, compare=False, repr=False)
 
     def kill_switch(self) -> KillSwitch | None:
-        """The switch as it is now, read at every call: the environment first, then the pause file."""
+        """The switch as it is now, read at every call: the environment first, then the pause file, then the
+        shared pause."""
         if switch_on(os.environ.get(self.kill_switch_env)):
             return KillSwitch(f"environment variable {self.kill_switch_env} is set", source="environment")
-        return read_pause_file(self.kill_switch_file) if self.kill_switch_file else None
+        found = read_pause_file(self.kill_switch_file) if self.kill_switch_file else None
+        return found or (self.shared_pause() if self.shared_pause is not None else None)
 
     def killed(self) -> str | None:
         switch = self.kill_switch()

@@ -20,8 +20,10 @@ from urllib.parse import parse_qs, unquote
 
 import structlog
 
-from pulsar_lb_operator.run import control_auth, workflows
+from pulsar_lb_operator.run import control_auth, lease_pause, workflows
 from pulsar_lb_operator.run.daemon_view import DaemonView
+from pulsar_lb_operator.run.lease_client import LeaseApiError
+from pulsar_lb_operator.run.lease_pause import SharedPause
 from pulsar_lb_operator.store import control as control_store
 from pulsar_lb_operator.store.control import ControlError
 from pulsar_lb_operator.strategies import UserError
@@ -113,18 +115,24 @@ def _carry_out(daemon: DaemonView, action: str, target: str, form: Mapping[str, 
     safety = daemon.executor.safety
     leading = daemon.elector is None or daemon.elector.is_leader()
     record = workflows.daemon_record(daemon, leading)
-    if action in ("drain", "undrain", "approve", "reject") or (action == "pause" and not leading):
+    shared = daemon.shared_pause
+    if action in ("drain", "undrain", "approve", "reject") or (action == "pause" and not leading and shared is None):
         why_not = workflows.refusal(record, action, safety.kill_switch() is not None)
         if why_not:
             raise Refused(409, why_not)
     try:
         if action == "pause":
-            control_store.write_pause(daemon.settings.kill_switch_file(), by, form.get("reason", "").strip()[:500], now)
-            return "paused: nothing is sent from the next call on"
+            reason = form.get("reason", "").strip()[:500]
+            control_store.write_pause(daemon.settings.kill_switch_file(), by, reason, now)
+            if shared is None:
+                return "paused: nothing is sent from the next call on"
+            return _share(shared, lease_pause.note(by, reason, now), leading, daemon.settings.renewDeadlineSeconds)
         if action == "resume":
             removed = control_store.remove_pause(daemon.settings.kill_switch_file())
+            if shared is not None:
+                removed = _unshare(shared, removed) or removed
             still = safety.kill_switch()
-            if still is not None:
+            if still is not None and still.source != "lease":  # the elector reads the Lease again within seconds
                 raise Refused(409, f"{'pause removed, but ' if removed else ''}{still.line()}: restart without it")
             return "resumed" if removed else "was not paused"
         if action == "drain":
@@ -141,6 +149,33 @@ def _carry_out(daemon: DaemonView, action: str, target: str, form: Mapping[str, 
         raise Refused(409, str(exc)) from None
     except OSError as exc:  # the control or pause file cannot be written: the request did not happen
         raise Refused(503, f"not recorded: {exc.strerror or exc}") from None
+
+
+def _share(shared: SharedPause, note: str, leading: bool, within_s: float) -> str:
+    try:
+        return workflows.share_pause(shared, note, leading, within_s)
+    except LeaseApiError as exc:
+        if not leading:  # this standby's file stops nobody
+            raise Refused(
+                503,
+                f"the leader is not paused: Lease {shared.lease} could not be written ({exc}); this standby's file "
+                "stops it alone",
+            ) from None
+        return (
+            f"paused this instance only: Lease {shared.lease} could not be written ({exc}); a standby that takes "
+            "over would act: pause again, or set killSwitch=true"
+        )
+
+
+def _unshare(shared: SharedPause, removed_file: bool) -> bool:
+    """Remove the pause from the Lease; True when there was one. Refused when it could not be removed."""
+    try:
+        return shared.resume()
+    except LeaseApiError as exc:
+        file = "the pause file was removed, but " if removed_file else ""
+        raise Refused(
+            503, f"{file}Lease {shared.lease} still holds the pause ({exc}): nothing is sent; try again"
+        ) from None
 
 
 def _check_broker(daemon: DaemonView, broker: str) -> Collection[str]:

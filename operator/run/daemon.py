@@ -33,14 +33,16 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from pulsar_lb_operator import hints
 from pulsar_lb_operator.act.executor import Executor
+from pulsar_lb_operator.act.safety import KillSwitch
 from pulsar_lb_operator.adminapi import AdminClient, AdminError
 from pulsar_lb_operator.collect import elm
 from pulsar_lb_operator.record.audit import publisher as audit_publisher
 from pulsar_lb_operator.records import ExecutorState, ExecutorStateError
-from pulsar_lb_operator.run import endpoints, shutdown, workflows
+from pulsar_lb_operator.run import endpoints, lease_pause, shutdown, workflows
 from pulsar_lb_operator.run.cycle import CycleContext, CycleResult, run_cycle
 from pulsar_lb_operator.run.daemon_view import Elector
-from pulsar_lb_operator.run.leadership import COUNTERS_ANNOTATION, STATE_ANNOTATION
+from pulsar_lb_operator.run.leadership import COUNTERS_ANNOTATION, STATE_ANNOTATION, LeaseElector
+from pulsar_lb_operator.run.lease_pause import PAUSE_ANNOTATION, SharedPause
 from pulsar_lb_operator.run.metrics import Metrics
 from pulsar_lb_operator.run.settings import OperatorSettings
 from pulsar_lb_operator.store import statefile
@@ -86,7 +88,7 @@ class Daemon:
         self.executor = Executor(
             self.client,
             self.cluster,
-            self.settings.safety(self.config),
+            dataclasses.replace(self.settings.safety(self.config), shared_pause=self._lease_pause),
             clock=clock,
             sleep=self.stop.wait,
             stop_requested=self.stop.is_set,
@@ -103,6 +105,7 @@ class Daemon:
         # detects the load manager every cycle and reads ELM's topics on ELM clusters
         self.load_manager = elm.Session.from_settings(self.settings.elm())
         self._was_leader: bool | None = None
+        self._shared_pause: SharedPause | None = None
         self._lock = threading.Lock()
         self.history = (
             HistoryStore(
@@ -138,6 +141,26 @@ class Daemon:
         self.metrics.kill_switch.set_function(lambda: 1 if self.executor.safety.killed() else 0)  # read at scrape
         self.metrics.interval.set(self.period_s)
         self.metrics.last_success.set(time.time())
+
+    @property
+    def shared_pause(self) -> SharedPause | None:
+        """Where ``operator pause`` reaches every replica: the elector's Lease (None: one instance, its file only)."""
+        if not isinstance(self.elector, LeaseElector):
+            return None
+        if self._shared_pause is None:  # its own session: the elector's thread uses the elector's
+            elector = self.elector
+            self._shared_pause = SharedPause(
+                elector.client.twin(), elector.namespace, elector.name, elector.request_timeout
+            )
+        return self._shared_pause
+
+    def _lease_pause(self) -> KillSwitch | None:
+        """The Lease's pause as the elector last read it (at most ``retryPeriodSeconds`` old: a leader that has not
+        read the Lease since renewDeadlineSeconds does not lead, and acts on nothing)."""
+        if self.elector is None:
+            return None
+        lease = f"{getattr(self.elector, 'namespace', '')}/{getattr(self.elector, 'name', self.settings.leaseName)}"
+        return lease_pause.switch(self.elector.annotation(PAUSE_ANNOTATION), lease)
 
     @property
     def period_s(self) -> float:

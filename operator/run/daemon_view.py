@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from pulsar_lb_operator.act.executor import Executor
 from pulsar_lb_operator.run.cycle import CycleResult
+from pulsar_lb_operator.run.lease_pause import SharedPause
 from pulsar_lb_operator.run.metrics import Metrics
 from pulsar_lb_operator.run.settings import OperatorSettings
 from pulsar_lb_operator.store.control import ControlFile
@@ -29,6 +30,8 @@ class Elector(Protocol):
 
     def inherited(self, key: str) -> str | None: ...
 
+    def annotation(self, key: str) -> str | None: ...
+
 
 class DaemonView(Protocol):
     settings: OperatorSettings
@@ -39,6 +42,9 @@ class DaemonView(Protocol):
     metrics: Metrics
     recent: deque[CycleResult]  # the last cycles, newest last
     usage: deque[tuple[int, dict[str, float]]]  # (ms, broker → usage) per cycle
+
+    @property
+    def shared_pause(self) -> SharedPause | None: ...
 
     def builtin_balancer(self) -> dict[str, Any] | None: ...
 

@@ -188,6 +188,12 @@ class LeaseElector:
                 self._annotations[key] = previous
             return False
 
+    def annotation(self, key: str) -> str | None:
+        """``key``'s value on the Lease as last read (every round reads it: a leader at each renewal, a standby
+        before it takes over), so a value someone else writes there reaches us within ``retry_period``."""
+        with self._lock:
+            return self._observed_annotations.get(key)
+
     def inherited(self, key: str) -> str | None:
         """The value ``key`` had on the Lease when we took it over (the previous leader's record)."""
         with self._lock:
@@ -218,7 +224,7 @@ class LeaseElector:
         with self._round:
             return self._attempt(require_ours=False)
 
-    def _attempt(self, require_ours: bool) -> bool:
+    def _attempt(self, require_ours: bool, again: bool = True) -> bool:
         try:
             lease = self.client.get(self.namespace, self.name, timeout=self.request_timeout)
         except LeaseApiError as exc:
@@ -232,6 +238,7 @@ class LeaseElector:
         spec = dict(lease.get("spec") or {})
         holder = spec.get("holderIdentity") or ""
         with self._lock:
+            self._observed_annotations = dict(metadata.get("annotations") or {})
             seen_before = (self._observed_spec or {}).get("holderIdentity") or ""
             if spec != self._observed_spec or metadata.get("resourceVersion") != self._observed_version:
                 self._observed_spec = spec
@@ -278,6 +285,8 @@ class LeaseElector:
         try:
             written = self.client.replace(self.namespace, self.name, body, timeout=self.request_timeout)
         except LeaseConflict as exc:
+            if ours and again:  # written between our read and our write (a pause, a resume): read it again, once
+                return self._attempt(require_ours, again=False)
             self._not_holding("lost the race for the lease (409 Conflict)", exc)
             return False
         except LeaseApiError as exc:
@@ -471,6 +480,9 @@ class AlwaysLeader:
         return self.is_leader()
 
     def inherited(self, key: str) -> str | None:
+        return None
+
+    def annotation(self, key: str) -> str | None:
         return None
 
     def wait_until_leader(self, timeout: float | None = None) -> bool:

@@ -96,6 +96,17 @@ class LeaseClient:
             timeout=timeout,
         )
 
+    def twin(self) -> LeaseClient:
+        """The same server and credentials on a session of its own (a session is not shared between threads)."""
+        return LeaseClient(
+            self.host,
+            token=self._token,
+            token_file=self._token_file,
+            verify=self._verify if isinstance(self._verify, bool) else True,
+            ca_file=self._verify if isinstance(self._verify, str) else None,
+            timeout=self.timeout,
+        )
+
     def close(self) -> None:
         self._session.close()
 

@@ -24,6 +24,7 @@ from pulsar_lb_operator.record import audit as audit_events
 from pulsar_lb_operator.records import Record
 from pulsar_lb_operator.run.cycle import CycleResult
 from pulsar_lb_operator.run.daemon_view import DaemonView
+from pulsar_lb_operator.run.lease_pause import SharedPause
 from pulsar_lb_operator.store.control import (
     APPROVED,
     EXECUTED,
@@ -182,6 +183,25 @@ def refusal(daemon: DaemonRecord, request: str, paused: bool = False) -> str | N
     if request == "approve" and paused:
         return "the kill switch is on: nothing would be sent; operator resume first, then approve (it stays pending)"
     return None
+
+
+def share_pause(shared: SharedPause, note: str, leading: bool, within_s: float) -> str:
+    """Write the pause on the Lease every replica reads; the line saying whom it stops and from when. Raises
+    LeaseApiError when the Lease could not be written. ``leading``: this instance leads (its own pause file has
+    stopped it already); a standby waits up to ``within_s`` (renewDeadlineSeconds) for the leader to read it."""
+    written = shared.pause(note)
+    everyone = f"paused every instance through Lease {shared.lease}"
+    holder = written.holder
+    if not holder:
+        return f"{everyone}: none leads now, and whichever takes the Lease starts paused"
+    if leading:
+        return f"{everyone}: this one from its next call on, a standby before it can lead"
+    if shared.wait_read_by_holder(written, within_s):
+        return f"{everyone}: the leader {holder} has read it and sends nothing from its next call on"
+    return (
+        f"{everyone}: the leader {holder} has not renewed the Lease within {within_s:g} s, so it no longer acts, "
+        "and it reads the pause before it can lead again"
+    )
 
 
 def add_drain(doc: Control, broker: str, active: Collection[str], entry: dict[str, Any]) -> None:

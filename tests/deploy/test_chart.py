@@ -167,6 +167,7 @@ def test_the_rendered_settings_file_is_read_by_the_operator_with_every_setting_i
     assert volume(manifests, "data")["persistentVolumeClaim"]["claimName"] == "lb-data"
     assert all(ours.stateFile.startswith(p) for p in [mount(manifests, "data")["mountPath"]])
     assert "LIVE" in notes and "-- operator pause --reason" in notes and "--set killSwitch=true" in notes
+    assert "any pod: the pause goes on the Lease every replica reads" in notes
 
 
 def test_the_control_token_is_a_secret_the_chart_makes_mounted_where_the_settings_read_it(tmp_path):

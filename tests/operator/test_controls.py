@@ -129,6 +129,9 @@ class Standby:
 
     holder = "pulsar-lb-operator-7d9f-abcde"  # LeaseElector.holder: the holder last seen in the Lease
 
+    def annotation(self, key: str) -> None:  # nothing on its Lease (no shared pause)
+        return None
+
 
 def test_a_request_nobody_will_carry_out_is_an_error(sim, tmp_path, capsys):
     busy = sim.cluster.by_name("broker-0").id
