@@ -75,6 +75,12 @@ def rebalance(args: argparse.Namespace) -> int:
     before the next call — what was sent is on disk, as the daemon's SIGTERM — and exits 130; a second Ctrl-C
     quits at once (a call in flight was recorded before it was sent)."""
     settings, config, explicit = settings_from(args, dryRun=args.dry_run)
+    if settings.leaderElection and not settings.dryRun:
+        raise ConfigError(
+            f"leaderElection is on: the operator's replicas act through Lease {settings.leaseName}, and a live "
+            "rebalance beside them would be a second actor without their cooldowns; preview it with a dry run, or, "
+            "with every replica stopped, run it with --set leaderElection=false"
+        )
     if args.state:  # the state named here is the one whose pause (``<stateFile>.pause``) and drains count
         settings = dataclasses.replace(settings, stateFile=args.state)
     state_path = settings.stateFile

@@ -160,3 +160,16 @@ def test_a_renewal_that_meets_a_pause_written_in_between_keeps_leading_and_reads
     assert '"between"' in elector.annotation(PAUSE_ANNOTATION)
     assert api.lease(NS, NAME)["spec"]["holderIdentity"] == "pod-a"
     assert writer.resume() and not writer.resume()
+
+
+def test_a_live_rebalance_beside_the_replicas_is_refused_and_a_dry_run_previews(sim, tmp_path, monkeypatch, capsys):
+    """With leader election the replicas are the actors: a one-shot beside them would be a second one, without the
+    cooldowns they keep on the Lease (and a pause there)."""
+    monkeypatch.chdir(tmp_path)
+    lease = ["--admin-url", sim.admin_url, "--set", "leaderElection=true", "--set", "pauseSeconds=0"]
+    assert cli.main(["rebalance", "--no-dry-run", *lease]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("operator: error: leaderElection is on") and "--set leaderElection=false" in err
+    assert len(err.splitlines()) == 1 and sim.mutating_requests() == []
+    assert cli.main(["rebalance", *lease]) == 0
+    assert "DRY RUN" in capsys.readouterr().out.upper() and sim.mutating_requests() == []
