@@ -284,6 +284,15 @@ def test_spark_conf_values_with_spaces_reach_spark_whole_and_credentials_are_ref
     for key in ("spark.hadoop.fs.s3a.secret.key", "spark.hadoop.fs.s3a.access.key", "spark.authenticate.secret"):
         with helm.Chart.load(CHART) as chart, pytest.raises(helm.HelmRenderError, match=re.escape(f"spark.conf.{key}")):
             chart.render(values={"spark": {"conf": {key: "AKIA-not-here"}}}, name="lb", namespace="pulsar")
+    in_the_value = {  # a credential under a key that names none
+        "spark.sql.catalog.db.url": "jdbc:postgresql://db:5432/x?user=lb&password=hunter2",
+        "spark.eventLog.dir": "s3a://AKIAEXAMPLE:wJalrXUtnFEMI@logs/spark",
+    }
+    for key, value in in_the_value.items():
+        with helm.Chart.load(CHART) as chart, pytest.raises(helm.HelmRenderError, match=re.escape(f"spark.conf.{key}")):
+            chart.render(values={"spark": {"conf": {key: value}}}, name="lb", namespace="pulsar")
+    plain = {"spark.eventLog.dir": "s3a://logs@2026/spark", "spark.master.rest.url": "http://spark:6066/?a=b"}
+    assert render({"spark": {"conf": plain}})[0]["Deployment"]  # an @ or a query without a credential: allowed
     provider = "spark.hadoop.fs.s3a.aws.credentials.provider"  # names a class, not a credential: allowed
     assert (
         provider

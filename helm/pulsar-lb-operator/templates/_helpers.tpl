@@ -117,8 +117,9 @@ files, counts as on). */}}
 {{- if not (lt (float64 $le.retryPeriodSeconds) (float64 $le.renewDeadlineSeconds)) }}
 {{- fail "leaderElection.retryPeriodSeconds: must be less than leaderElection.renewDeadlineSeconds" }}
 {{- end }}
-{{- range $key, $_ := .Values.spark.conf }}
-{{- if regexMatch "(?i)(secret|password|token|\\.key$)" $key }}
+{{- range $key, $value := .Values.spark.conf }}
+{{- /* by the key's name, or by a value that carries one: a URL's user:password@, a password= parameter */}}
+{{- if or (regexMatch "(?i)(secret|password|token|\\.key$)" $key) (regexMatch "(?i)(://[^/@\\s:]+:[^/@\\s]+@|[?&;](password|passwd|pwd|secret|token)=)" (toString $value)) }}
 {{- fail (printf "spark.conf.%s: a credential here would sit in plain text in the Deployment's environment (kubectl get deploy -o yaml, /proc/<pid>/environ); give it through extraEnv from a Secret (for s3a: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) or the pod's own identity (IRSA)" $key) }}
 {{- end }}
 {{- end }}
