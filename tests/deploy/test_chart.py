@@ -53,6 +53,11 @@ COMBINATIONS = {
         "history": {"uri": "s3a://pulsar-lb/history", "profileUri": "s3a://pulsar-lb/profile"},
     },
     "ha": {"replicaCount": 2, "podDisruptionBudget": {"enabled": True}},
+    "egress": {
+        "networkPolicy": {
+            "egress": [{"to": [{"ipBlock": {"cidr": "10.0.0.0/8"}}], "ports": [{"port": 8080, "protocol": "TCP"}]}]
+        }
+    },
     "controls-existing-secret": {"controls": {"existingSecret": "ops-lb-control", "existingSecretKey": "t"}},
     "read-only": {"controls": {"enabled": False}, "killSwitch": True},
     "oauth2": {
@@ -259,6 +264,19 @@ def test_the_network_policy_admits_only_the_operators_own_ports_to_its_pods():
     external = {**COMBINATIONS["external-spark"], "networkPolicy": {"from": scrapers}}
     assert admitted(render(external)[0]) == [({8090}, scrapers), ({7078, 7079}, None)]
     assert "NetworkPolicy" not in render({"networkPolicy": {"enabled": False}})[0]
+    assert "egress" not in render()[0]["NetworkPolicy"]["spec"], "egress open unless rules are given"
+
+
+def test_egress_rules_narrow_where_the_pods_connect_and_dns_stays_reachable():
+    brokers = {"to": [{"podSelector": {"matchLabels": {"component": "broker"}}}], "ports": [{"port": 8080}]}
+    api_server = {"to": [{"ipBlock": {"cidr": "10.96.0.1/32"}}], "ports": [{"port": 443}]}
+    policy = render({"networkPolicy": {"egress": [brokers, api_server]}})[0]["NetworkPolicy"]["spec"]
+    assert policy["policyTypes"] == ["Ingress", "Egress"]
+    dns, *given = policy["egress"]
+    assert {(p["port"], p["protocol"]) for p in dns["ports"]} == {(53, "UDP"), (53, "TCP")} and "to" not in dns
+    assert given == [brokers, api_server]
+    only_dns = render({"networkPolicy": {"egress": []}})[0]["NetworkPolicy"]["spec"]
+    assert only_dns["policyTypes"] == ["Ingress", "Egress"] and len(only_dns["egress"]) == 1
 
 
 def test_an_external_spark_master_gets_the_driver_reachable_from_its_executors():
