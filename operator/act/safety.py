@@ -12,6 +12,7 @@ also on the Lease every replica reads (``shared_pause``), so a standby that take
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -74,16 +75,25 @@ def read_pause_file(path: str) -> KillSwitch | None:
         return switch
     try:
         with open(path, "rb") as handle:
-            note = json.loads(handle.read(NOTE_MAX_BYTES).decode("utf-8"))
-    except (OSError, ValueError):  # an empty `touch`ed file, text, a half-written note: on, no details
+            return noted(switch, handle.read(NOTE_MAX_BYTES))
+    except OSError:
         return switch
-    if not isinstance(note, dict):
+
+
+def noted(switch: KillSwitch, note: bytes | str) -> KillSwitch:
+    """``switch`` with who, why and since when from the pause's note (``operator pause`` writes it: in the pause
+    file, or on the Lease). On whatever the note holds: empty, text or a half-written note only give no details."""
+    try:
+        doc = json.loads(note[:NOTE_MAX_BYTES])
+    except ValueError:  # UnicodeDecodeError included
         return switch
-    since = note.get("since")
-    return KillSwitch(
-        switch.where,
-        by=str(note.get("by") or "")[:200],
-        reason=str(note.get("reason") or "")[:500],
+    if not isinstance(doc, dict):
+        return switch
+    since = doc.get("since")
+    return dataclasses.replace(
+        switch,
+        by=str(doc.get("by") or "")[:200],
+        reason=str(doc.get("reason") or "")[:500],
         since_ms=since if isinstance(since, int) and not isinstance(since, bool) else switch.since_ms,
     )
 

@@ -20,10 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pulsar_lb_operator.act.safety import NOTE_MAX_BYTES, KillSwitch
+from pulsar_lb_operator.act.safety import KillSwitch, noted
 from pulsar_lb_operator.run.leadership import LeaseSettings
 from pulsar_lb_operator.run.lease_client import LeaseApiError, LeaseClient, LeaseConflict, pod_namespace
-from pulsar_lb_operator.store.control import PAUSE_FORMAT
+from pulsar_lb_operator.store.control import pause_note
 from pulsar_lb_operator.strategies import ConfigError
 
 PAUSE_ANNOTATION = "pulsar-lb-operator/pause"
@@ -32,28 +32,14 @@ WRITE_ATTEMPTS = 5  # each a read and a replace; a conflict means the leader ren
 
 def note(by: str, reason: str, since_ms: int) -> str:
     """The annotation's value: the pause file's document, who, why and since when."""
-    return json.dumps({"format": PAUSE_FORMAT, "by": by, "reason": reason, "since": since_ms})
+    return json.dumps(pause_note(by, reason, since_ms))
 
 
 def switch(value: str | None, lease: str) -> KillSwitch | None:
     """The Lease's switch from its annotation's value; None when there is none. On whatever the value holds."""
     if value is None:
         return None
-    where = f"Lease {lease} holds a pause"
-    try:
-        doc = json.loads(value[:NOTE_MAX_BYTES])
-    except ValueError:
-        doc = None
-    if not isinstance(doc, dict):
-        return KillSwitch(where, source="lease")
-    since = doc.get("since")
-    return KillSwitch(
-        where,
-        source="lease",
-        by=str(doc.get("by") or "")[:200],
-        reason=str(doc.get("reason") or "")[:500],
-        since_ms=since if isinstance(since, int) and not isinstance(since, bool) else None,
-    )
+    return noted(KillSwitch(f"Lease {lease} holds a pause", source="lease"), value)
 
 
 @dataclass(frozen=True)

@@ -182,9 +182,14 @@ class ControlFile:
             return change(doc)
 
 
+def pause_note(by: str, reason: str, now_ms: int) -> dict[str, Any]:
+    """What a pause says of itself (in the pause file, and on the Lease): who, why and since when."""
+    return {"format": PAUSE_FORMAT, "by": by, "reason": reason, "since": now_ms}
+
+
 def write_pause(path: str | Path, by: str, reason: str, now_ms: int) -> None:
     """Turn the kill switch on: the pause file, with who, why and since when for the status page."""
-    files.write_json_atomically(path, {"format": PAUSE_FORMAT, "by": by, "reason": reason, "since": now_ms})
+    files.write_json_atomically(path, pause_note(by, reason, now_ms))
 
 
 def remove_pause(path: str | Path) -> bool:
