@@ -85,6 +85,8 @@ def change(
             if not control_auth.csrf_ok(form.get("csrf", ""), control_token, caller):
                 raise Refused(403, "stale or foreign form: reload the page")
         if action == "logout":
+            if caller.session:
+                control_auth.SESSIONS.end(caller.session)  # a copy of the cookie is worth nothing from now on
             log.warning("control request", action=action, remote=remote, outcome="done")
             return 303, b"", "text/plain", {"Location": "/", "Set-Cookie": control_auth.set_cookie("", 0)}
         message = _carry_out(daemon, action, target, form, remote)

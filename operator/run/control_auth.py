@@ -11,13 +11,18 @@ constant time. Two ways to present it:
 * ``Authorization: Bearer <control token>`` — a script (curl). A browser never adds that header to a request
   another site makes, so such a request needs nothing more.
 * a session: ``POST /login`` with the token sets a cookie (HttpOnly, SameSite=Strict, 12 hours) signed with
-  the token, so a new token ends every session. A cookie *is* sent with a form another page submits — by any
+  the token, so a new token ends every session. The daemon also keeps the sessions it started (``SESSIONS``): Sign
+  out ends its session on the server, not only in the browser (a copy of the cookie is worth nothing after), and a
+  restart of the daemon ends them all. A cookie *is* sent with a form another page submits — by any
   page on the same host, whatever its port, for SameSite — so every such post must also carry the session's
   CSRF value (an HMAC of the token and the session's nonce, shown only inside the page, which another origin
   cannot read) and come from the page's own origin (``Origin``, else ``Referer``, naming the ``Host`` it was
   sent to).
 
 Without a control token the page is read-only: no buttons, every mutating request refused.
+
+Whatever the credentials, the page answers only under names it knows (``known_host``): loopback's, an IP address,
+this machine's names and ``statusPageHosts``.
 """
 
 from __future__ import annotations
@@ -25,8 +30,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import ipaddress
 import secrets
-from collections.abc import Mapping
+import threading
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from email.message import Message
 from http.cookies import CookieError, SimpleCookie
@@ -38,6 +45,32 @@ Headers: TypeAlias = "Mapping[str, str] | Message[str, str]"
 
 SESSION_COOKIE = "pulsar_lb_operator_session"
 SESSION_SECONDS = 12 * 3600
+MAX_SESSIONS = 1000  # sessions kept at once; a sign-in beyond ends the one closest to its expiry
+
+
+class Sessions:
+    """The sessions this process started and that have not ended: a cookie counts only while its nonce is here."""
+
+    def __init__(self) -> None:
+        self._expiry: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def start(self, nonce: str, expiry: float) -> None:
+        with self._lock:
+            if len(self._expiry) >= MAX_SESSIONS:
+                self._expiry.pop(min(self._expiry, key=self._expiry.__getitem__))
+            self._expiry[nonce] = expiry
+
+    def live(self, nonce: str, now_s: float) -> bool:
+        with self._lock:
+            return self._expiry.get(nonce, 0.0) >= now_s
+
+    def end(self, nonce: str) -> None:
+        with self._lock:
+            self._expiry.pop(nonce, None)
+
+
+SESSIONS = Sessions()
 
 
 @dataclass(frozen=True)
@@ -87,12 +120,15 @@ def _mac(control_token: str, text: str) -> str:
 
 def new_session(control_token: str, now_s: float) -> str:
     """A cookie value: expiry, nonce and their MAC under the control token."""
-    body = f"{int(now_s) + SESSION_SECONDS}.{secrets.token_hex(16)}"
+    expiry, nonce = int(now_s) + SESSION_SECONDS, secrets.token_hex(16)
+    SESSIONS.start(nonce, expiry)
+    body = f"{expiry}.{nonce}"
     return f"{body}.{_mac(control_token, 'session:' + body)}"
 
 
 def session_of(headers: Headers, control_token: str | None, now_s: float) -> str | None:
-    """The nonce of a valid, unexpired session cookie signed with the current control token; else None."""
+    """The nonce of a valid, unexpired session cookie signed with the current control token, of a session this
+    process started and nobody signed out of; else None."""
     if not control_token:
         return None
     try:
@@ -104,7 +140,8 @@ def session_of(headers: Headers, control_token: str | None, now_s: float) -> str
     nonce, _, mac = rest.partition(".")
     if not (expiry.isdigit() and nonce and mac) or int(expiry) < now_s:
         return None
-    return nonce if equal(mac, _mac(control_token, f"session:{expiry}.{nonce}")) else None
+    signed = equal(mac, _mac(control_token, f"session:{expiry}.{nonce}"))
+    return nonce if signed and SESSIONS.live(nonce, now_s) else None
 
 
 def csrf_value(control_token: str, nonce: str) -> str:
@@ -118,6 +155,24 @@ def csrf_ok(given: str, control_token: str | None, caller: Caller) -> bool:
 
 def set_cookie(value: str, max_age: int = SESSION_SECONDS) -> str:
     return f"{SESSION_COOKIE}={value}; Max-Age={max_age}; Path=/; HttpOnly; SameSite=Strict"
+
+
+def known_host(header: str, names: Collection[str]) -> bool:
+    """Whether a request's ``Host`` is one the page answers to: none (no browser sends none), an IP address, localhost,
+    or one of ``names`` ("*": any). A page of another site whose name an attacker re-points at this address (DNS
+    rebinding) is asked for under the attacker's name: refused, it reads nothing, whatever a cookie would allow."""
+    host = header.strip()
+    if host.startswith("["):  # an IPv6 literal, with or without a port
+        return True
+    host = host.rpartition(":")[0] if ":" in host else host
+    host = host.rstrip(".").lower()
+    if not host or host == "localhost" or "*" in names:
+        return True
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        return host in {name.rstrip(".").lower() for name in names}
 
 
 def same_origin(headers: Headers) -> bool:

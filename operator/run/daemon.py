@@ -100,6 +100,7 @@ class Daemon:
         self.draining: frozenset[str] = frozenset()
         self.recent: deque[CycleResult] = deque(maxlen=RECENT_CYCLES)  # for the status page
         self.usage: deque[tuple[int, dict[str, float]]] = deque(maxlen=USAGE_POINTS)
+        self.failure: tuple[int, str] | None = None  # the last cycle's failure (ms, one line); None once one succeeds
         # a state file that exists but is unusable stops the daemon here (StateFileError, exit 2)
         self.state = statefile.load(Path(self.settings.stateFile), reset=self.reset_state)
         # detects the load manager every cycle and reads ELM's topics on ELM clusters
@@ -296,16 +297,20 @@ class Daemon:
             self._record_history(result)
             self.metrics.observe(result, time.monotonic() - started)
             self.last_ok = time.monotonic()
+            self.failure = None
             self.cycles += 1
             return result
         # elm.py: ELM's topics unreadable is a ConnectionError (an OSError); a strategy ELM cannot feed a ConfigError
         except (AdminError, SnapshotError, OSError, ConfigError) as exc:
             self.metrics.cycles.labels("error").inc()
-            log.error("cycle failed", reason=hints.admin_auth(exc, self.settings.auth().token_source()) or str(exc))
+            reason = hints.admin_auth(exc, self.settings.auth().token_source()) or str(exc)
+            log.error("cycle failed", reason=reason)
+            self.failure = (self.executor.now_ms(), reason)
             return None
-        except Exception:  # a bug must not kill the daemon; the next cycle tries again
+        except Exception as exc:  # a bug must not kill the daemon; the next cycle tries again
             self.metrics.cycles.labels("error").inc()
             log.exception("cycle crashed")
+            self.failure = (self.executor.now_ms(), f"crashed ({type(exc).__name__}): a bug, the log has its traceback")
             return None
         finally:
             self._lock.release()

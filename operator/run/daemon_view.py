@@ -42,6 +42,7 @@ class DaemonView(Protocol):
     metrics: Metrics
     recent: deque[CycleResult]  # the last cycles, newest last
     usage: deque[tuple[int, dict[str, float]]]  # (ms, broker → usage) per cycle
+    failure: tuple[int, str] | None  # the last cycle's failure (ms, one line), until a cycle succeeds
 
     @property
     def shared_pause(self) -> SharedPause | None: ...

@@ -2,7 +2,12 @@
 
 ``/healthz`` (a cycle finished recently enough), ``/readyz`` (a leader after its first cycle, a standby
 at once), ``/metrics``, all open; every other path goes to the status page (``status_page.handle``), which
-has its own authentication. One thread serves, apart from the cycles, so a long cycle never fails a probe.
+has its own authentication, asked for under a name it knows (``control_auth.known_host``: 421 otherwise).
+One thread serves, apart from the cycles, so a long cycle never fails a probe.
+
+Every answer forbids framing (``X-Frame-Options``, CSP ``frame-ancestors``): a page of another origin that framed
+the status page, invisible under a button of its own, would have a signed-in person's click press Pause or Approve,
+and the form's Origin would be the page's own.
 
 A request body is read only when it says its length and that length is small (the page's forms are a few
 fields): anything else is refused before a byte of it is read, and a client that stops sending is dropped
@@ -11,6 +16,7 @@ after ``REQUEST_TIMEOUT_S``.
 
 from __future__ import annotations
 
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -18,7 +24,7 @@ import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from pulsar_lb_operator import hints
-from pulsar_lb_operator.run import status_page
+from pulsar_lb_operator.run import control_auth, status_page
 from pulsar_lb_operator.run.daemon_view import DaemonView
 from pulsar_lb_operator.store.control import ControlError
 from pulsar_lb_operator.strategies import ConfigError
@@ -27,6 +33,8 @@ log = structlog.get_logger(__name__)
 
 MAX_FORM_BYTES = 8192  # the status page's forms are a few fields; a larger body is refused unread (413)
 REQUEST_TIMEOUT_S = 10.0
+UNKNOWN_HOST = b"this page does not answer to that host name: add it to statusPageHosts if it is yours"
+NO_FRAMING = {"X-Frame-Options": "DENY", "Content-Security-Policy": "frame-ancestors 'none'"}
 
 
 def serve(daemon: DaemonView, host: str, port: int) -> ThreadingHTTPServer:
@@ -34,6 +42,7 @@ def serve(daemon: DaemonView, host: str, port: int) -> ThreadingHTTPServer:
     read or is too short, is a one-line ConfigError (exit 2 at start, not a page that silently turned read-only)."""
     if daemon.settings.control_token() is None:
         log.info("the status page is read-only: no controlTokenFile", port=port)
+    names = {socket.gethostname(), socket.getfqdn(), host, *daemon.settings.statusPageHosts}
 
     class Endpoints(BaseHTTPRequestHandler):
         timeout = REQUEST_TIMEOUT_S  # a slow or silent client holds a thread no longer than this
@@ -55,7 +64,7 @@ def serve(daemon: DaemonView, host: str, port: int) -> ThreadingHTTPServer:
 
         def do_POST(self) -> None:
             length = self.headers.get("Content-Length", "")
-            if self.headers.get("Transfer-Encoding") or not length.isdigit():
+            if self.headers.get("Transfer-Encoding") or not (length.isascii() and length.isdigit()):
                 self._send(411, b"a Content-Length is required", "text/plain")
             elif int(length) > MAX_FORM_BYTES:
                 self.close_connection = True  # the body is never read
@@ -64,6 +73,9 @@ def serve(daemon: DaemonView, host: str, port: int) -> ThreadingHTTPServer:
                 self._page("POST", self.rfile.read(int(length)))
 
         def _page(self, method: str, body: bytes) -> None:
+            if not control_auth.known_host(self.headers.get("Host", ""), names):
+                self._send(421, UNKNOWN_HOST, "text/plain; charset=utf-8")
+                return
             try:
                 answer = status_page.handle(daemon, method, self.path, self.headers, body, self.client_address[0])
             except ControlError as exc:  # the control file is unreadable: one line, the daemon goes on
@@ -73,7 +85,7 @@ def serve(daemon: DaemonView, host: str, port: int) -> ThreadingHTTPServer:
 
         def _send(self, status: int, body: bytes, ctype: str, headers: dict[str, str] | None = None) -> None:
             self.send_response(status)
-            for key, value in (headers or {}).items():
+            for key, value in {**NO_FRAMING, **(headers or {})}.items():
                 self.send_header(key, value)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(body)))

@@ -98,6 +98,9 @@ class OperatorSettings:
     sparkMaster: str = "local[2]"
     metricsPort: int = 8090  # /healthz, /readyz, /metrics; 0 disables
     metricsHost: str = "127.0.0.1"  # local runs stay on loopback; the chart (and the image) set 0.0.0.0
+    # host names the status page and /api/status answer to besides localhost, IP addresses and this machine's own
+    # names (an Ingress's, a Service's; "*": any): asked for under another (a DNS-rebinding page), they refuse
+    statusPageHosts: tuple[str, ...] = ()
     cycleIntervalSeconds: float = 0.0  # 0: loadBalancerSheddingIntervalMinutes
     approval: str = "auto"  # "manual": each cycle's plan waits as a proposal for `operator approve`
     disableBuiltinShedding: bool = False  # turn Pulsar's own shedder (and splitter) off before the first action

@@ -21,6 +21,7 @@ import structlog
 
 from pulsar_lb_operator.run import control_api, control_auth, workflows
 from pulsar_lb_operator.run.daemon_view import DaemonView
+from pulsar_lb_operator.store.control import Control, ControlError
 from pulsar_lb_operator.strategies import ConfigError, Split
 
 log = structlog.get_logger(__name__)
@@ -72,8 +73,14 @@ def handle(
 
 
 def status(daemon: DaemonView, controls: bool | None = None) -> dict[str, Any]:
-    """The page's data; ``controls``: whether a control token is configured (None: read it now)."""
-    control = daemon.control.read()
+    """The page's data; ``controls``: whether a control token is configured (None: read it now). A control file
+    that cannot be read leaves out the proposals and drains, and says why (``controlFile``), but never the kill
+    switch: Pause and Resume work whatever that file holds, and a person must see and reach them. A cycle that
+    failed since the last good one says when and why (``lastFailure``): the figures are then as of ``usageAt``."""
+    try:
+        control, unreadable = daemon.control.read(), None
+    except ControlError as exc:
+        control, unreadable = Control(), str(exc)
     switch = daemon.executor.safety.kill_switch()
     last = daemon.recent[-1] if daemon.recent else None
     now_ms = daemon.executor.now_ms()
@@ -92,6 +99,9 @@ def status(daemon: DaemonView, controls: bool | None = None) -> dict[str, Any]:
             for b, u in sorted(usage_now.items())
         },
         "spread": workflows.spread(usage_now.values()),
+        "usageAt": daemon.usage[-1][0] if daemon.usage else None,
+        "lastFailure": {"at": daemon.failure[0], "reason": daemon.failure[1]} if daemon.failure else None,
+        "controlFile": {"error": unreadable} if unreadable else {"ok": True},
         "cycles": [_cycle(r) for r in reversed(daemon.recent)],
         "proposals": [dict(p) for p in workflows.still_pending(control.proposals)],
         "decided": [p for _, p in sorted(control.proposals.items(), reverse=True) if p["status"] not in ("pending",)],
@@ -158,14 +168,23 @@ def render(daemon: DaemonView, caller: control_auth.Caller, control_token: str |
         )
         or '<tr><td colspan="3">no cycle yet</td></tr>'
     )
-    proposals = "".join(_proposal_row(p, csrf) for p in data["proposals"]) or '<tr><td colspan="7">none</td></tr>'
+    unreadable = data["controlFile"].get("error")
+    nothing = f"<b class=on>unknown: {e(unreadable)}</b>" if unreadable else "none"
+    proposals = "".join(_proposal_row(p, csrf) for p in data["proposals"]) or f'<tr><td colspan="7">{nothing}</td></tr>'
     drains = (
         "".join(
             f"<tr><td>{e(b)}</td><td class=n>{'?' if d['bundlesLeft'] is None else d['bundlesLeft']}</td>"
             f"<td>{_when(d.get('since'))}</td><td>{_button(f'/drains/{quote(b)}/undrain', 'Undrain', csrf)}</td></tr>"
             for b, d in data["drains"].items()
         )
-        or '<tr><td colspan="4">none</td></tr>'
+        or f'<tr><td colspan="4">{nothing}</td></tr>'
+    )
+    failure = data["lastFailure"]
+    failed = (
+        f'<p id="failure" class="on">the last cycle failed at {_when(failure["at"])} UTC: {e(failure["reason"])}; '
+        + (f"the figures below are from {_when(data['usageAt'])} UTC</p>" if data["usageAt"] else "no figures yet</p>")
+        if failure
+        else ""
     )
     cycles = (
         "".join(
@@ -192,6 +211,8 @@ def render(daemon: DaemonView, caller: control_auth.Caller, control_token: str |
         approval=e(data["approval"]),
         builtin=e(builtin["held"] or f"Pulsar's own balancer: {builtin['state']}"),
         spread=data["spread"],
+        at=_when(data["usageAt"]) + " UTC" if data["usageAt"] else "no cycle yet",
+        failure=failed,
         switch=_switch(data["killSwitch"], csrf),
         access=_access(control_token, caller, csrf),
         brokers=brokers,
@@ -271,7 +292,8 @@ PAGE = (
     + STYLE
     + """</head><body>
 <h1>pulsar-lb-operator — {cluster}</h1>
-<p id="mode">{mode}, {role}; approval: {approval}; spread now: <b id="spread">{spread}</b> points</p>
+<p id="mode">{mode}, {role}; approval: {approval}; spread: <b id="spread">{spread}</b> points ({at})</p>
+{failure}
 {access}
 <h2>Kill switch</h2>
 {switch}

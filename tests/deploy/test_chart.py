@@ -605,3 +605,16 @@ def test_the_durable_kill_switch_reaches_every_pod_and_stops_every_call(live_ser
     assert cli.main([*args, "--set", "pauseSeconds=0"]) == 0
     assert "kill switch: environment variable PULSAR_LB_KILL_SWITCH is set" in capsys.readouterr().out
     assert live_served.mutating_requests() == []
+
+
+def test_the_status_page_answers_to_its_services_names_and_the_hosts_given():
+    settings = settings_file(render({"metrics": {"statusPageHosts": ["lb.example.com"]}})[0])
+    service = "lb-pulsar-lb-operator-metrics"
+    assert settings["statusPageHosts"] == [
+        service,
+        f"{service}.pulsar",
+        f"{service}.pulsar.svc",
+        f"{service}.pulsar.svc.cluster.local",
+        "lb.example.com",
+    ]
+    assert render()[0]["Service"]["metadata"]["name"] == service

@@ -5,6 +5,7 @@ on loopback, so a client bound to 127.0.0.2 is a caller the page has never seen)
 from __future__ import annotations
 
 import http.client
+import json
 import re
 from urllib.parse import urlencode
 
@@ -12,6 +13,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from pulsar_lb_operator.run import endpoints
+from pulsar_lb_operator.simulator.faults import FaultRule
 from pulsar_lb_operator.strategies.config import ConfigError
 from tests.builders import free_port
 from tests.operator.test_controls import Standby
@@ -160,6 +162,74 @@ def test_a_session_post_needs_its_csrf_value_and_the_pages_own_origin(sim, daemo
     assert answer[0] == 403 and busy in daemon.control.read().drains
 
 
+def test_signing_out_ends_the_session_on_the_daemon_not_only_in_the_browser(sim, daemon):
+    """Sign out clears the browser's cookie; a copy of it (a shared screen's devtools, a proxy's log) controls
+    nothing after, though it is still signed and unexpired. Another session goes on."""
+    own = {"Origin": f"http://127.0.0.1:{daemon.port}"}
+    cookie, csrf = sign_in(daemon.port)
+    other, other_csrf = sign_in(daemon.port)
+    status, _, headers = call(daemon.port, "POST", "/logout", {"csrf": csrf}, {"Cookie": cookie, **own})
+    assert status == 303 and "Max-Age=0" in headers["Set-Cookie"]
+    assert call(daemon.port, "POST", "/pause", {"csrf": csrf}, {"Cookie": cookie, **own})[0] == 403
+    assert "Sign in" in call(daemon.port, "GET", "/", headers={"Cookie": cookie})[1]
+    assert daemon.executor.safety.kill_switch() is None
+    assert call(daemon.port, "POST", "/pause", {"csrf": other_csrf}, {"Cookie": other, **own})[0] == 303
+    assert daemon.executor.safety.kill_switch() is not None
+
+
+def test_an_unreadable_control_file_leaves_the_kill_switch_on_the_page(sim, daemon):
+    """Proposals and drains cannot be shown; the page says why, and still shows the kill switch and its Pause,
+    which works whatever that file holds (before, the page and /api/status were a bare 500)."""
+    daemon.run_once()
+    daemon.control.path.write_text('{"format": "pulsar-lb-control/1", "proposals": [], "drains": {}}')
+    cookie, csrf = sign_in(daemon.port)
+    status, page, _ = call(daemon.port, "GET", "/", headers={"Cookie": cookie})
+    assert status == 200 and 'id="kill-switch"' in page and ">Pause</button>" in page
+    assert "unknown: " in page and "repair or remove it" in page
+    api = json.loads(call(daemon.port, "GET", "/api/status")[1])
+    assert "repair or remove it" in api["controlFile"]["error"] and api["killSwitch"] == {"on": False}
+    own = {"Origin": f"http://127.0.0.1:{daemon.port}"}
+    assert call(daemon.port, "POST", "/pause", {"csrf": csrf, "reason": "x"}, {"Cookie": cookie, **own})[0] == 303
+    assert daemon.executor.safety.kill_switch() is not None
+
+
+def test_a_failed_cycle_is_on_the_page_with_the_time_of_its_figures(sim, daemon):
+    """The cluster stops answering: the page and /api/status say that the last cycle failed, when and why, and
+    from when the figures they still show are; the next good cycle clears it."""
+    daemon.run_once()
+    taken = json.loads(call(daemon.port, "GET", "/api/status")[1])["usageAt"]
+    assert taken and json.loads(call(daemon.port, "GET", "/api/status")[1])["lastFailure"] is None
+    rule = sim.add_fault(FaultRule(path="/admin/v2", status=503))
+    assert daemon.run_once() is None
+    api = json.loads(call(daemon.port, "GET", "/api/status")[1])
+    assert api["lastFailure"]["reason"] and api["usageAt"] == taken
+    page = call(daemon.port, "GET", "/")[1]
+    assert 'id="failure"' in page and "the last cycle failed at" in page and "the figures below are from" in page
+    sim.remove_fault(rule)
+    sim.cluster.advance(60)
+    assert daemon.run_once() is not None
+    assert json.loads(call(daemon.port, "GET", "/api/status")[1])["lastFailure"] is None
+    assert 'id="failure"' not in call(daemon.port, "GET", "/")[1]
+
+
+@pytest.mark.parametrize("daemon", [{"statusPageHosts": ["lb.example.com"]}], indirect=True)
+def test_the_page_answers_only_to_names_it_knows(daemon):
+    """A page of another site that re-points its own name at this address (DNS rebinding) asks under that name:
+    the page and /api/status refuse it, and so does every control, whatever it carries; the probes and /metrics
+    (Prometheus scrapes an address) answer under any name."""
+    bearer = {"Authorization": f"Bearer {CONTROL_TOKEN}"}
+    port = daemon.port
+    for host in (f"rebind.attacker.example:{port}", "lb.example.com.evil:80", "attacker.example"):
+        assert call(port, "GET", "/", headers={"Host": host})[0] == 421
+        assert call(port, "GET", "/api/status", headers={"Host": host})[0] == 421
+        assert call(port, "POST", "/pause", {"reason": "x"}, {**bearer, "Host": host})[0] == 421
+        assert call(port, "GET", "/metrics", headers={"Host": host})[0] == 200
+        assert call(port, "GET", "/healthz", headers={"Host": host})[0] in (200, 503)
+    assert daemon.executor.safety.kill_switch() is None
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", "LB.example.com.", f"lb.example.com:{port}"):
+        assert call(port, "GET", "/api/status", headers={"Host": host})[0] == 200, host
+
+
 def test_signing_in_needs_the_token_and_the_pages_origin(daemon):
     own = {"Origin": f"http://127.0.0.1:{daemon.port}"}
     assert call(daemon.port, "POST", "/login", {"token": "guess"}, own)[0] == 403
@@ -193,6 +263,15 @@ def test_request_bodies_are_bounded_and_must_say_their_length(daemon):
     connection.send(b"0\r\n\r\n")
     assert connection.getresponse().status == 411
     connection.close()
+    for length in ("\u00b2", "-1", "1e3", ""):  # a superscript two is a digit to str.isdigit, not to int()
+        connection = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=10)
+        connection.putrequest("POST", "/pause", skip_accept_encoding=True)
+        connection.putheader("Authorization", bearer["Authorization"])
+        connection.putheader("Content-Length", length)
+        connection.endheaders()
+        connection.send(b"ab")
+        assert connection.getresponse().status == 411, length
+        connection.close()
     assert daemon.executor.safety.kill_switch() is None
 
 

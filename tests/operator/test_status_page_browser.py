@@ -197,3 +197,22 @@ def test_a_page_of_another_origin_changes_nothing_even_while_signed_in(page, sim
             _wait(browser, lambda driver: driver.current_url.startswith(page.base))
             assert browser.find_element(By.TAG_NAME, "body").text == "cross-origin request refused"
     assert page.control.read().drains == {} and page.executor.safety.kill_switch() is None
+
+
+def test_a_page_of_another_origin_cannot_frame_the_page_under_a_click_of_its_own(page, sim, browser):
+    """Clickjacking: a page of another origin frames the status page, made invisible over a decoy of its own, so a
+    signed-in person's click on the decoy lands on Pause. The page forbids framing (``X-Frame-Options``, CSP
+    ``frame-ancestors``): the browser shows no status page in the frame, and the click pauses nothing."""
+    from selenium.webdriver.common.by import By
+
+    page.run_once()
+    _sign_in(browser, page.base)
+    assert browser.find_elements(By.XPATH, "//button[text()='Pause']")  # signed in, the page offers Pause
+    framing = f'<!doctype html><title>a prize</title><iframe id="f" src="{page.base}/" width="900" height="900">'
+    with _OtherOrigin(framing) as other:
+        browser.get(f"http://127.0.0.1:{other.server_port}/")
+        browser.switch_to.frame(browser.find_element(By.ID, "f"))
+        assert not browser.find_elements(By.XPATH, "//button[text()='Pause']")
+        assert not browser.find_elements(By.ID, "kill-switch")
+        browser.switch_to.default_content()
+    assert page.executor.safety.kill_switch() is None

@@ -171,6 +171,9 @@ claim is shared (the state file's lock admits one pod). */}}
 {{- $_ := set $s "aggregateEveryMinutes" .Values.spark.aggregateEveryMinutes -}}
 {{- $_ := set $s "metricsPort" .Values.metrics.port -}}
 {{- $_ := set $s "metricsHost" "0.0.0.0" -}}
+{{- $service := printf "%s-metrics" (include "plbo.fullname" .) -}}
+{{- $serviceNames := list $service (printf "%s.%s" $service .Release.Namespace) (printf "%s.%s.svc" $service .Release.Namespace) (printf "%s.%s.svc.cluster.local" $service .Release.Namespace) -}}
+{{- $_ := set $s "statusPageHosts" (concat $serviceNames .Values.metrics.statusPageHosts) -}}
 {{- $_ := set $s "auditEnabled" .Values.audit.enabled -}}
 {{- $_ := set $s "auditServiceUrl" (include "plbo.auditServiceUrl" .) -}}
 {{- $_ := set $s "auditTopic" .Values.audit.topic -}}
