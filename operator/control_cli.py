@@ -217,7 +217,9 @@ def pause(args: argparse.Namespace) -> int:
     target = find(args, unreadable_ok=True)
     path = target.pause_file()
     who, reason, now = _who(), args.reason or "", _now_ms()
-    control_store.write_pause(path, who, reason, now)
+    earlier = workflows.pause_file(path, who, reason, now)
+    if earlier is not None:
+        who, reason, now = earlier.by, earlier.reason, earlier.since_ms or now  # the Lease keeps the same note
     daemon = target.daemon
     if target.settings.leaderElection:
         leading = daemon is not None and daemon.leading
@@ -225,7 +227,7 @@ def pause(args: argparse.Namespace) -> int:
             with _shared_pause(target.settings) as shared:
                 assert shared is not None
                 within = target.settings.renewDeadlineSeconds
-                line = workflows.share_pause(shared, lease_pause.note(who, reason, now), leading, within)
+                line = workflows.share_pause(shared, lease_pause.note(who, reason, now), leading, within, path)
         except (LeaseApiError, ConfigError) as exc:
             standby = daemon is not None and not daemon.leading
             raise ControlError(
@@ -237,18 +239,23 @@ def pause(args: argparse.Namespace) -> int:
                     else "a standby that takes over would act: try again, or set killSwitch=true"
                 )
             ) from None
+        line = line if line.startswith("already") else workflows.kept(earlier) + line
         print(f"{line} (and {path}); operator resume ends it")
         return 0
+    already = workflows.kept(earlier)
     if daemon is None:
-        print(f"paused ({path}); {target.absent}: the next operator run or rebalance on it starts paused")
+        print(f"{already}paused ({path}); {target.absent}: the next operator run or rebalance on it starts paused")
     elif not daemon.leading:
         leader = daemon.leader or "another instance"
         print(
-            f"paused this standby ({path}), but {leader} leads and still acts: pause it too (kubectl exec into its "
-            "pod), or stop every pod with the chart's killSwitch=true"
+            f"{already}paused this standby ({path}), but {leader} leads and still acts: pause it too (kubectl exec "
+            "into its pod), or stop every pod with the chart's killSwitch=true"
         )
     else:
-        print(f"paused: the daemon (pid {daemon.pid}) sends nothing from its next call on ({path}); operator resume")
+        print(
+            f"{already}paused: the daemon (pid {daemon.pid}) sends nothing from its next call on ({path}); "
+            "operator resume"
+        )
     return 0
 
 

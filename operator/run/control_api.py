@@ -24,6 +24,7 @@ from pulsar_lb_operator.run import control_auth, lease_pause, workflows
 from pulsar_lb_operator.run.daemon_view import DaemonView
 from pulsar_lb_operator.run.lease_client import LeaseApiError
 from pulsar_lb_operator.run.lease_pause import SharedPause
+from pulsar_lb_operator.run.settings import OperatorSettings
 from pulsar_lb_operator.store import control as control_store
 from pulsar_lb_operator.store.control import ControlError
 from pulsar_lb_operator.strategies import UserError
@@ -125,10 +126,13 @@ def _carry_out(daemon: DaemonView, action: str, target: str, form: Mapping[str, 
     try:
         if action == "pause":
             reason = form.get("reason", "").strip()[:500]
-            control_store.write_pause(daemon.settings.kill_switch_file(), by, reason, now)
+            earlier = workflows.pause_file(daemon.settings.kill_switch_file(), by, reason, now)
+            if earlier is not None:
+                by, reason, now = earlier.by, earlier.reason, earlier.since_ms or now  # the Lease keeps the same note
             if shared is None:
-                return "paused: nothing is sent from the next call on"
-            return _share(shared, lease_pause.note(by, reason, now), leading, daemon.settings.renewDeadlineSeconds)
+                return workflows.kept(earlier) + "paused: nothing is sent from the next call on"
+            line = _share(shared, lease_pause.note(by, reason, now), leading, daemon.settings)
+            return line if line.startswith("already") else workflows.kept(earlier) + line
         if action == "resume":
             removed = control_store.remove_pause(daemon.settings.kill_switch_file())
             if shared is not None:
@@ -153,9 +157,9 @@ def _carry_out(daemon: DaemonView, action: str, target: str, form: Mapping[str, 
         raise Refused(503, f"not recorded: {exc.strerror or exc}") from None
 
 
-def _share(shared: SharedPause, note: str, leading: bool, within_s: float) -> str:
+def _share(shared: SharedPause, note: str, leading: bool, settings: OperatorSettings) -> str:
     try:
-        return workflows.share_pause(shared, note, leading, within_s)
+        return workflows.share_pause(shared, note, leading, settings.renewDeadlineSeconds, settings.kill_switch_file())
     except LeaseApiError as exc:
         if not leading:  # this standby's file stops nobody
             raise Refused(

@@ -48,6 +48,7 @@ class Written:
 
     lease: dict[str, Any]
     was_paused: bool
+    earlier: KillSwitch | None = None  # a pause someone wrote there before, whose note was kept (not written over)
 
     @property
     def version(self) -> str | None:
@@ -90,7 +91,8 @@ class SharedPause:
         return switch(_annotations(lease).get(PAUSE_ANNOTATION), self.lease)
 
     def pause(self, value: str) -> Written:
-        """Write the pause (``value``: ``note(...)``). Raises LeaseApiError when it could not be written."""
+        """Write the pause (``value``: ``note(...)``), unless one with a note is there already, which is kept
+        (``Written.earlier``). Raises LeaseApiError when it could not be written."""
         written = self._write(value)
         assert written is not None  # a pause is always written: onto a new Lease when there is none
         return written
@@ -114,6 +116,9 @@ class SharedPause:
             was = PAUSE_ANNOTATION in annotations
             if value is None and not was:
                 return Written(lease, False)
+            earlier = switch(annotations.get(PAUSE_ANNOTATION), self.lease)
+            if value is not None and earlier is not None and earlier.by:  # a second pause keeps the first's note
+                return Written(lease, True, earlier)
             if value is None:
                 annotations.pop(PAUSE_ANNOTATION)
             else:

@@ -13,13 +13,14 @@ and the status page ask the same question and give the same answer.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 import structlog
 
-from pulsar_lb_operator.act.safety import Safety, switch_on
+from pulsar_lb_operator.act.safety import KillSwitch, Safety, read_pause_file, switch_on
 from pulsar_lb_operator.record import audit as audit_events
 from pulsar_lb_operator.records import Record
 from pulsar_lb_operator.run.cycle import CycleResult
@@ -33,6 +34,7 @@ from pulsar_lb_operator.store.control import (
     ControlError,
     ControlFile,
     DaemonRecord,
+    write_pause,
 )
 from pulsar_lb_operator.strategies import ClusterSnapshot, Plan, action_from_json
 from pulsar_lb_operator.strategies import bundles as bundle_names
@@ -185,12 +187,34 @@ def refusal(daemon: DaemonRecord, request: str, paused: bool = False) -> str | N
     return None
 
 
-def share_pause(shared: SharedPause, note: str, leading: bool, within_s: float) -> str:
+def pause_file(path: str, by: str, reason: str, now_ms: int) -> KillSwitch | None:
+    """Write the pause file, unless a pause someone wrote is there already: then its note — who, why, since when —
+    is kept and returned (a second pause while paused changes nothing; the first reason is the incident's).
+    A file without a readable note is written over with this one."""
+    earlier = read_pause_file(path)
+    if earlier is not None and earlier.by:
+        return earlier
+    write_pause(path, by, reason, now_ms)
+    return None
+
+
+def kept(earlier: KillSwitch | None) -> str:
+    """The words that say an earlier pause was kept, for the front of a pause's answer; empty where none was."""
+    if earlier is None:
+        return ""
+    why = f" ({earlier.reason})" if earlier.reason else ""
+    return f"already paused by {earlier.by}{why}: its note is kept; "
+
+
+def share_pause(shared: SharedPause, note: str, leading: bool, within_s: float, path: str) -> str:
     """Write the pause on the Lease every replica reads; the line saying whom it stops and from when. Raises
     LeaseApiError when the Lease could not be written. ``leading``: this instance leads (its own pause file has
-    stopped it already); a standby waits up to ``within_s`` (renewDeadlineSeconds) for the leader to read it."""
+    stopped it already); a standby waits up to ``within_s`` (renewDeadlineSeconds) for the leader to read it.
+    Where the Lease held a pause already, its note is kept, and this pod's pause file (``path``) takes it too."""
     written = shared.pause(note)
-    everyone = f"paused every instance through Lease {shared.lease}"
+    if (earlier := written.earlier) is not None:
+        write_pause(path, earlier.by, earlier.reason, earlier.since_ms or json.loads(note)["since"])
+    everyone = kept(earlier) + f"paused every instance through Lease {shared.lease}"
     holder = written.holder
     if not holder:
         return f"{everyone}: none leads now, and whichever takes the Lease starts paused"

@@ -14,7 +14,7 @@ from prometheus_client import generate_latest
 from pulsar_lb_operator import cli
 from pulsar_lb_operator.act.safety import OFF_VALUES, Safety, switch_on
 from pulsar_lb_operator.records import Outcome
-from pulsar_lb_operator.run import status_page
+from pulsar_lb_operator.run import control_api, status_page
 from pulsar_lb_operator.run.settings import OTHER_ENVIRONMENT, resolve
 from pulsar_lb_operator.store.control import ControlFile
 from pulsar_lb_operator.store.statefile import InstanceLock
@@ -173,6 +173,23 @@ def test_pause_and_resume_stop_and_restart_the_running_daemon(sim, tmp_path, cap
         assert status_page.status(daemon)["killSwitch"] == {"on": False}
         sim.cluster.advance(60)
         assert [r for r in daemon.run_once().records if r.outcome is Outcome.EXECUTED]
+
+
+def test_a_second_pause_keeps_the_first_ones_note(sim, tmp_path, capsys):
+    """The first pause's reason is the incident's: a second `operator pause` (or the page's) while paused says so
+    and changes nothing; one resume ends the pause."""
+    with running(sim, tmp_path) as daemon:
+        assert cli.main(cli_args(tmp_path, sim, "pause", "--reason", "incident 4211")) == 0
+        first = status_page.status(daemon)["killSwitch"]
+        capsys.readouterr()
+        assert cli.main(cli_args(tmp_path, sim, "pause", "--reason", "me too")) == 0
+        out = capsys.readouterr().out
+        assert out.startswith(f"already paused by {first['by']} (incident 4211): its note is kept; paused:")
+        assert status_page.status(daemon)["killSwitch"] == first
+        said = control_api._carry_out(daemon, "pause", "", {"reason": "from the page"}, "127.0.0.1")
+        assert said.startswith("already paused by") and status_page.status(daemon)["killSwitch"] == first
+        assert cli.main(cli_args(tmp_path, sim, "resume")) == 0
+        assert status_page.status(daemon)["killSwitch"] == {"on": False}
 
 
 def test_resume_cannot_lift_the_environments_switch_and_says_so(sim, tmp_path, capsys, monkeypatch):

@@ -173,3 +173,19 @@ def test_a_live_rebalance_beside_the_replicas_is_refused_and_a_dry_run_previews(
     assert len(err.splitlines()) == 1 and sim.mutating_requests() == []
     assert cli.main(["rebalance", *lease]) == 0
     assert "DRY RUN" in capsys.readouterr().out.upper() and sim.mutating_requests() == []
+
+
+def test_a_second_pause_in_another_pod_keeps_the_leases_first_note(sim, api, tmp_path, pods, capsys):
+    replicas, token = pods
+    a, b = replicas["pod-a"], replicas["pod-b"]
+    a.elector.start()
+    assert a.elector.wait_until_leader(5) and not b.elector.try_acquire_or_renew()
+    assert command(tmp_path, sim, token, "pod-a", "pause", "--reason", "incident 4211") == 0
+    first = api.lease(NS, NAME)["metadata"]["annotations"][PAUSE_ANNOTATION]
+    capsys.readouterr()
+    assert command(tmp_path, sim, token, "pod-b", "pause", "--reason", "me too") == 0
+    assert "(incident 4211): its note is kept; paused every instance" in capsys.readouterr().out
+    assert api.lease(NS, NAME)["metadata"]["annotations"][PAUSE_ANNOTATION] == first
+    assert "incident 4211" in (tmp_path / "pod-b" / "state.json.pause").read_text()  # the same note in its pod
+    assert command(tmp_path, sim, token, "pod-b", "resume") == 0
+    assert PAUSE_ANNOTATION not in (api.lease(NS, NAME)["metadata"].get("annotations") or {})
