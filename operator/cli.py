@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from pulsar_lb_operator import __version__, control_cli, hints, lifecycle
-from pulsar_lb_operator.adminapi import AdminError
+from pulsar_lb_operator.adminapi import AdminError, AuthenticationError
 from pulsar_lb_operator.collect import elm
 from pulsar_lb_operator.record import logs, render
 from pulsar_lb_operator.run.settings import resolve
@@ -650,6 +650,8 @@ def _error_text(exc: PulsarLbError, args: argparse.Namespace | None) -> str:
     """The one line after "operator: error: ", with what only the CLI knows (the --help, the token's source)."""
     if isinstance(exc, UsageError):
         return f"{exc} (see 'operator --help')"
+    if isinstance(exc, AuthenticationError):  # no credentials to send: no call reached the cluster
+        return f"credentials: {exc}"
     if isinstance(exc, AdminError):
         return f"the cluster's admin API: {_admin_error(exc, args)}"
     return str(exc)

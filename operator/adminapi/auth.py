@@ -44,7 +44,7 @@ import structlog
 
 from pulsar_lb_operator import hints
 from pulsar_lb_operator.adminapi import origins
-from pulsar_lb_operator.adminapi.errors import AuthenticationError
+from pulsar_lb_operator.adminapi.errors import AuthenticationError, root_cause
 from pulsar_lb_operator.strategies import ConfigError
 
 log = structlog.get_logger(__name__)
@@ -309,14 +309,37 @@ class OAuth2Credentials(Credentials):
         log.info("OAuth2 token obtained", issuer=self.issuer_url, expires_in_s=round(expires_in))
 
     def _discover(self) -> str:
+        """The issuer's token_endpoint, from its metadata as the issuer itself serves it: a redirect is not followed
+        (the metadata names where the client secret goes), and metadata that names another issuer is refused
+        (RFC 8414 §3.3: ``issuer`` must be the issuer the metadata was asked of)."""
         url = self.issuer_url + "/.well-known/openid-configuration"
+        metadata = None
         try:
-            response = self.session.get(url, headers={"Accept": "application/json"}, timeout=self.timeout_s)
-            endpoint = response.json().get("token_endpoint") if response.status_code == 200 else None
-        except (requests.RequestException, ValueError, AttributeError):
-            endpoint = None
+            response = self.session.get(
+                url, headers={"Accept": "application/json"}, timeout=self.timeout_s, allow_redirects=False
+            )
+            if response.is_redirect:
+                where = origins.describe(requests.compat.urljoin(url, response.headers.get("Location", "")))
+                raise AuthenticationError(
+                    url, f"oauth2IssuerUrl: the issuer's metadata redirected to {where}: not followed"
+                )
+            metadata = response.json() if response.status_code == 200 else None
+        except requests.RequestException as exc:
+            raise AuthenticationError(
+                url, f"oauth2IssuerUrl: the issuer cannot be reached ({root_cause(exc)}): check oauth2IssuerUrl"
+            ) from None
+        except ValueError:
+            pass
+        endpoint = metadata.get("token_endpoint") if isinstance(metadata, dict) else None
         if not isinstance(endpoint, str) or urlsplit(endpoint).scheme not in ("http", "https"):
             raise AuthenticationError(url, "oauth2IssuerUrl: no token_endpoint in the issuer's metadata")
+        named = metadata.get("issuer") if isinstance(metadata, dict) else None
+        if not isinstance(named, str) or named.rstrip("/") != self.issuer_url.rstrip("/"):
+            raise AuthenticationError(
+                url,
+                f"oauth2IssuerUrl: the issuer's metadata names the issuer {str(named)[:200]!r}, "
+                f"not {self.issuer_url!r} (set oauth2IssuerUrl to the issuer it names, if that is yours)",
+            )
         try:
             parsed = origins.parse(endpoint)
         except origins.UnusableUrl as exc:

@@ -59,6 +59,7 @@ log = structlog.get_logger(__name__)
 
 MAX_REDIRECTS = 8
 MAX_BODY_BYTES = 64 * 2**20  # a load report is kilobytes; broker-stats/topics of a busy broker a few MiB
+MASKED_FROM = 8  # characters: a credential shorter than this is masked nowhere (it would garble a message's words)
 USER_AGENT = f"pulsar-lb-operator/0.1 (instance {socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]})"
 
 
@@ -412,7 +413,7 @@ class AdminClient:
             if 200 <= status < 300 or status in (307, 308):
                 return answer
             cls = errors.error_for(status)
-            error = cls(url, _reason(answer), status)
+            error = cls(url, _without_credential(_reason(answer), authorization), status)
             error.in_transition = errors.in_transition(error.reason) or errors.in_transition(answer.text[:65536])
             raise error
         raise errors.RedirectError(url, f"more than {MAX_REDIRECTS} redirects")
@@ -477,6 +478,8 @@ class AdminClient:
                 return response.status_code, response.headers, b"".join(chunks)
         except requests.RequestException as exc:  # no HTTP answer: which failure, and its fix
             raise errors.transport_error(url, exc, *timeout, admin_url=url.startswith(self.admin_url + "/")) from None
+        except ValueError as exc:  # requests reads a redirect's Location even unfollowed: a malformed one raises
+            raise errors.BadResponse(url, f"an answer that cannot be read: {_one_line(str(exc))[:200]}") from None
 
     def get_json(
         self,
@@ -637,6 +640,17 @@ def _object(value: Any, what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise errors.BadResponse(what, f"expected a JSON object, got {type(value).__name__}")
     return value
+
+
+def _without_credential(text: str, authorization: str | None) -> str:
+    """``text`` (a server's words) with the credential the call sent masked: a proxy or a broker that echoes the
+    request's Authorization header back in its error would put the token in a message, a log line and the audit."""
+    if not authorization:
+        return text
+    for secret in sorted({authorization, authorization.partition(" ")[2]}, key=len, reverse=True):
+        if len(secret) >= MASKED_FROM:
+            text = text.replace(secret, "***")
+    return text
 
 
 def _reason(response: Answer) -> str:

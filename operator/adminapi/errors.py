@@ -214,6 +214,11 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
         stack.extend(e for e in nested if isinstance(e, BaseException))
 
 
+def root_cause(exc: BaseException) -> str:
+    """Why ``exc`` happened, as the root of its chain says it (``Type: first line``)."""
+    return _innermost(list(_causes(exc)))
+
+
 def _innermost(causes: list[BaseException]) -> str:
     """The last cause found (the root of a chain), as ``Type: first line``: urllib3's wrappers repeat the URL,
     the root says why."""

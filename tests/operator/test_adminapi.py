@@ -119,6 +119,32 @@ def test_the_token_goes_only_to_the_admin_host_and_listed_brokers():
 
 
 @responses.activate
+def test_a_token_the_server_echoes_back_is_masked_in_the_error():
+    """A proxy that quotes the request's Authorization header in its error page: the message (what the CLI prints,
+    the log and the audit keep) carries neither the header nor the token."""
+    responses.get(f"{A}/admin/v2/brokers/leaderBroker", status=400, body="header Bearer s3cr3t-value rejected")
+    responses.get(f"{A}/admin/v2/brokers/c1", status=403, json={"reason": "token s3cr3t-value is not a super-user"})
+    with pytest.raises(Exception, match="HTTP 400") as echoed:
+        client(retries=1).leader()
+    with pytest.raises(Exception, match="is not a super-user") as reasoned:
+        client(retries=1).active_brokers("c1")
+    for error in (echoed.value, reasoned.value):
+        assert "s3cr3t-value" not in str(error) and "***" in str(error)
+
+
+@responses.activate
+def test_a_redirect_to_a_malformed_location_is_a_one_line_error():
+    """requests reads a redirect's Location even where it does not follow it; a port it cannot read raised a
+    ValueError out of the client (the CLI's "internal error", the daemon's "cycle crashed")."""
+    where = "/admin/v2/namespaces/t/ns/0x0_0x1/unload"
+    responses.put(f"{A}{where}", status=307, headers={"Location": f"http://broker-a:+8080{where}"})
+    with pytest.raises(BadResponse, match="an answer that cannot be read") as caught:
+        client(retries=1).unload("t/ns/0x0_0x1")
+    assert "\n" not in str(caught.value)
+    assert [c.request.url.split("/")[2] for c in responses.calls] == ["broker-a:8080"]
+
+
+@responses.activate
 def test_answers_are_bounded_in_size_and_time():
     big = AdminClient(A, retries=1, max_body_bytes=1000)
     responses.get(f"{A}/admin/v2/clusters", body=b"[" + b" " * 5000 + b"]")

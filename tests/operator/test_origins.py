@@ -10,6 +10,7 @@ bearer token, an OAuth2 access token or a ``~/.netrc`` login, the second server 
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+import requests
 import responses
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -318,13 +320,48 @@ def test_the_oauth2_client_secret_goes_only_to_the_token_endpoint_the_issuer_nam
 ):
     secret = tmp_path / "oauth2.json"
     secret.write_text(json.dumps({"client_id": "me", "client_secret": "client-s3cret"}))
-    responses.get("https://idp.example/.well-known/openid-configuration", json={"token_endpoint": token_endpoint})
+    metadata = {"issuer": "https://idp.example/", "token_endpoint": token_endpoint}
+    responses.get("https://idp.example/.well-known/openid-configuration", json=metadata)
     if answer is not None:
         responses.post(token_endpoint, status=answer[0], headers=answer[1])
     responses.post("https://elsewhere.example/token", json={"access_token": "t", "expires_in": 60})
     with pytest.raises(AuthenticationError, match=refused) as caught:
         OAuth2Credentials("https://idp.example", str(secret)).bearer()
     assert "client-s3cret" not in str(caught.value)
+    assert not any("elsewhere" in call.request.url for call in responses.calls)
+
+
+@responses.activate
+@pytest.mark.parametrize(
+    "metadata, refused",
+    [
+        (
+            (307, {"Location": "https://elsewhere.example/.well-known/openid-configuration"}, None),
+            "the issuer's metadata redirected to https://elsewhere.example:443: not followed",
+        ),
+        (
+            (200, {}, {"issuer": "https://elsewhere.example", "token_endpoint": "https://elsewhere.example/token"}),
+            "the issuer's metadata names the issuer 'https://elsewhere.example', not 'https://idp.example'",
+        ),
+        ((200, {}, {"token_endpoint": "https://elsewhere.example/token"}), "names the issuer 'None'"),
+    ],
+)
+def test_the_issuers_metadata_is_read_from_the_issuer_itself(tmp_path, metadata, refused):
+    """The metadata names where the client secret goes: a redirect to another origin's metadata is not followed,
+    and metadata naming another issuer (or none) is refused (RFC 8414 §3.3), before the secret is read."""
+    secret = tmp_path / "oauth2.json"
+    secret.write_text(json.dumps({"client_id": "me", "client_secret": "client-s3cret"}))
+    status, headers, doc = metadata
+    responses.get("https://idp.example/.well-known/openid-configuration", status=status, headers=headers, json=doc)
+    responses.get(
+        "https://elsewhere.example/.well-known/openid-configuration",
+        json={"issuer": "https://elsewhere.example", "token_endpoint": "https://elsewhere.example/token"},
+    )
+    responses.post("https://elsewhere.example/token", json={"access_token": "t", "expires_in": 60})
+    with pytest.raises(AuthenticationError, match=re.escape(refused)) as caught:
+        OAuth2Credentials("https://idp.example", str(secret)).bearer()
+    assert "\n" not in str(caught.value)
+    assert not any(call.request.method == "POST" for call in responses.calls)
     assert not any("elsewhere" in call.request.url for call in responses.calls)
 
 
@@ -352,3 +389,13 @@ def test_the_binary_protocols_host_is_vouched_for_by_host_alone_whatever_the_por
     assert not known.knows_host("https://pulsar-broker.evil.example:6651")
     assert not known.knows_host("https://[::1:6651")
     assert known.refusal("https://pulsar-broker.pulsar.svc:6651") is not None  # the web decision stays by origin
+
+
+@responses.activate
+def test_an_issuer_that_cannot_be_reached_is_named_as_such(tmp_path):
+    secret = tmp_path / "oauth2.json"
+    secret.write_text(json.dumps({"client_id": "me", "client_secret": "client-s3cret"}))
+    refused = requests.ConnectionError(ConnectionRefusedError(111, "Connection refused"))
+    responses.get("https://idp.example/.well-known/openid-configuration", body=refused)
+    with pytest.raises(AuthenticationError, match=r"the issuer cannot be reached .*Connection refused"):
+        OAuth2Credentials("https://idp.example", str(secret)).bearer()
