@@ -103,7 +103,8 @@ def find(args: argparse.Namespace, unreadable_ok: bool = False) -> Target:
             relative = "" if Path(settings.stateFile).is_absolute() else f" (stateFile is relative to {os.getcwd()})"
             raise ControlError(
                 f"no operator state at {state}{relative}: give the daemon's settings (--config FILE or "
-                "PULSAR_LB_CONFIG; in its pod: kubectl exec deploy/<release> -- operator …) or --set stateFile=PATH"
+                "PULSAR_LB_CONFIG; in its pod: kubectl exec deploy/<release>-pulsar-lb-operator -- operator …) or "
+                "--set stateFile=PATH"
             )
         absent = f"no daemon runs on {state} (nothing holds its lock)"
         return Target(settings, state, control, None, absent, "start operator run with this stateFile")

@@ -92,13 +92,13 @@ class LoadBalancerConfig:
     loadBalancerBrokerLoadTargetStd: float = 0.25
     loadBalancerSheddingConditionHitCountThreshold: int = 3
     loadBalancerTransferEnabled: bool = True
+    loadBalancerMaxNumberOfBrokerSheddingPerCycle: int = 3
+    loadBalanceSheddingDelayInSeconds: int = 180
+    loadBalancerBrokerLoadDataTTLInSeconds: int = 1800  # TransferShedder; a broker whose report is older: left out
+    loadBalancerMaxNumberOfBundlesInBundleLoadReport: int = 10
     # ExtensibleLoadManagerImpl.debug(): besides logging, TransferShedder counts the traffic a swap brings
     # back to the max broker (trafficMarkedToGain) only in debug mode
     loadBalancerDebugModeEnabled: bool = False
-    loadBalancerMaxNumberOfBrokerSheddingPerCycle: int = 3
-    loadBalanceSheddingDelayInSeconds: int = 180
-    loadBalancerBrokerLoadDataTTLInSeconds: int = 1800
-    loadBalancerMaxNumberOfBundlesInBundleLoadReport: int = 10
     # the extensible manager's TransferShedder (and TopKBundles) shed a bundle whose namespace has an isolation
     # policy or an anti-affinity group only when true: its destinations are limited (ServiceConfiguration)
     loadBalancerSheddingBundlesWithPoliciesEnabled: bool = False

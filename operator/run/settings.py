@@ -111,10 +111,10 @@ class OperatorSettings:
     auditSpoolDir: str | None = None  # events wait here until the broker has them; default: beside stateFile
     auditSpoolMaxMegabytes: float = 64.0  # past this, new events are dropped and counted, never blocking a cycle
     # the extensible load manager's system topics (operator/collect/elm.py): any broker's or the proxy's pulsar:// or
-    # pulsar+ssl:// URL (default: the cluster's brokerServiceUrl / brokerServiceUrlTls, from its metadata), and how
-    # long the first cycle waits for every broker's data (0: one report interval, the brokers'
-    # loadBalancerReportUpdateMaxIntervalMinutes)
+    # pulsar+ssl:// URL (default: the cluster's brokerServiceUrl / brokerServiceUrlTls, from its metadata)
     elmServiceUrl: str | None = None
+    # how long the first cycle waits for every broker's data on the extensible load manager's topics (0: one report
+    # interval, the brokers' loadBalancerReportUpdateMaxIntervalMinutes)
     elmReadTimeoutSeconds: float = 0.0
     leaderElection: bool = False  # act only while holding the Kubernetes Lease leaseName (see leadership.py)
     leaseName: str = "pulsar-lb-operator"
