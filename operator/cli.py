@@ -25,6 +25,7 @@ from typing import Any, NoReturn
 
 from pulsar_lb_operator import __version__, control_cli, hints, lifecycle
 from pulsar_lb_operator.adminapi import AdminError, AuthenticationError
+from pulsar_lb_operator.arguments import positive
 from pulsar_lb_operator.collect import elm
 from pulsar_lb_operator.record import logs, render
 from pulsar_lb_operator.run.settings import resolve
@@ -111,16 +112,6 @@ def _port(text: str) -> int:
     return port
 
 
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text} must be a positive number, e.g. 15")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="operator",
@@ -197,9 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
         "samples up per bundle and hour, and delete what age and the byte bound say must go.",
     )
     compact.add_argument("--history", required=True, metavar="URI", help="the history store (historyUri)")
-    compact.add_argument("--retention-days", type=_positive, default=14.0, help="historyRetentionDays (default 14)")
+    compact.add_argument("--retention-days", type=positive, default=14.0, help="historyRetentionDays (default 14)")
     compact.add_argument(
-        "--minute-hours", type=_positive, default=26.0, help="historyMinuteHours: bundle minute samples kept (26)"
+        "--minute-hours", type=positive, default=26.0, help="historyMinuteHours: bundle minute samples kept (26)"
     )
 
     package = commands.add_parser(
@@ -218,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--scenario", default="demo", help="a shipped scenario name or a scenario file (default: demo)")
     _strategy_options(demo)
-    demo.add_argument("--minutes", type=_positive, help="simulated minutes to run (default: until converged)")
+    demo.add_argument("--minutes", type=positive, help="simulated minutes to run (default: until converged)")
     demo.add_argument("--audit-url", metavar="URL", help="also publish audit events to this pulsar:// broker")
     demo.add_argument(
         "--audit-topic",
@@ -240,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     simulate.add_argument("scenario", help=f"a scenario file or a shipped one: {', '.join(shipped_scenarios())}")
     simulate.add_argument("--port", type=_port, help="port of the first broker (the others take free ports)")
-    simulate.add_argument("--speed", type=float, default=60.0, help="simulated seconds per real second (default 60)")
+    simulate.add_argument("--speed", type=positive, default=60.0, help="simulated seconds per real second (default 60)")
     simulate.add_argument("--token", help="require 'Authorization: Bearer TOKEN' on admin calls")
     simulate.add_argument(
         "--fault",
@@ -384,6 +375,15 @@ def cmd_rebalance(args: argparse.Namespace) -> int:
         from pulsar_lb_operator.run import live
 
         return live.rebalance(args)
+    live_only = {
+        "--no-dry-run": args.dry_run is False,
+        "--admin-url": args.admin_url,
+        "--cluster": args.cluster,
+        "--token-file": args.token_file,
+        "--reset-state": args.reset_state,
+    }
+    if given := [flag for flag, value in live_only.items() if value]:  # asked for, and silently not done: refused
+        raise UsageError(f"{', '.join(given)}: a live cycle's, not --snapshot's (offline, always a dry run)")
     config, explicit, rails = load_config(args.config, args.overrides)
     snapshot = files.read_snapshot(args.snapshot)
     state = files.read_state(args.state) if args.state else StrategyState()
@@ -522,8 +522,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_simulate(args: argparse.Namespace) -> int:
     from pulsar_lb_operator.sandbox import demo
 
-    if args.speed <= 0:
-        raise UsageError("--speed must be positive")
     stop = threading.Event()  # SIGTERM, SIGINT, SIGHUP: it stops, what it started is stopped and removed
     with lifecycle.exit_on_signals(stop):
         return demo.run_simulator(

@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from pulsar_lb_operator.act.safety import KILL_SWITCH_ENV, read_pause_file, switch_on
+from pulsar_lb_operator.arguments import positive
 from pulsar_lb_operator.run import lease_pause, workflows
 from pulsar_lb_operator.run.lease_client import LeaseApiError
 from pulsar_lb_operator.run.lease_pause import SharedPause
-from pulsar_lb_operator.run.settings import OperatorSettings, resolve
+from pulsar_lb_operator.run.settings import OperatorSettings, pause_settings, resolve
 from pulsar_lb_operator.store import control as control_store
 from pulsar_lb_operator.store import files
 from pulsar_lb_operator.store.control import ControlError, ControlFile, DaemonRecord
@@ -37,10 +38,20 @@ from pulsar_lb_operator.store.statefile import InstanceLock
 from pulsar_lb_operator.strategies import ConfigError
 
 
-def _settings(args: argparse.Namespace) -> OperatorSettings:
+def _settings(args: argparse.Namespace, pausing: bool = False) -> OperatorSettings:
+    """The daemon's settings. ``pausing`` (pause, resume): where they have an error elsewhere than in where the
+    daemon reads its pause, the command goes on with those keys alone (``pause_settings``) and says so."""
     file_settings = files.read_config_file(args.config) if args.config else {}
     file_settings.update(dict(args.overrides))
-    settings, _, _ = resolve(file_settings, os.environ, {"adminUrl": getattr(args, "admin_url", None)})
+    try:
+        settings, _, _ = resolve(file_settings, os.environ, {"adminUrl": getattr(args, "admin_url", None)})
+    except ConfigError as exc:
+        if not pausing:
+            raise
+        settings = pause_settings(file_settings, os.environ)  # ConfigError where these keys are wrong too
+        print(
+            f"operator: warning: {exc}; going on with stateFile, killSwitchFile and the Lease's keys", file=sys.stderr
+        )
     return settings
 
 
@@ -94,7 +105,7 @@ def find(args: argparse.Namespace, unreadable_ok: bool = False) -> Target:
     """Locate the daemon's state; ControlError when there is none at all (the wrong directory, the wrong settings).
     ``unreadable_ok``: a control file that cannot be read leaves the daemon unknown rather than failing (the emergency
     stop and its end go in a file of their own, and must never wait on another's repair)."""
-    settings = _settings(args)
+    settings = _settings(args, pausing=unreadable_ok)
     state = Path(settings.stateFile).absolute()
     control = ControlFile(state)
     holder = InstanceLock.holder(state)
@@ -350,7 +361,7 @@ def add_commands(commands: Any, config_options: Any) -> None:
     )
     drain_command.add_argument("broker", nargs="?", help="broker id (host:port, as the admin API lists it)")
     drain_command.add_argument("--wait", action="store_true", help="wait until the broker owns no bundle")
-    drain_command.add_argument("--timeout", type=float, default=3600.0, help="seconds --wait waits (default 3600)")
+    drain_command.add_argument("--timeout", type=positive, default=3600.0, help="seconds --wait waits (default 3600)")
     drain_command.add_argument("--admin-url", metavar="URL", help="the admin URL, to check the broker and --wait")
     config_options(drain_command)
     undrain_command = commands.add_parser(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import importlib.util
 import os
+import socket
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -45,6 +46,9 @@ def port_in_use(what: str, host: str, port: int, exc: OSError, fix: str) -> str:
     if exc.errno in (errno.EACCES, errno.EPERM):
         return f"{what}: not allowed to listen on {host}:{port} ({exc.strerror}; ports below 1024 need root): {fix}"
     reason = exc.strerror or str(exc)
+    if exc.errno in (errno.EADDRNOTAVAIL, None) or isinstance(exc, socket.gaierror):
+        # the address, not the port: no interface of this machine has it, or the name does not resolve
+        return f"{what}: cannot listen on {host}:{port} ({reason}): {host} is no address of this machine"
     return f"{what}: cannot listen on {host}:{port} ({reason}): {fix}"
 
 

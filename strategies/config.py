@@ -238,6 +238,8 @@ def _validate(cfg: LoadBalancerConfig) -> None:
     ):
         need(getattr(cfg, key) >= 0, key, ">= 0")
     need(0 <= cfg.loadBalancerHistoryResourcePercentage < 1, "loadBalancerHistoryResourcePercentage", "[0, 1)")
+    year = 365 * 24 * 60  # minutes: a longer shedding interval schedules nothing (and overflows a scheduler's dates)
+    need(cfg.loadBalancerSheddingIntervalMinutes <= year, "loadBalancerSheddingIntervalMinutes", f"at most {year}")
     need(0 < cfg.maxUnloadPercentage <= 1, "maxUnloadPercentage", "(0, 1]")
     need(
         cfg.maxUnloadBundleNumPerShedding == -1 or cfg.maxUnloadBundleNumPerShedding >= 1,

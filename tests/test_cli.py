@@ -207,6 +207,9 @@ def test_bad_snapshot_is_one_line_and_exit_2(tmp_path, capsys, mutate, message):
         (["--set", "lowerBoundarySheddingEnabled=maybe"], "lowerBoundarySheddingEnabled: invalid value 'maybe'"),
         (["--set", "novalue"], "expected key=value, got 'novalue'"),
         (["--output", "xml"], "invalid choice: 'xml'"),
+        (["--no-dry-run"], "--no-dry-run: a live cycle's, not --snapshot's (offline, always a dry run)"),
+        (["--admin-url", "http://b:8080", "--reset-state"], "--admin-url, --reset-state: a live cycle's"),
+        (["--token-file", "/nonexistent"], "--token-file: a live cycle's"),
     ],
 )
 def test_bad_options_are_one_line_and_exit_2(capsys, args, message):

@@ -298,3 +298,18 @@ def test_a_misspelt_key_names_the_key_it_was_probably_meant_to_be(capsys, typo, 
     assert code == 2 and one_line(err).endswith(f"unknown configuration key {typo!r} (did you mean {meant}?)")
     code, _, err = run(capsys, "rebalance", "--snapshot", str(EXAMPLE), "--set", "zzz=3")
     assert code == 2 and one_line(err).endswith("unknown configuration key 'zzz'")
+
+
+def test_a_listening_address_that_is_not_this_machines_is_named_as_the_host_not_the_port():
+    import errno
+    import socket
+
+    from pulsar_lb_operator import hints
+
+    fix = "set another with --set metricsPort=N"
+    unresolved = hints.port_in_use("metricsPort", "nosuch.invalid", 8090, socket.gaierror(-2, "Name unknown"), fix)
+    foreign = hints.port_in_use("metricsPort", "10.9.9.9", 8090, OSError(errno.EADDRNOTAVAIL, "Cannot assign"), fix)
+    busy = hints.port_in_use("metricsPort", "0.0.0.0", 8090, OSError(errno.EADDRINUSE, "in use"), fix)
+    assert "nosuch.invalid is no address of this machine" in unresolved and fix not in unresolved
+    assert "10.9.9.9 is no address of this machine" in foreign and fix not in foreign
+    assert "already in use" in busy and fix in busy

@@ -28,7 +28,7 @@ def _name(path: Path) -> str:
 def test_the_settings_example_loads(path):
     block = re.search(r"```yaml\n(adminUrl:.*?)```", path.read_text(), re.S).group(1)
     settings, config, explicit = resolve(yaml.safe_load(block), {}, {})
-    assert settings.dryRun is False and settings.excludedNamespaces == ("pulsar/.*", "acme/critical")
+    assert settings.dryRun is True and settings.excludedNamespaces == ("pulsar/.*", "acme/critical")
     assert (
         config.loadBalancerLoadSheddingStrategy == "AvgShedder" and "loadBalancerSheddingGracePeriodMinutes" in explicit
     )

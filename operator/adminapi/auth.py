@@ -158,6 +158,8 @@ class TokenCredentials(Credentials):
                 stamp = (st.st_ino, st.st_dev, st.st_mtime_ns, st.st_size)
                 if stamp != self._stamp:
                     token = Path(path).read_text(encoding="utf-8").strip() or None
+                    if token is None:  # nothing to send: not a 401 that blames the token the file "holds"
+                        raise OSError(0, "the file is empty")
                     if self._stamp is not None and token != self._cached:
                         log.info("admin token file changed: using the new token", file=path)
                     self._stamp, self._cached = stamp, token

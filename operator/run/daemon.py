@@ -46,7 +46,7 @@ from pulsar_lb_operator.run.lease_pause import PAUSE_ANNOTATION, SharedPause
 from pulsar_lb_operator.run.metrics import Metrics
 from pulsar_lb_operator.run.settings import OperatorSettings
 from pulsar_lb_operator.store import statefile
-from pulsar_lb_operator.store.control import ControlFile
+from pulsar_lb_operator.store.control import ControlError, ControlFile
 from pulsar_lb_operator.store.history import HistoryStore
 from pulsar_lb_operator.store.profile import read_profile
 from pulsar_lb_operator.store.statefile import OperatorState
@@ -97,6 +97,7 @@ class Daemon:
             guard=self.settings.builtin_guard(self.client, self.config),  # asked before anything is sent
         )
         self.control = ControlFile(self.settings.stateFile)
+        self.control.read()  # one that cannot be read stops the daemon here (ControlError, exit 2), as the state does
         self.draining: frozenset[str] = frozenset()
         self.recent: deque[CycleResult] = deque(maxlen=RECENT_CYCLES)  # for the status page
         self.usage: deque[tuple[int, dict[str, float]]] = deque(maxlen=USAGE_POINTS)
@@ -300,8 +301,9 @@ class Daemon:
             self.failure = None
             self.cycles += 1
             return result
-        # elm.py: ELM's topics unreadable is a ConnectionError (an OSError); a strategy ELM cannot feed a ConfigError
-        except (AdminError, SnapshotError, OSError, ConfigError) as exc:
+        # elm.py: ELM's topics unreadable is a ConnectionError (an OSError); a strategy ELM cannot feed a ConfigError;
+        # a control file broken since the start: every cycle says so (the proposals and drains cannot be read)
+        except (AdminError, SnapshotError, OSError, ConfigError, ControlError) as exc:
             self.metrics.cycles.labels("error").inc()
             reason = hints.admin_auth(exc, self.settings.auth().token_source()) or str(exc)
             log.error("cycle failed", reason=reason)
@@ -321,6 +323,8 @@ class Daemon:
             return
         try:
             self._execute_approved()
+        except ControlError:
+            pass  # the control file cannot be read: each cycle says so, in one line
         except Exception:
             log.exception("approved proposals could not be executed")
         finally:

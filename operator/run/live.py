@@ -69,7 +69,8 @@ def connect(settings: OperatorSettings) -> tuple[AdminClient, str]:
 
 def rebalance(args: argparse.Namespace) -> int:
     """One live cycle. Dry run unless dryRun is false (file, environment or --no-dry-run), like the daemon;
-    it shares the daemon's state (cooldowns, pending verifications) and its lock.
+    it shares the daemon's state (cooldowns, pending verifications) and its lock. A dry run while the daemon holds
+    the lock previews on its state as the daemon last wrote it, and writes nothing.
 
     The plan is printed before the first mutating call, then each outcome as it happens. Ctrl-C (SIGINT) stops
     before the next call — what was sent is on disk, as the daemon's SIGTERM — and exits 130; a second Ctrl-C
@@ -84,17 +85,39 @@ def rebalance(args: argparse.Namespace) -> int:
     if args.state:  # the state named here is the one whose pause (``<stateFile>.pause``) and drains count
         settings = dataclasses.replace(settings, stateFile=args.state)
     state_path = settings.stateFile
+    holder = statefile.InstanceLock.holder(state_path) if settings.dryRun else None
+    if holder is not None:  # a preview beside the daemon: its state as it is on disk, nothing written back
+        if args.reset_state:
+            raise ConfigError(f"--reset-state: the daemon (pid {holder}) holds {state_path}; stop it first")
+        print(
+            f"the daemon (pid {holder}) holds {state_path}: this dry run reads its state and writes nothing",
+            file=sys.stderr,
+        )
+        return _previewed(args, settings, config, explicit, statefile.load(state_path), state_path)
     with statefile.InstanceLock(state_path):
         state = statefile.load(state_path, reset=args.reset_state)
-        client, cluster = connect(settings)
-        try:
-            with _interruptible() as stop:
-                return _rebalance(args, settings, config, explicit, client, cluster, state, state_path, stop)
-        except elm.ElmDataUnreadable as exc:  # what could not be read, in one line; nothing was changed
-            print(f"operator: error: {exc}", file=sys.stderr)
-            return 1
-        finally:
-            client.close()
+        return _previewed(args, settings, config, explicit, state, state_path, write=True)
+
+
+def _previewed(
+    args: argparse.Namespace,
+    settings: OperatorSettings,
+    config: LoadBalancerConfig,
+    explicit: set[str],
+    state: OperatorState,
+    state_path: str,
+    write: bool = False,
+) -> int:
+    """The cycle, connected; ``write``: the state and the audit are this command's to write (it holds the lock)."""
+    client, cluster = connect(settings)
+    try:
+        with _interruptible() as stop:
+            return _rebalance(args, settings, config, explicit, client, cluster, state, state_path, stop, write)
+    except elm.ElmDataUnreadable as exc:  # what could not be read, in one line; nothing was changed
+        print(f"operator: error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        client.close()
 
 
 @contextlib.contextmanager
@@ -125,6 +148,7 @@ def _rebalance(
     state: OperatorState,
     state_path: str,
     stop: threading.Event,
+    write: bool,
 ) -> int:
     session = elm.Session.from_settings(settings.elm(), tell=sys.stderr)  # on ELM: how long the first read may wait
     placement = args.placement
@@ -140,7 +164,7 @@ def _rebalance(
         draining=lambda: draining,
         guard=settings.builtin_guard(client, config),
     )
-    audit = audit_publisher.from_settings(settings.audit())
+    audit = audit_publisher.from_settings(settings.audit()) if write else None  # a preview's plan is not the daemon's
     report = _JsonLines(settings.dryRun) if args.output == "json" else _Text(settings.dryRun)
     try:
         context = CycleContext(
@@ -153,7 +177,7 @@ def _rebalance(
             broker_timeout_s=settings.brokerTimeoutSeconds,
             load_manager=session,
             audit=audit.publish if audit else None,
-            save=lambda s: statefile.save(state_path, s),
+            save=lambda s: statefile.save(state_path, s) if write else None,
             on_plan=report.plan,
             on_outcome=report.outcome,
         )
@@ -166,7 +190,8 @@ def _rebalance(
                 f"{audit.spool.directory} for the next run",
                 file=sys.stderr,
             )
-    statefile.save(state_path, result.state)
+    if write:
+        statefile.save(state_path, result.state)
     report.end(result, interrupted=stop.is_set(), state_path=state_path)
     if stop.is_set():
         return 130

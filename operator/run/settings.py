@@ -59,6 +59,10 @@ HTTP_URL = r"^https?://[^/\s]+(/\S*)?$"
 PULSAR_URL = r"^pulsar(\+ssl)?://[^/\s]+/?$"
 
 
+YEAR_S = 365 * 86400  # the longest period a setting may give: past it no schedule runs (the scheduler's dates overflow)
+INTERVAL_ZERO = {"cycleIntervalSeconds": "loadBalancerSheddingIntervalMinutes", "aggregateEveryMinutes": "no Spark job"}
+
+
 @dataclass(frozen=True)
 class OperatorSettings:
     adminUrl: str | None = None  # any broker's or the proxy's web URL (env PULSAR_ADMIN_URL)
@@ -98,7 +102,7 @@ class OperatorSettings:
     sparkMaster: str = "local[2]"
     metricsPort: int = 8090  # /healthz, /readyz, /metrics; 0 disables
     metricsHost: str = "127.0.0.1"  # local runs stay on loopback; the chart (and the image) set 0.0.0.0
-    # host names the status page and /api/status answer to besides localhost, IP addresses and this machine's own
+    # host names the status page and /api/status answer to besides localhost, IP addresses and the host's own
     # names (an Ingress's, a Service's; "*": any): asked for under another (a DNS-rebinding page), they refuse
     statusPageHosts: tuple[str, ...] = ()
     cycleIntervalSeconds: float = 0.0  # 0: loadBalancerSheddingIntervalMinutes
@@ -142,6 +146,9 @@ class OperatorSettings:
         for key in ("pauseSeconds", "verifyAfterSeconds"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"{key}: must be >= 0")
+        for key, most in (("cycleIntervalSeconds", YEAR_S), ("aggregateEveryMinutes", YEAR_S / 60)):
+            if not 0 <= getattr(self, key) <= most:
+                raise ConfigError(f"{key}: must be from 0 (0: {INTERVAL_ZERO[key]}) to {most:,.0f}, a year")
         for key in ("shutdownTimeoutSeconds", "maxResponseMegabytes", "brokerTimeoutSeconds"):
             if not getattr(self, key) > 0:
                 raise ConfigError(f"{key}: must be > 0")
@@ -328,6 +335,31 @@ class OperatorSettings:
 
 def _env_name(key: str) -> str:
     return ENV_PREFIX + re.sub(r"(?<!^)(?=[A-Z])", "_", key).upper()
+
+
+# where a daemon reads its pause: its state (the pause file beside it), its pause file, and its Lease
+PAUSE_KEYS = frozenset(
+    {
+        "stateFile",
+        "killSwitchFile",
+        "leaderElection",
+        "leaseName",
+        "leaseNamespace",
+        "leaseDurationSeconds",
+        "renewDeadlineSeconds",
+        "retryPeriodSeconds",
+    }
+)
+
+
+def pause_settings(file_settings: Mapping[str, Any], environ: Mapping[str, str]) -> OperatorSettings:
+    """The settings of ``PAUSE_KEYS`` alone, every other key and variable left out: where the rest has an error (a
+    ConfigMap edited badly while the daemon runs on the one it read), the emergency stop must still find the daemon's
+    pause. ConfigError where these keys themselves are wrong."""
+    names = {_env_name(key) for key in PAUSE_KEYS}
+    kept = {key: value for key, value in file_settings.items() if key in PAUSE_KEYS}
+    settings, _, _ = resolve(kept, {k: v for k, v in environ.items() if k in names}, {})
+    return settings
 
 
 def check_environment(environ: Mapping[str, str], token_env: str) -> None:

@@ -127,8 +127,11 @@ class Control:
         if proposal is None:
             known = ", ".join(sorted(self.proposals)[-5:]) or "none"
             raise ControlError(f"no proposal {proposal_id!r} (latest: {known})")
-        if proposal["status"] != PENDING:
-            raise ControlError(f"proposal {proposal_id} is {proposal['status']}, not pending")
+        # an approved one not yet taken (``take_approved`` marks it executed under this file's lock) may still be
+        # rejected: a person who approved it and then paused must be able to withdraw it before resuming
+        decidable = (PENDING,) if approve else (PENDING, APPROVED)
+        if proposal["status"] not in decidable:
+            raise ControlError(f"proposal {proposal_id} is {proposal['status']}, not {' or '.join(decidable)}")
         proposal.update(status=APPROVED if approve else REJECTED, decidedAt=now_ms, decidedBy=by)
         return proposal
 
@@ -162,9 +165,17 @@ class ControlFile:
             os.close(fd)
 
     def _read(self) -> Control:
+        """The document; ControlError (which every reader handles) for a file that cannot be read or is not JSON as
+        much as for one that is not a control document."""
         if not self.path.exists():
             return Control()
-        return Control.from_json(files.read_json(self.path, "control file"), str(self.path))
+        try:
+            document = files.read_json(self.path, "control file")
+        except ControlError:
+            raise
+        except files.FileError as exc:
+            raise ControlError(f"{exc}; repair or remove it") from None
+        return Control.from_json(document, str(self.path))
 
     def read(self) -> Control:
         with self._locked():

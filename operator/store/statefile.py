@@ -135,7 +135,7 @@ class InstanceLock:
         process does. The probe takes a shared lock for an instant, never creating the lock file."""
         try:
             fd = os.open(f"{state_file}.lock", os.O_RDONLY)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # no lock file, so no holder (taking it says what is wrong)
             return None
         try:
             try:

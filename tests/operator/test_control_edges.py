@@ -72,6 +72,26 @@ def test_an_approval_while_paused_is_refused_and_the_proposal_waits(sim, tmp_pat
     assert sent_unloads(sim) and control.read().proposals[proposal]["status"] == "executed"
 
 
+def test_an_approved_proposal_not_yet_run_can_be_withdrawn_while_paused(sim, tmp_path, capsys):
+    """Approved, then paused before the daemon's turn: `operator reject` withdraws it, and the resume sends
+    nothing; one that ran cannot be rejected."""
+    with running(sim, tmp_path, approval="manual") as daemon:
+        proposal, _ = _proposal(sim, tmp_path, daemon)
+        assert cli.main(cli_args(tmp_path, sim, "approve", proposal)) == 0
+        assert cli.main(cli_args(tmp_path, sim, "pause")) == 0
+        assert cli.main(cli_args(tmp_path, sim, "reject", proposal)) == 0
+        assert cli.main(cli_args(tmp_path, sim, "resume")) == 0
+        daemon.approvals_due()
+        control = ControlFile(tmp_path / "state.json")
+        assert sent_unloads(sim) == [] and control.read().proposals[proposal]["status"] == "rejected"
+        again, _ = _proposal(sim, tmp_path, daemon)
+        assert cli.main(cli_args(tmp_path, sim, "approve", again)) == 0
+        daemon.approvals_due()
+        capsys.readouterr()
+        assert cli.main(cli_args(tmp_path, sim, "reject", again)) == 2
+        assert "is executed, not pending or approved" in capsys.readouterr().err
+
+
 def test_an_approved_proposal_moves_nothing_onto_a_broker_drained_since(sim, tmp_path, capsys):
     with running(sim, tmp_path, approval="manual") as daemon:
         proposal, unloads = _proposal(sim, tmp_path, daemon)

@@ -226,7 +226,8 @@ def test_the_page_answers_only_to_names_it_knows(daemon):
         assert call(port, "GET", "/metrics", headers={"Host": host})[0] == 200
         assert call(port, "GET", "/healthz", headers={"Host": host})[0] in (200, 503)
     assert daemon.executor.safety.kill_switch() is None
-    for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", "LB.example.com.", f"lb.example.com:{port}"):
+    known = (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", "LB.example.com.", f"lb.example.com:{port}")
+    for host in known:
         assert call(port, "GET", "/api/status", headers={"Host": host})[0] == 200, host
 
 

@@ -10,13 +10,14 @@ import os
 
 import pytest
 from prometheus_client import generate_latest
+from structlog.testing import capture_logs
 
 from pulsar_lb_operator import cli
 from pulsar_lb_operator.act.safety import OFF_VALUES, Safety, switch_on
 from pulsar_lb_operator.records import Outcome
 from pulsar_lb_operator.run import control_api, status_page
 from pulsar_lb_operator.run.settings import OTHER_ENVIRONMENT, resolve
-from pulsar_lb_operator.store.control import ControlFile
+from pulsar_lb_operator.store.control import ControlError, ControlFile
 from pulsar_lb_operator.store.statefile import InstanceLock
 from pulsar_lb_operator.strategies.config import ConfigError
 from tests.operator.test_workflows import cli_args, make, running, sent_unloads
@@ -190,6 +191,60 @@ def test_a_second_pause_keeps_the_first_ones_note(sim, tmp_path, capsys):
         assert said.startswith("already paused by") and status_page.status(daemon)["killSwitch"] == first
         assert cli.main(cli_args(tmp_path, sim, "resume")) == 0
         assert status_page.status(daemon)["killSwitch"] == {"on": False}
+
+
+def test_the_emergency_stop_goes_through_settings_with_an_error_elsewhere(sim, tmp_path, capsys, monkeypatch):
+    """A ConfigMap edited badly while the daemon runs on the one it read: `operator pause` still finds the daemon's
+    pause by its stateFile and says what it left out; other commands refuse the settings as before."""
+    config = tmp_path / "settings.yaml"
+    errors = "maxUnloadPerCycle: 3\nloadBalancerSheddingIntervalMinutes: 0\n"
+    config.write_text(f"stateFile: {tmp_path / 'state.json'}\n{errors}")
+    monkeypatch.setenv("PULSAR_LB_MAX_UNLOADS_PER_CYCLE", "ten")
+    with running(sim, tmp_path) as daemon:
+        assert cli.main(["pause", "--config", str(config), "--reason", "incident 4211"]) == 0
+        out, err = capsys.readouterr()
+        assert "unknown configuration key 'maxUnloadPerCycle'" in err and "going on with stateFile" in err
+        assert "paused: the daemon" in out
+        assert status_page.status(daemon)["killSwitch"]["reason"] == "incident 4211"
+        assert cli.main(["drain", "broker-0", "--config", str(config)]) == 2  # the rest still needs good settings
+        assert cli.main(["resume", "--config", str(config)]) == 0
+        assert status_page.status(daemon)["killSwitch"] == {"on": False}
+    config.write_text("stateFile: 7\nkillSwitchFile: []\n")  # where the pause is itself: no guess
+    assert cli.main(["pause", "--config", str(config)]) == 2
+
+
+def test_a_dry_run_beside_the_running_daemon_previews_on_its_state_and_writes_nothing(sim, tmp_path, capsys):
+    """In the daemon's pod (its settings, its state), `operator rebalance` previews: it reads the daemon's state
+    without its lock and writes nothing back; a live one is still exit 3, and --reset-state is refused."""
+    with running(sim, tmp_path) as daemon:
+        daemon.run_once()
+        state = tmp_path / "state.json"
+        before, sent = state.read_bytes(), len(sim.mutating_requests())
+        assert cli.main(cli_args(tmp_path, sim, "rebalance")) in (0, 1)
+        out, err = capsys.readouterr()
+        assert f"the daemon (pid {os.getpid()}) holds" in err and "writes nothing" in err and "Plan (dry run)" in out
+        assert state.read_bytes() == before and len(sim.mutating_requests()) == sent
+        assert cli.main(cli_args(tmp_path, sim, "rebalance", "--reset-state")) == 2
+        assert cli.main(cli_args(tmp_path, sim, "rebalance", "--no-dry-run")) == 3
+        assert state.read_bytes() == before and len(sim.mutating_requests()) == sent
+
+
+def test_a_control_file_that_is_not_json_stops_the_start_and_fails_each_cycle_in_one_line(sim, tmp_path):
+    """At start, exit 2 naming the file (as an unusable state file); broken while the daemon runs, each cycle fails
+    with that one line, on the page too, instead of a traceback a cycle ("cycle crashed") balancing nothing."""
+    broken = '{"format": "pulsar-lb-control/1", "proposals": {}, "drains": {}'
+    control = tmp_path / "state.json.control.json"
+    control.write_text(broken)
+    with pytest.raises(ControlError, match=r"is not valid JSON.*repair or remove it") as refused:
+        make(sim, tmp_path)
+    assert refused.value.exit_code == 2
+    control.unlink()
+    with running(sim, tmp_path, approval="manual") as daemon, capture_logs() as logs:
+        control.write_text(broken)
+        assert daemon.run_once() is None
+        daemon.approvals_due()
+    assert [e["event"] for e in logs if e["log_level"] == "error"] == ["cycle failed"]
+    assert "is not valid JSON" in daemon.failure[1] and not any("exc_info" in e for e in logs)
 
 
 def test_resume_cannot_lift_the_environments_switch_and_says_so(sim, tmp_path, capsys, monkeypatch):

@@ -249,6 +249,22 @@ def test_a_token_file_rotated_in_place_is_picked_up_between_cycles_without_resta
         client.close()
 
 
+def test_an_empty_token_file_is_named_as_such_and_a_later_empty_one_keeps_the_last_token(tmp_path, capsys):
+    """An empty tokenFile sends nothing (before: a call without a token, and a 401 blaming "the token read from
+    tokenFile"); one emptied in place after a good read keeps the last token, as an unreadable one does."""
+    token = tmp_path / "token"
+    token.write_text("\n")
+    with served(token="first-token") as sim:
+        code, _, err = rebalance(capsys, "--admin-url", sim.admin_url, "--token-file", str(token))
+        assert code == 2 and "tokenFile: cannot read" in err and "the file is empty" in err
+        assert sim.requests == []
+        token.write_text("first-token\n")
+        credentials = TokenCredentials(file=str(token))
+        assert credentials.authorization() == "Bearer first-token"
+        token.write_text("")
+        assert credentials.authorization() == "Bearer first-token"
+
+
 def test_a_whole_cycle_with_a_tls_client_certificate(capsys):
     with served(client_auth=True) as sim:
         cert, key = sim.tls.client_cert("superuser")
