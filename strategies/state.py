@@ -90,6 +90,9 @@ class StrategyState:
     predictive_residuals: Mapping[str, tuple[float, ...]] = field(default_factory=_frozen)
     # the modelled CPU level each of those was taken at (its noise is measured at the present level)
     predictive_residual_levels: Mapping[str, tuple[float, ...]] = field(default_factory=_frozen)
+    # of those, the ones taken while a move of the broker's was showing, each by its age (0: the newest): the step to
+    # each is its model's miss on the traffic that moved, not its samples' noise
+    predictive_residual_moves: Mapping[str, tuple[int, ...]] = field(default_factory=_frozen)
     # a broker without a good model of its own: (its background when it carried nothing, Σ cost × predicted,
     # Σ predicted², samples): the least-squares sums that refine the cluster's slope for it
     predictive_learned: Mapping[str, tuple[float, float, float, int]] = field(default_factory=_frozen)
@@ -176,6 +179,11 @@ class StrategyState:
                 if self.predictive_residual_levels
                 else {}
             ),
+            **(
+                {"predictiveResidualMoves": {b: list(v) for b, v in sorted(self.predictive_residual_moves.items())}}
+                if self.predictive_residual_moves
+                else {}
+            ),
             "predictiveLearned": {b: list(v) for b, v in sorted(self.predictive_learned.items())},
             "predictiveScales": {b: list(v) for b, v in sorted(self.predictive_scales.items())},
         }
@@ -204,6 +212,9 @@ class StrategyState:
 
         def residuals(reader: Reader) -> tuple[float, ...]:
             return tuple(item.number(maximum=MAX_FINITE, non_negative=False) for item in reader.items())
+
+        def ages(reader: Reader) -> tuple[int, ...]:
+            return tuple(item.integer() for item in reader.items())
 
         def learned(reader: Reader) -> tuple[float, float, float, int]:
             base, products, squares, count = reader.items(length=4)
@@ -246,6 +257,7 @@ class StrategyState:
             predictive_deferred=names("predictiveDeferred"),
             predictive_residuals=table("predictiveResiduals", residuals),
             predictive_residual_levels=table("predictiveResidualLevels", residuals),
+            predictive_residual_moves=table("predictiveResidualMoves", ages),
             predictive_learned=table("predictiveLearned", learned),
             predictive_scales=table("predictiveScales", scale),
         )

@@ -93,13 +93,13 @@ def rebalance(args: argparse.Namespace) -> int:
             f"the daemon (pid {holder}) holds {state_path}: this dry run reads its state and writes nothing",
             file=sys.stderr,
         )
-        return _previewed(args, settings, config, explicit, statefile.load(state_path), state_path)
+        return _connected_cycle(args, settings, config, explicit, statefile.load(state_path), state_path)
     with statefile.InstanceLock(state_path):
         state = statefile.load(state_path, reset=args.reset_state)
-        return _previewed(args, settings, config, explicit, state, state_path, write=True)
+        return _connected_cycle(args, settings, config, explicit, state, state_path, write=True)
 
 
-def _previewed(
+def _connected_cycle(
     args: argparse.Namespace,
     settings: OperatorSettings,
     config: LoadBalancerConfig,

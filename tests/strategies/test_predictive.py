@@ -431,11 +431,18 @@ def _forecast(
     return forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state)
 
 
-def _missing(residuals: tuple[float, ...], a_background: float) -> forecast.Forecast:
+def _missing(
+    residuals: tuple[float, ...], a_background: float, moves: tuple[int, ...] = (), predicted: bool = False
+) -> forecast.Forecast:
     """``heterogeneous()``'s forecast where a's fit says its background is 2 points (its model: 7 with its one bundle)
-    and its machine reads ``a_background`` now, with a's departures ``residuals`` on record."""
+    and its machine reads ``a_background`` now, with a's departures ``residuals`` on record (those aged ``moves``
+    taken while a move of a's was showing), and with a prediction of a's still to check where ``predicted``."""
     profile = LoadProfile(cost_models=MappingProxyType({**PROFILE.cost_models, ("a:1", "cpu"): model(2)}))
-    state = StrategyState(predictive_residuals={"a:1": residuals, "b:1": QUIET, "c:1": QUIET})
+    state = StrategyState(
+        predictive_residuals={"a:1": residuals, "b:1": QUIET, "c:1": QUIET},
+        predictive_residual_moves={"a:1": moves} if moves else {},
+        predictions={"a:1": (10.0, NOW - 60_000)} if predicted else {},
+    )
     load, _, _ = build_load_data(heterogeneous(a_background=a_background), {}, {}, ONE_HIT.grace_period_ms)
     load = load.with_profile(profile)
     return forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state)
@@ -458,6 +465,25 @@ def test_a_missed_prediction_sets_the_level_for_its_cycle_and_the_next_reading_d
     assert cast.noise() == pytest.approx(noise)
     assert _missing(cast.residuals["a:1"], 2).usage("a:1") == pytest.approx(7.0)  # back at its model
     assert _missing(cast.residuals["a:1"], 5).usage("a:1") == pytest.approx(10.0)  # off again: the model is
+
+
+def test_a_broker_that_gave_in_its_first_cycles_is_not_judged_by_its_models_misses_on_what_it_gave():
+    """a had one quiet departure on record when it gave bundles in two cycles in a row; its model missed the traffic
+    that moved by 6 points one way, then 3 the other, and now reads 3 points under its samples, which read 3 over it
+    again. Measured from those, its noise would be 6 points, the model's 3-point miss within it, and its level left
+    3 points low for a plan to read as done. The steps to departures taken while a move showed are left out: too few
+    remain to tell its own noise, so the pooled noise (the quiet brokers' hundredths) judges, and its level is where
+    its samples put it. The next departure is marked as well while a prediction of its is still to be checked."""
+    gave = (0.02, -6.0, 3.0)
+    assert _missing(gave, 5).broker_noise("a:1") > 3.0
+    assert _missing(gave, 5).usage("a:1") == pytest.approx(7.0)  # its model's
+    marked = _missing(gave, 5, moves=(0, 1))
+    assert marked.broker_noise("a:1") == pytest.approx(marked.sigma) and marked.sigma < 0.1
+    assert marked.usage("a:1") == pytest.approx(10.0)
+    assert marked.residual_moves["a:1"] == (1, 2)  # one older now
+    assert _missing(gave, 5, moves=(0, 1), predicted=True).residual_moves["a:1"] == (0, 1, 2)
+    kept = shed(heterogeneous(), PROFILE, StrategyState(predictive_residual_moves={"a:1": (0,)})).state
+    assert "a:1" not in kept.predictive_residual_moves  # no departure of a's on record: nothing to mark
 
 
 def test_a_broker_departing_from_its_model_within_its_own_noise_keeps_its_model():

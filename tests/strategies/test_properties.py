@@ -268,6 +268,7 @@ STATE_DOC = {
     "predictiveDeferred": ["b:8080"],
     "predictiveResiduals": {"a:8080": [-0.5, 1.25, 0.0]},
     "predictiveResidualLevels": {"a:8080": [48.0, 51.5, -2.0]},
+    "predictiveResidualMoves": {"a:8080": [0, 2]},
     "predictiveLearned": {"c:8080": [4.5, 120.0, 100.0, 3]},
     "predictiveScales": {"a:8080": [1.1, 5.0]},
 }

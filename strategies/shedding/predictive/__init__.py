@@ -544,6 +544,7 @@ class _Cycle:
             predictive_deferred=frozenset(self.deferred),
             predictive_residuals=_finite(self.forecast.residuals),
             predictive_residual_levels=_finite(self.forecast.residual_levels),
+            predictive_residual_moves={b: ages for b, ages in self.forecast.residual_moves.items() if ages},
             predictive_learned=_finite(self.forecast.learned),
             predictive_scales=_finite(self.forecast.scales),
         )

@@ -23,12 +23,12 @@ three); once such a change has lasted ``OWN_NOISE_FROM`` samples, by the mean of
 and a plan landing the broker a point off the band leaves it there for another round of the hit counters). The
 noise is measured from the departures themselves: each broker's from its last ``NOISE_WINDOW`` (machines jitter
 differently, and a noisy one's jitter is no lasting change), those taken at a higher level scaled down to its present
-one (``at_present_level``), pooled for the plan's margins: thirty of them, as the median of nine successive
-differences reads a sample's noise at under half its size one time in twenty (two ordinary samples then read as a
-lasting change), of twenty-nine at under two thirds. The trigger reads each level less the bias its departures
-show (``Forecast.unbiased``): a fit a point off is within the noise of any one sample, not of their mean; a bias beyond
-twice its standard error counts as far as it is past one (``beyond_error``), one within that as far as the spread of
-the cluster's biases makes it likely (``shrunk``).
+one (``at_present_level``), the steps across its moves left out (``broker_noise``), pooled for the plan's margins:
+thirty of them, as the median of nine successive differences reads a sample's noise at under half its size one time
+in twenty (two ordinary samples then read as a lasting change), of twenty-nine at under two thirds. The trigger reads
+each level less the bias its departures show (``Forecast.unbiased``): a fit a point off is within the noise of any one
+sample, not of their mean; a bias beyond twice its standard error counts as far as it is past one (``beyond_error``),
+one within that as far as the spread of the cluster's biases makes it likely (``shrunk``).
 """
 
 from __future__ import annotations
@@ -298,6 +298,7 @@ class Forecast:
         self.traffic: dict[str, Traffic] = {b: r.traffic for b, r in brokers.items()}  # as planned: moves included
         self.residuals: dict[str, tuple[float, ...]] = {}
         self.residual_levels: dict[str, tuple[float, ...]] = {}  # the modelled CPU level each residual was taken at
+        self.residual_moves: dict[str, tuple[int, ...]] = {}  # the ages of those taken while a move was showing
         self.learned: dict[str, tuple[float, float, float, int]] = {}
         # fitted brokers: ``fitted_scale`` as first computed; a broker away (restarting) keeps its own while the profile
         # keeps its fit: it comes back empty, with no traffic of its own to read the fit at
@@ -329,6 +330,8 @@ class Forecast:
             levels = state.predictive_residual_levels.get(b, ())[-len(kept) :] if kept else ()
             self.residuals[b] = (*kept, cpu - models[b])
             self.residual_levels[b] = (*(models[b],) * (len(kept) - len(levels)), *levels, models[b])
+            aged = (age + 1 for age in state.predictive_residual_moves.get(b, ()) if age + 1 < len(self.residuals[b]))
+            self.residual_moves[b] = (*((0,) if _showing_a_move(load, state, b, config) else ()), *aged)
         self.sigma = self.noise()
         self._offset: dict[str, float] = {}
         self._spread: float | None = None  # ``_bias_spread``, once measured
@@ -395,11 +398,16 @@ class Forecast:
         """The broker's own CPU samples' noise in points: machines differ (a busier or older one jitters more), and
         the pooled noise would read a noisy broker's jitter as a lasting change. From the differences of its
         successive departures from its model (a lasting change is one large difference, which their median
-        ignores), once it has four; the pooled noise until then."""
+        ignores), once it has three; the pooled noise until then. A difference to a departure taken while a move of
+        the broker's was showing (``residual_moves``) is left out: it is its model's miss on the traffic that moved,
+        and a broker that gave twice in its first cycles would read those two misses as its noise, and a model points
+        off after them as within it."""
         recent = self.at_present_level(broker)
-        if len(recent) < OWN_NOISE_FROM:
+        moved = {len(recent) - 1 - age for age in self.residual_moves.get(broker, ())}
+        steps = [step for at, step in enumerate(_steps(recent), start=1) if at not in moved]
+        if len(steps) < OWN_NOISE_FROM - 1:
             return self.sigma
-        return _step_noise(_steps(recent))
+        return _step_noise(steps)
 
     def at_present_level(self, broker: str) -> tuple[float, ...]:
         """The broker's residuals, each taken at a level above its present one scaled down to it (× present ÷ then).
@@ -752,6 +760,14 @@ def in_flight(
             forecast.shift(move.destination, move.traffic, +1)
         still[bundle] = move
     return still
+
+
+def _showing_a_move(load: LoadData, state: StrategyState, broker: str, config: LoadBalancerConfig) -> bool:
+    """Whether the broker's report may show a move of its that no report before it did: a prediction of the plan
+    that moved it is still to be checked (``check_predictions`` drops it once every move it involved shows), and the
+    report was written after that plan."""
+    prediction, report = state.predictions.get(broker), load.snapshot.brokers.get(broker)
+    return prediction is not None and report is not None and reported_after(load, report, prediction[1], config)
 
 
 def reported_after(load: LoadData, report: BrokerLoad, at_ms: int, config: LoadBalancerConfig) -> bool:
