@@ -123,6 +123,7 @@ OPERATOR_STAGES = (
     ("store",),
     ("record",),
     ("run",),
+    ("arguments",),  # the command line's value types
     ("control_cli", "sandbox"),  # command-line faces
     ("cli",),
 )
