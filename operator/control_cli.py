@@ -27,7 +27,7 @@ from typing import Any
 
 from pulsar_lb_operator.act.safety import KILL_SWITCH_ENV, read_pause_file, switch_on
 from pulsar_lb_operator.arguments import positive
-from pulsar_lb_operator.run import lease_pause, workflows
+from pulsar_lb_operator.run import workflows
 from pulsar_lb_operator.run.lease_client import LeaseApiError
 from pulsar_lb_operator.run.lease_pause import SharedPause
 from pulsar_lb_operator.run.settings import OperatorSettings, pause_settings, resolve
@@ -228,10 +228,7 @@ def pause(args: argparse.Namespace) -> int:
     the control file cannot be read; with leader election on the Lease too, so that every replica stops."""
     target = find(args, unreadable_ok=True)
     path = target.pause_file()
-    who, reason, now = _who(), args.reason or "", _now_ms()
-    earlier = workflows.pause_file(path, who, reason, now)
-    if earlier is not None:
-        who, reason, now = earlier.by, earlier.reason, earlier.since_ms or now  # the Lease keeps the same note
+    note, earlier = workflows.pause_file(path, _who(), args.reason or "", _now_ms())
     daemon = target.daemon
     if target.settings.leaderElection:
         leading = daemon is not None and daemon.leading
@@ -239,7 +236,7 @@ def pause(args: argparse.Namespace) -> int:
             with _shared_pause(target.settings) as shared:
                 assert shared is not None
                 within = target.settings.renewDeadlineSeconds
-                line = workflows.share_pause(shared, lease_pause.note(who, reason, now), leading, within, path)
+                line = workflows.share_pause(shared, note, leading, within, path, earlier)
         except (LeaseApiError, ConfigError) as exc:
             standby = daemon is not None and not daemon.leading
             raise ControlError(
@@ -251,7 +248,6 @@ def pause(args: argparse.Namespace) -> int:
                     else "a standby that takes over would act: try again, or set killSwitch=true"
                 )
             ) from None
-        line = line if line.startswith("already") else workflows.kept(earlier) + line
         print(f"{line} (and {path}); operator resume ends it")
         return 0
     already = workflows.kept(earlier)

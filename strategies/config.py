@@ -191,6 +191,9 @@ def convert_value(key: str, annotation: Any, value: Any) -> Any:
     raise ConfigError(f"{key}: invalid value {describe(value)} (expected {kind})")
 
 
+YEAR_MINUTES = 365 * 24 * 60  # the longest period a setting may give: past it no schedule runs (its dates overflow)
+
+
 def _validate(cfg: LoadBalancerConfig) -> None:
     def need(condition: bool, key: str, rule: str) -> None:
         if not condition:
@@ -238,8 +241,11 @@ def _validate(cfg: LoadBalancerConfig) -> None:
     ):
         need(getattr(cfg, key) >= 0, key, ">= 0")
     need(0 <= cfg.loadBalancerHistoryResourcePercentage < 1, "loadBalancerHistoryResourcePercentage", "[0, 1)")
-    year = 365 * 24 * 60  # minutes: a longer shedding interval schedules nothing (and overflows a scheduler's dates)
-    need(cfg.loadBalancerSheddingIntervalMinutes <= year, "loadBalancerSheddingIntervalMinutes", f"at most {year}")
+    need(
+        cfg.loadBalancerSheddingIntervalMinutes <= YEAR_MINUTES,
+        "loadBalancerSheddingIntervalMinutes",
+        f"at most {YEAR_MINUTES}",
+    )
     need(0 < cfg.maxUnloadPercentage <= 1, "maxUnloadPercentage", "(0, 1]")
     need(
         cfg.maxUnloadBundleNumPerShedding == -1 or cfg.maxUnloadBundleNumPerShedding >= 1,

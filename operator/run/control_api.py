@@ -20,7 +20,8 @@ from urllib.parse import parse_qs, unquote
 
 import structlog
 
-from pulsar_lb_operator.run import control_auth, lease_pause, workflows
+from pulsar_lb_operator.act.safety import KillSwitch
+from pulsar_lb_operator.run import control_auth, workflows
 from pulsar_lb_operator.run.daemon_view import DaemonView
 from pulsar_lb_operator.run.lease_client import LeaseApiError
 from pulsar_lb_operator.run.lease_pause import SharedPause
@@ -126,13 +127,10 @@ def _carry_out(daemon: DaemonView, action: str, target: str, form: Mapping[str, 
     try:
         if action == "pause":
             reason = form.get("reason", "").strip()[:500]
-            earlier = workflows.pause_file(daemon.settings.kill_switch_file(), by, reason, now)
-            if earlier is not None:
-                by, reason, now = earlier.by, earlier.reason, earlier.since_ms or now  # the Lease keeps the same note
+            note, earlier = workflows.pause_file(daemon.settings.kill_switch_file(), by, reason, now)
             if shared is None:
                 return workflows.kept(earlier) + "paused: nothing is sent from the next call on"
-            line = _share(shared, lease_pause.note(by, reason, now), leading, daemon.settings)
-            return line if line.startswith("already") else workflows.kept(earlier) + line
+            return _share(shared, note, leading, daemon.settings, earlier)
         if action == "resume":
             removed = control_store.remove_pause(daemon.settings.kill_switch_file())
             if shared is not None:
@@ -157,9 +155,12 @@ def _carry_out(daemon: DaemonView, action: str, target: str, form: Mapping[str, 
         raise Refused(503, f"not recorded: {exc.strerror or exc}") from None
 
 
-def _share(shared: SharedPause, note: str, leading: bool, settings: OperatorSettings) -> str:
+def _share(
+    shared: SharedPause, note: str, leading: bool, settings: OperatorSettings, earlier: KillSwitch | None
+) -> str:
     try:
-        return workflows.share_pause(shared, note, leading, settings.renewDeadlineSeconds, settings.kill_switch_file())
+        within, path = settings.renewDeadlineSeconds, settings.kill_switch_file()
+        return workflows.share_pause(shared, note, leading, within, path, earlier)
     except LeaseApiError as exc:
         if not leading:  # this standby's file stops nobody
             raise Refused(
@@ -167,7 +168,7 @@ def _share(shared: SharedPause, note: str, leading: bool, settings: OperatorSett
                 f"the leader is not paused: Lease {shared.lease} could not be written ({exc}); this standby's file "
                 "stops it alone",
             ) from None
-        return (
+        return workflows.kept(earlier) + (
             f"paused this instance only: Lease {shared.lease} could not be written ({exc}); a standby that takes "
             "over would act: pause again, or set killSwitch=true"
         )

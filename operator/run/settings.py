@@ -39,6 +39,7 @@ from pulsar_lb_operator.strategies import (
     convert_value,
     did_you_mean,
 )
+from pulsar_lb_operator.strategies.config import YEAR_MINUTES
 
 ENV_PREFIX = "PULSAR_LB_"
 MAY_BE_EMPTY = ("historyUri", "profileUri")  # "" turns the history or the profile off
@@ -59,7 +60,7 @@ HTTP_URL = r"^https?://[^/\s]+(/\S*)?$"
 PULSAR_URL = r"^pulsar(\+ssl)?://[^/\s]+/?$"
 
 
-YEAR_S = 365 * 86400  # the longest period a setting may give: past it no schedule runs (the scheduler's dates overflow)
+YEAR_S = YEAR_MINUTES * 60
 INTERVAL_ZERO = {"cycleIntervalSeconds": "loadBalancerSheddingIntervalMinutes", "aggregateEveryMinutes": "no Spark job"}
 
 

@@ -23,6 +23,7 @@ import structlog
 from pulsar_lb_operator.act.safety import KillSwitch, Safety, read_pause_file, switch_on
 from pulsar_lb_operator.record import audit as audit_events
 from pulsar_lb_operator.records import Record
+from pulsar_lb_operator.run import lease_pause
 from pulsar_lb_operator.run.cycle import CycleResult
 from pulsar_lb_operator.run.daemon_view import DaemonView
 from pulsar_lb_operator.run.lease_pause import SharedPause
@@ -187,15 +188,16 @@ def refusal(daemon: DaemonRecord, request: str, paused: bool = False) -> str | N
     return None
 
 
-def pause_file(path: str, by: str, reason: str, now_ms: int) -> KillSwitch | None:
+def pause_file(path: str, by: str, reason: str, now_ms: int) -> tuple[str, KillSwitch | None]:
     """Write the pause file, unless a pause someone wrote is there already: then its note — who, why, since when —
-    is kept and returned (a second pause while paused changes nothing; the first reason is the incident's).
-    A file without a readable note is written over with this one."""
+    is kept (a second pause while paused changes nothing; the first reason is the incident's). A file without a
+    readable note is written over with this one. Returns the note the Lease is to carry (``lease_pause.note``: the
+    kept one's, where one was kept) and the earlier pause (None: this one was written)."""
     earlier = read_pause_file(path)
     if earlier is not None and earlier.by:
-        return earlier
+        return lease_pause.note(earlier.by, earlier.reason, earlier.since_ms or now_ms), earlier
     write_pause(path, by, reason, now_ms)
-    return None
+    return lease_pause.note(by, reason, now_ms), None
 
 
 def kept(earlier: KillSwitch | None) -> str:
@@ -206,15 +208,18 @@ def kept(earlier: KillSwitch | None) -> str:
     return f"already paused by {earlier.by}{why}: its note is kept; "
 
 
-def share_pause(shared: SharedPause, note: str, leading: bool, within_s: float, path: str) -> str:
+def share_pause(
+    shared: SharedPause, note: str, leading: bool, within_s: float, path: str, earlier: KillSwitch | None = None
+) -> str:
     """Write the pause on the Lease every replica reads; the line saying whom it stops and from when. Raises
     LeaseApiError when the Lease could not be written. ``leading``: this instance leads (its own pause file has
     stopped it already); a standby waits up to ``within_s`` (renewDeadlineSeconds) for the leader to read it.
-    Where the Lease held a pause already, its note is kept, and this pod's pause file (``path``) takes it too."""
+    Where the Lease held a pause already, its note is kept, and this pod's pause file (``path``) takes it too; the
+    line says which pause was kept: the Lease's, else ``earlier`` (this pod's file's, from ``pause_file``)."""
     written = shared.pause(note)
-    if (earlier := written.earlier) is not None:
-        write_pause(path, earlier.by, earlier.reason, earlier.since_ms or json.loads(note)["since"])
-    everyone = kept(earlier) + f"paused every instance through Lease {shared.lease}"
+    if (first := written.earlier) is not None:
+        write_pause(path, first.by, first.reason, first.since_ms or json.loads(note)["since"])
+    everyone = kept(first or earlier) + f"paused every instance through Lease {shared.lease}"
     holder = written.holder
     if not holder:
         return f"{everyone}: none leads now, and whichever takes the Lease starts paused"
