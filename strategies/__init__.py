@@ -18,6 +18,7 @@ from pulsar_lb_operator.strategies import bundles, policies, registry
 from pulsar_lb_operator.strategies.averages import NUM_LONG_SAMPLES, MessageAverage
 from pulsar_lb_operator.strategies.config import ALIASES as CONFIG_ALIASES
 from pulsar_lb_operator.strategies.config import (
+    YEAR_MINUTES,
     ConfigError,
     LoadBalancerConfig,
     config_keys,
@@ -122,6 +123,7 @@ __all__ += [
     "CONFIG_ALIASES",
     "DEFAULT_RAILS",
     "NUM_LONG_SAMPLES",
+    "YEAR_MINUTES",
     "BundleData",
     "ConfigError",
     "CostModel",

@@ -33,13 +33,13 @@ from pulsar_lb_operator.record.audit.publisher import AuditSettings
 from pulsar_lb_operator.run.leadership import LeaseSettings
 from pulsar_lb_operator.strategies import (
     DEFAULT_RAILS,
+    YEAR_MINUTES,
     ConfigError,
     LoadBalancerConfig,
     config_keys,
     convert_value,
     did_you_mean,
 )
-from pulsar_lb_operator.strategies.config import YEAR_MINUTES
 
 ENV_PREFIX = "PULSAR_LB_"
 MAY_BE_EMPTY = ("historyUri", "profileUri")  # "" turns the history or the profile off
