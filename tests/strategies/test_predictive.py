@@ -1042,21 +1042,21 @@ def test_a_new_broker_is_known_from_its_capacity_and_refined_from_its_samples():
     assert forecast.learned_scale(state.predictive_learned["new:1"]) == pytest.approx((2 * 2 + 1) / (2 + 1))
 
 
-def test_a_new_broker_that_pays_otherwise_than_its_kind_plans_on_its_own_price_from_its_first_report():
-    """Two kinds: 8-core brokers pay 8 core-percent a message per second, 16-core ones 4. A 16-core broker joins and
-    starts from its kind's price (4 / 1600 a message), but it pays as the 8-core kind: a load report tells cores, not
-    what a core pays (the bigger kind's cores with the dearer kind's CPU). Its first fill costs it twice what that
-    price said. Where the brokers' prices differ by far more than a sample's noise (a point here), that one sample
-    says more than the starting price: its next fill is planned at about its own price, not halfway (the starting
-    price counted as a sample of its own, the next fill would overshoot again, and what a broker received cannot move
-    again within the grace period). Where the brokers' prices are alike, the start still counts as one sample."""
+def test_a_new_broker_starts_from_the_dearest_price_any_broker_pays_and_plans_on_its_own_from_its_first_report():
+    """Two kinds: 8-core brokers pay 8 core-percent a message per second, 16-core ones 4. A 16-core broker joins. A
+    load report tells cores, not what a core pays: it may have the bigger kind's cores with the dearer kind's CPU, and
+    a first fill priced at its kind's 4 would then cost it twice what was planned, held by the grace period. So it
+    starts from the dearest price a broker pays, 8: at worst its first fill falls short. Where the brokers' prices
+    differ by far more than a sample's noise (a point here), its first sample says more than that start: its next fill
+    is planned at about its own price, whichever it is. Where the brokers' prices are alike, the start counts as one
+    sample, and a newcomer that pays twice what they do is read halfway after one."""
 
     def report(cores, points, at, slope):  # ``points``: 100 msg/s each; ``slope``: usage % per msg/s
         bundles = {bundle(f"t/{cores}", 0): stats(points * 50, points * 50)} if points else {}
         used = (5 + points * 100 * slope) / 100 * cores * 100
         return broker_report(cpu=(used, cores * 100), bw_in=(0, NIC), bw_out=(0, NIC), bundles=bundles, last_update=at)
 
-    def learned(small_pays):
+    def learned(small_pays, new_pays):
         fits = {"a:1": model(5, small_pays / 800), "b:1": model(5, 4 / 1600)}
         profile = LoadProfile(cost_models=MappingProxyType({(b, "cpu"): m for b, m in fits.items()}))
         jitter = (0.4, -0.5, 0.6, -0.5, 0.4, -0.6, 0.5, -0.4, 0.5, -0.5, 0.6, -0.4)  # steps of about 1: a point
@@ -1066,19 +1066,20 @@ def test_a_new_broker_that_pays_otherwise_than_its_kind_plans_on_its_own_price_f
             reports = {
                 "a:1": report(8, 40.0, at, small_pays / 800),
                 "b:1": report(16, 80.0, at, 4 / 1600),
-                "new:1": report(16, points, at, 8 / 1600),
+                "new:1": report(16, points, at, new_pays / 1600),
             }
             snap = snapshot(reports, taken_at=at)
             load = build_load_data(snap, {}, {}, ONE_HIT.grace_period_ms)[0].with_profile(profile)
             slope = forecast.slopes(load, state)
             if k == 0:
-                assert slope["new:1"].borrowed and slope["new:1"].cpu[0] == pytest.approx(4 / 1600)
+                assert slope["new:1"].borrowed and slope["new:1"].cpu[0] == pytest.approx(max(small_pays, 4) / 1600)
             prediction = forecast.Forecast(load, ONE_HIT, slope, state)
             state = state.evolve(predictive_learned=prediction.learned)
         return slope["new:1"].cpu[0]
 
-    assert learned(small_pays=8) == pytest.approx(8 / 1600, rel=0.05)  # its own price, from its first sample
-    assert learned(small_pays=4) == pytest.approx(4 / 1600 * (2 + 1) / (1 + 1))  # alike: the start is one sample
+    assert learned(small_pays=8, new_pays=8) == pytest.approx(8 / 1600, rel=0.05)  # the dearer kind's CPU
+    assert learned(small_pays=8, new_pays=4) == pytest.approx(4 / 1600, rel=0.05)  # its kind's: from its first sample
+    assert learned(small_pays=4, new_pays=8) == pytest.approx(4 / 1600 * (2 + 1) / (1 + 1))  # alike: one sample
 
 
 def fitted_slopes(reports, fits):

@@ -5,8 +5,8 @@ slope is the per-core cost of traffic of the broker's kind of machine, the good 
 (``spark_jobs/load_profile.py``) of that kind pooled into one (``costs.pooled``), over its own capacity (its CPU
 limit, 100 × cores), scaled to what its own traffic costs it by its fit (``slopes``); the background is its fit's
 intercept. A broker with no good fit — one that just joined has no history at all — is known from its capacity
-and its kind's per-core cost at the dearest of the kind's brokers (of a kind no fit knows, each kind of traffic at
-the dearest known kind's price: a fill that overshoots cannot be undone within the grace period), its scale refined
+and each kind of traffic at the dearest per-core price a fitted broker pays for it (a load report tells cores and
+NIC, not what a core pays; a fill that overshoots cannot be undone within the grace period), its scale refined
 from its samples as they arrive, the latest included (against what it used when it carried nothing: a broker joins
 empty), the starting price weighed against them by how far the brokers' prices differ; its samples are its level.
 Bandwidth is exact: a bundle's bytes over the NIC's limit. Traffic is what each bundle is expected to carry
@@ -97,11 +97,11 @@ def slopes(load: LoadData, state: StrategyState) -> dict[str, Slope] | None:
     may say a bundle of another mix costs less than nothing. So each broker's slope is the per-core cost of traffic
     of its kind (``_kind``: the good fits of alike brokers pooled into one, whose different tenants' shares tell
     the costs apart, none below zero, each broker at its own speed where their samples tell one — ``costs.pooled``;
-    for a broker of a kind with no good fit, each kind of traffic at the dearest known kind's price, ``_envelope``,
-    or the whole cluster's where the broker has a fit) over its own CPU limit, scaled so that its own traffic costs
-    what its fit says (``fitted_scale``: a machine slower per core pays more); a broker with no good fit starts from
-    the dearest of its kind (``_own_costs``) and is scaled by what its samples say (``learned_scale``, the start
-    weighed against them by ``_prior_weight``), 1 until they do."""
+    the whole cluster's where its kind's pool says traffic costs nothing) over its own CPU limit, scaled so that its
+    own traffic costs what its fit says (``fitted_scale``: a machine slower per core pays more); a broker with no good
+    fit starts from each kind of traffic at the dearest per-core price a fitted broker pays for it (``_own_costs``,
+    ``_envelope``) and is scaled by what its samples say (``learned_scale``, the start weighed against them by
+    ``_prior_weight``), 1 until they do."""
     brokers = load.snapshot.brokers
     models = {b: load.cost_models.get((b, "cpu")) for b in brokers}
     fitted = {b: m for b, m in models.items() if good(m) and brokers[b].cpu.limit > 0}
@@ -117,17 +117,15 @@ def slopes(load: LoadData, state: StrategyState) -> dict[str, Slope] | None:
         return None
     mix = tuple(np.sum([r.traffic for r in brokers.values()], axis=0))  # the cluster's traffic: its mix
     own = _own_costs(per_kind, kinds, brokers)
-    dearest = {k: max(costs_, key=lambda c: float(c @ mix)) for k, costs_ in own.items()}
-    prices = [float(c @ mix) for costs_ in own.values() for c in costs_]  # what each fitted broker pays per core
+    every = [c for costs_ in own.values() for c in costs_]
+    prices = [float(c @ mix) for c in every]  # what each fitted broker pays per core
     noise = _sample_noise(state) if len(fitted) < len(brokers) else None  # only a broker with no fit learns
-    unknown = _envelope(list(dearest.values())) if dearest else pooled  # a broker of a kind no fit knows
+    unknown = _envelope(every) if every else pooled  # a broker with no fit of its own
     out = {}
     for b, report in brokers.items():
-        kind = per_kind.get(_kind(report))
+        kind = per_kind.get(_kind(report)) if b in fitted else unknown
         if kind is None:
-            kind = pooled if b in fitted else unknown
-        elif b not in fitted:
-            kind = dearest[_kind(report)]
+            kind = pooled
         prior = None if b in fitted else _prior_weight(prices, float(kind @ mix), noise)
         per_core = kind / (report.cpu.limit or 1.0)
         kept, learned = None, None
@@ -145,15 +143,15 @@ def slopes(load: LoadData, state: StrategyState) -> dict[str, Slope] | None:
     return out
 
 
-def _envelope(per_kind: Sequence[np.ndarray]) -> np.ndarray:
-    """The per-core cost a broker of a machine kind no fit knows starts from: each kind of traffic (messages, bytes
-    in, bytes out) at the dearest price any known kind pays for it. Kinds differ in what they pay for a message
-    against a byte, and a bundle's mix is its tenant's, not the cluster's: a newcomer priced at one kind's costs
-    that pays as another would be overfilled with bundles of the other's expensive sort. The two ways to miss are
-    not alike: a fill that falls short is topped up next cycle from the givers' bundles, but one that overshoots
-    stays, as no shedder may move the bundles it received again within loadBalancerSheddingGracePeriodMinutes (half
-    an hour by default)."""
-    dearest: np.ndarray = np.max(np.stack(per_kind), axis=0)
+def _envelope(costs_: Sequence[np.ndarray]) -> np.ndarray:
+    """The per-core cost a broker with no fit of its own starts from: each kind of traffic (messages, bytes in, bytes
+    out) at the dearest price any fitted broker pays for it. A load report tells a machine's cores and NIC, not what
+    a core pays: a newcomer with one kind's cores may have another's CPU (a bigger machine of the dearer kind), and
+    kinds differ in what they pay for a message against a byte while a bundle's mix is its tenant's, not the
+    cluster's. Priced as the cheaper, it would be overfilled. The two ways to miss are not alike: a fill that falls
+    short is topped up next cycle from the givers' bundles, but one that overshoots stays, as no shedder may move
+    the bundles it received again within loadBalancerSheddingGracePeriodMinutes (half an hour by default)."""
+    dearest: np.ndarray = np.max(np.stack(costs_), axis=0)
     return dearest
 
 
