@@ -120,20 +120,19 @@ def slopes(load: LoadData, state: StrategyState) -> dict[str, Slope] | None:
     every = [c for costs_ in own.values() for c in costs_]
     prices = [float(c @ mix) for c in every]  # what each fitted broker pays per core
     noise = _sample_noise(state) if len(fitted) < len(brokers) else None  # only a broker with no fit learns
-    unknown = _envelope(every) if every else pooled  # a broker with no fit of its own
+    start = _envelope(every) if every else pooled  # a broker with no fit of its own
+    prior = _prior_weight(prices, float(start @ mix), noise)
     out = {}
     for b, report in brokers.items():
-        kind = per_kind.get(_kind(report)) if b in fitted else unknown
-        if kind is None:
-            kind = pooled
-        prior = None if b in fitted else _prior_weight(prices, float(kind @ mix), noise)
-        per_core = kind / (report.cpu.limit or 1.0)
         kept, learned = None, None
         if b in fitted:
+            cost = per_kind.get(_kind(report))
+            per_core = (pooled if cost is None else cost) / (report.cpu.limit or 1.0)
             carried = report.traffic if any(report.traffic) else mix  # an empty broker: the cluster's mix
             kept = fitted_scale(fitted[b], per_core, state.predictive_scales.get(b), carried)
             scale = kept[0]
         else:
+            per_core = start / (report.cpu.limit or 1.0)
             learned = _learned_now(state.predictive_learned.get(b), report, per_core)
             scale = learned_scale(learned, prior)
         nic_in = report.bandwidthIn.limit or float("inf")
