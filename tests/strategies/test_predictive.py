@@ -1,9 +1,11 @@
 """PredictivePairingShedder on hand-made snapshots: prediction, bundle choice, co-tenants, in-flight moves,
 the fallback, and the prediction error it reports."""
 
+import math
 import random
 import statistics
 import time
+from dataclasses import replace
 from types import MappingProxyType
 
 import numpy as np
@@ -1270,10 +1272,10 @@ def test_a_broker_with_no_model_of_its_own_is_landed_a_samples_noise_further_ins
     assert joined.outside() == set()
 
 
-def _refill_plan(reports, movable=None):
-    """The end state for ``reports`` (every broker at 0.01 % per msg/s over 5 % of background), n:1 the one the
-    trigger flagged, with a band of 4 and a noise of 1; and each broker's bundles that may move (``movable``;
-    default: those of the namespaces under ``u/``)."""
+def _refill_plan(reports, movable=None, triggered=frozenset({"n:1"})):
+    """The end state for ``reports`` (every broker at 0.01 % per msg/s over 5 % of background), ``triggered`` the
+    ones the trigger flagged, with a band of 4 and a noise of 1; and each broker's bundles that may move
+    (``movable``; default: those of the namespaces under ``u/``)."""
     snap = snapshot(reports)
     movable = movable or {b: sorted(x for x in r.lastStats if x.startswith("u/")) for b, r in snap.brokers.items()}
     profile = LoadProfile(cost_models=MappingProxyType({(b, "cpu"): model(5) for b in reports}))
@@ -1281,7 +1283,7 @@ def _refill_plan(reports, movable=None):
     state = StrategyState()
     prediction = forecast.Forecast(load, ONE_HIT, forecast.slopes(load, state), state)
     prediction.sigma = 1.0
-    return endstate.plan(load, prediction, movable, set(snap.brokers), 4.0, ONE_HIT, {}, {}, {"n:1"}), movable
+    return endstate.plan(load, prediction, movable, set(snap.brokers), 4.0, ONE_HIT, {}, {}, set(triggered)), movable
 
 
 def test_a_giver_the_trigger_left_alone_may_give_down_to_its_tolerance_not_only_the_band():
@@ -1301,6 +1303,26 @@ def test_a_giver_the_trigger_left_alone_may_give_down_to_its_tolerance_not_only_
     assert plan.target == pytest.approx(41.0) and plan.outside() == set()
     assert len(plan.moves) == 4 and plan.ends["n:1"] == pytest.approx(39.0)
     assert all(plan.ends[giver] == pytest.approx(36.5) for giver, _, _ in plan.moves)
+
+
+def test_a_broker_the_trigger_left_alone_gives_too_where_the_ends_would_land_within_their_noise_of_the_target():
+    """t, flagged, 6 points over the level (41) with bundles of 3; u, not flagged, 4.8 over with bundles of 2 (within
+    its tolerance: the band of 4 and the noise of 1); r1 6.4 under, r2 4.4 under. One move (t's 3 into r1) lands
+    every broker within its tolerance, but leaves u and r2 9.2 apart: past twice the band and the noise (10, the
+    target) less the two ends' noise together (√2), where their estimates cannot tell the spread from the target.
+    The plan moves one of u's bundles too."""
+    reports = {
+        "t:1": broker(5, {bundle("t/t", 0): 36.0} | {bundle("u/t", i): 3.0 for i in range(2)}),
+        "u:1": broker(5, {bundle("t/u", 0): 36.8} | {bundle("u/u", i): 2.0 for i in range(2)}),
+        "r1:1": broker(5, {bundle("t/r1", 0): 29.6}),
+        "r2:1": broker(5, {bundle("t/r2", 0): 31.6}),
+    }
+    plan, _ = _refill_plan(reports, triggered={"t:1"})
+    assert plan.target == pytest.approx(41.0) and plan.outside() == set()
+    assert sorted(giver for giver, _, _ in plan.moves) == ["t:1", "u:1"]
+    assert plan.spread() <= 8 + 2 - math.sqrt(2) and plan.overspread() == 0.0
+    alone = replace(plan, moves=(), ends={**plan.level, "t:1": 44.0, "r1:1": 37.6})  # the one move
+    assert alone.outside() == set() and alone.overspread() == pytest.approx(9.2 - (10 - math.sqrt(2)), abs=1e-4)
 
 
 def _heavy_and_light():

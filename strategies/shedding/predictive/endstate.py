@@ -7,20 +7,22 @@ lowers the cluster's mean, so the mean of today's usage is not where the brokers
 **The plan** brings every broker into the band around it — the band where the hit counters leave a broker alone
 (``debounce.settled_gap``), less the samples' measured noise (twice for a broker with no model of its own, whose
 level is one sample; a broker the trigger has not flagged may end as far as the band and the noise, where it needs
-no moving: ``EndState.tolerance``) — with the fewest moves, then the narrowest spread (the hottest broker that can
-take load less the coolest, where the trigger holds and the target is judged), then the fewest topics disconnected:
-an optimisation over which bundle goes where. Each giver's fewest bundles that land it in the band are packed onto
-the receivers (``packing``: largest first onto the lowest, then a bounded search); where that leaves a broker out of
-the band, lands the brokers within the noise of twice the band apart (estimates a few tenths off cannot tell such a
-spread from the target), or uses more moves than the givers' and receivers' own counts need, the whole choice is
-made again as a mixed-integer program (HiGHS, through ``scipy.optimize.milp``) — bundles of any broker above the
-level, receivers below it, within the namespace policies and under the overload threshold — with a deterministic
-node budget, and kept when it is better. Where every receiver would make too many (bundle, receiver) pairs for the
-program and the receivers the packing leaves out of the band carry nothing (on a scale-out, the new brokers, each of
-which a coarse bundle may overfill or leave short, while the many old brokers just under the level need nothing), it
-is made over those receivers. Where a broker is below the band (one back empty), the program is made once more
-with the bundles that alone would take their giver below the band, their givers among the receivers (``_through``):
-a heavy bundle fills the gap and its giver is refilled from lighter ones, a cycle later; kept with fewer moves.
+no moving: ``EndState.tolerance``), the two ends no further apart than their estimates can tell from the target
+(twice the band and the noise less √2 noise: ``EndState.overspread``; where no broker is left out of the band) —
+with the fewest moves, then the narrowest spread (the hottest broker that can take load less the coolest, where the
+trigger holds and the target is judged), then the fewest topics disconnected: an optimisation over which bundle goes
+where. Each giver's fewest bundles that land it in the band are packed onto the receivers (``packing``: largest
+first onto the lowest, then a bounded search); where that leaves a broker out of the band, lands the brokers within
+the noise of twice the band apart (estimates a few tenths off cannot tell such a spread from the target), or uses
+more moves than the givers' and receivers' own counts need, the whole choice is made again as a mixed-integer
+program (HiGHS, through ``scipy.optimize.milp``) — bundles of any broker above the level, receivers below it, within
+the namespace policies and under the overload threshold — with a deterministic node budget, and kept when it is
+better. Where every receiver would make too many (bundle, receiver) pairs for the program and the receivers the
+packing leaves out of the band carry nothing (on a scale-out, the new brokers, each of which a coarse bundle may
+overfill or leave short, while the many old brokers just under the level need nothing), it is made over those
+receivers. Where a broker is below the band (one back empty), the program is made once more with the bundles that
+alone would take their giver below the band, their givers among the receivers (``_through``): a heavy bundle fills
+the gap and its giver is refilled from lighter ones, a cycle later; kept with fewer moves.
 
 **This cycle's moves**, when the rails' caps spread the plan over cycles: first what each giver must give now for
 the plan to take no more cycles than it needs (a giver with more moves than the per-broker cap allows in the
@@ -91,6 +93,18 @@ class EndState:
         holds at (``debounce.hits``) and the target is judged on."""
         ends = [self.ends[b] for b in self.takers if b in self.ends]
         return max(ends) - min(ends) if ends else 0.0
+
+    def widest(self) -> float:
+        """The widest spread two estimates each a noise off still tell from the target: each broker may end within
+        its tolerance (one the trigger has not flagged, a noise past the band: ``tolerance``), so the ends may land
+        twice the band and the noise apart, which such estimates read inside the target only one time in two; less
+        their noise together (√2 noise: one standard deviation, as the benchmark's "shown" reads a spread)."""
+        return 2 * self.band + (2 - math.sqrt(2)) * self.noise
+
+    def overspread(self) -> float:
+        """How far the spread the plan leaves is past ``widest``: a plan that lands there is as good as outside the
+        band."""
+        return max(self.spread() - self.widest(), 0.0)
 
     def outside(self) -> set[str]:
         """Brokers the plan leaves beyond their tolerance: any that can take load, and one that cannot (a
@@ -423,13 +437,14 @@ def _state(found: _Candidates, chosen: list[tuple[int, int]], base: EndState, so
 
 
 def _score(state: EndState, found: _Candidates) -> tuple[int, float, int, float, int]:
-    """Lower is better: brokers out of the band, points out of it, then moves, then the spread, then topics
-    disconnected."""
+    """Lower is better: brokers out of the band, or where none is, a spread past its widest (``EndState.overspread``),
+    points out of them, then moves, then the spread, then topics disconnected."""
     outside = state.outside()
-    out = sum(abs(state.ends[b] - state.target) - state.tolerance(b) for b in outside)
+    over = 0.0 if outside else state.overspread()
+    out = sum(abs(state.ends[b] - state.target) - state.tolerance(b) for b in outside) + over
     topics = {bundle: count for _, bundle, _, _, count in found.items}
     moved = sum(topics[bundle] for _, bundle, _ in state.moves)
-    return (len(outside), round(out, 6), len(state.moves), round(state.spread(), 6), moved)
+    return (len(outside) + (over > STRICTLY), round(out, 6), len(state.moves), round(state.spread(), 6), moved)
 
 
 def _greedy(found: _Candidates, chosen: list[int], base: EndState, limit: float) -> EndState:
@@ -477,12 +492,24 @@ def _seconds(config: LoadBalancerConfig) -> float:
 
 
 def _milp(found: _Candidates, base: EndState, seconds: float) -> EndState | None:
+    """The program's plan (``_program``); where it lands every broker within its tolerance but its ends further apart
+    than ``EndState.widest``, the program's again with the spread bounded there, kept where that lands every broker
+    within its tolerance and its ends within the bound. A plan that leaves a broker out of the band leaves the
+    spread to that broker, which later cycles move one at a time (``_pair``): the bound would only add moves."""
+    plan = _program(found, base, seconds, None)
+    if plan is None or plan.outside() or plan.overspread() <= STRICTLY:
+        return plan
+    narrower = _program(found, base, seconds, base.widest())
+    kept = narrower is not None and not narrower.outside() and narrower.overspread() <= STRICTLY
+    return narrower if kept else plan
+
+
+def _program(found: _Candidates, base: EndState, seconds: float, widest: float | None) -> EndState | None:
     """The plan as a mixed-integer program: x[item, receiver] ∈ {0, 1}, each item to one receiver at most; every
     broker involved ends within the band (within the tolerance if it starts there) or pays for each hundredth of a
-    point outside it more than every candidate move costs
-    together; each move costs 1, plus the spread of the takers' ends and its topics, each less than a move in all
-    (so they only break ties between plans of as many moves). None when HiGHS does not finish within its
-    budgets."""
+    point outside it more than every candidate move costs together, and so does the spread of the takers' ends past
+    ``widest`` where given; each move costs 1, plus the spread and its topics, each less than a move in all (so they
+    only break ties between plans of as many moves). None when HiGHS does not finish within its budgets."""
     # imported here: the rest of the strategies (the Spark job's cost fits among them) needs numpy only
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import coo_matrix
@@ -501,6 +528,7 @@ def _milp(found: _Candidates, base: EndState, seconds: float) -> EndState | None
             1 + np.array([found.items[found.rows[k]][4] for k, _ in pairs]) / (2 * most_topics * (count + 1)),
             np.full(2 * len(brokers), (count + 1.0) / STRICTLY),  # a point above or below the band
             [0.5 / span, -0.5 / span],  # u − l: less than a move in all, as are the topics
+            [(count + 1.0) / STRICTLY],  # a point of u − l past ``widest``
         ]
     )
     rows, columns, values = [], [], []
@@ -546,12 +574,22 @@ def _milp(found: _Candidates, base: EndState, seconds: float) -> EndState | None
         width = (tolerance if abs(level[name] - target) <= tolerance else min(tolerance, base.band)) - STRICTLY
         end_row(b, +1, count + b, -1.0, target + width - level[name])  # above the band: its slack pays
         end_row(b, -1, count + len(brokers) + b, -1.0, level[name] - (target - width))
-    size = count + 2 * len(brokers) + 2
+    over = count + 2 * len(brokers) + 2  # u − l − over ≤ widest
+    if widest is not None:
+        rows += [constraint] * 3
+        columns += [spread_u, spread_l, over]
+        values += [1.0, -1.0, -1.0]
+        lower.append(-np.inf)
+        upper.append(widest - STRICTLY)
+        constraint += 1
+    size = count + 2 * len(brokers) + 3
     matrix = coo_matrix((values, (rows, columns)), shape=(constraint, size)).tocsr()
-    integrality = np.concatenate([np.ones(count), np.zeros(2 * len(brokers) + 2)])
+    integrality = np.concatenate([np.ones(count), np.zeros(2 * len(brokers) + 3)])
     bounds = Bounds(
-        np.concatenate([np.zeros(count + 2 * len(brokers)), [max(left, default=-np.inf), -np.inf]]),
-        np.concatenate([np.ones(count), np.full(2 * len(brokers), np.inf), [np.inf, min(left, default=np.inf)]]),
+        np.concatenate([np.zeros(count + 2 * len(brokers)), [max(left, default=-np.inf), -np.inf, 0.0]]),
+        np.concatenate(
+            [np.ones(count), np.full(2 * len(brokers), np.inf), [np.inf, min(left, default=np.inf), np.inf]]
+        ),
     )
     result = milp(
         costs,
