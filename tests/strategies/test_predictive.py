@@ -1325,6 +1325,25 @@ def test_a_broker_the_trigger_left_alone_gives_too_where_the_ends_would_land_wit
     assert alone.outside() == set() and alone.overspread() == pytest.approx(9.2 - (10 - math.sqrt(2)), abs=1e-4)
 
 
+def test_where_a_broker_is_left_out_of_the_band_anyway_the_rest_are_not_narrowed_with_more_moves():
+    """t, flagged, 14 points over the level (41) with one movable bundle of 14; r1 8 under, r3 6.4 under, r2 4.4
+    under; u, not flagged, 4.8 over with bundles of 3 and 2. t's bundle lands r1 6 over, out of the band whatever
+    else moves; r3 needs one of u's. Those two moves leave r1 and r2 10.4 apart, past the widest spread, but r1 sets
+    the spread and later cycles move it: a third move (u's other bundle into r2) would narrow the rest to 9.4 and
+    change nothing the trigger reads."""
+    reports = {
+        "t:1": broker(5, {bundle("t/t", 0): 36.0, bundle("u/t", 0): 14.0}),
+        "u:1": broker(5, {bundle("t/u", 0): 35.8, bundle("u/u", 0): 3.0, bundle("u/u", 1): 2.0}),
+        "r1:1": broker(5, {bundle("t/r1", 0): 28.0}),
+        "r2:1": broker(5, {bundle("t/r2", 0): 31.6}),
+        "r3:1": broker(5, {bundle("t/r3", 0): 29.6}),
+    }
+    plan, _ = _refill_plan(reports, triggered={"t:1"})
+    assert plan.target == pytest.approx(41.0) and plan.outside() == {"r1:1"}
+    assert sorted((giver, receiver) for giver, _, receiver in plan.moves) == [("t:1", "r1:1"), ("u:1", "r3:1")]
+    assert plan.overspread() > 0
+
+
 def _heavy_and_light():
     """n back empty (5 points of background); six g at 47 with 30 points that stay and four bundles of 3; two h at
     47 with 16 that stay, one bundle of 20 and two of 3. The level is 42.3 (5 + 8 × 42 / 9)."""
