@@ -232,6 +232,21 @@ def test_with_the_right_token_the_same_command_works(secured, monkeypatch, capsy
     assert code == 0 and "Plan (dry run)" in out
 
 
+def test_a_cluster_the_admin_api_does_not_list_is_the_users_mistake_before_anything_is_asked(
+    secured, monkeypatch, capsys
+):
+    """A misspelt name would otherwise come back as the brokers' 404 (exit 1, the cluster's fault)."""
+    monkeypatch.setenv("PULSAR_LB_TOKEN", TOKEN)
+    for argv in (["rebalance", "--cluster", "nosuch"], ["snapshot", "--set", "cluster=nosuch", "--out", "snap.json"]):
+        code, out, err = run(capsys, *argv, "--admin-url", secured.admin_url)
+        line = one_line(err)
+        assert code == 2 and out == "", argv
+        assert "cluster 'nosuch'" in line and "lists clusters ['sim']" in line and "--cluster" in line
+        assert not [r.path for r in secured.requests if r.path.startswith("/admin/v2/brokers/")], argv
+    code, out, _ = run(capsys, "rebalance", "--cluster", "sim", "--admin-url", secured.admin_url)
+    assert code == 0 and "Plan (dry run)" in out
+
+
 def test_the_daemon_logs_the_same_meaning(monkeypatch):
     settings = OperatorSettings(tokenFile="/pulsar/tokens/admin/token")
     html = Unauthorized("http://b:8080/admin/v2/clusters", "HTTP 401: <html><body>Authentication required", 401)

@@ -29,7 +29,7 @@ from pulsar_lb_operator.run.settings import OperatorSettings, resolve
 from pulsar_lb_operator.store import files, statefile
 from pulsar_lb_operator.store.control import ControlFile
 from pulsar_lb_operator.store.statefile import OperatorState
-from pulsar_lb_operator.strategies import ConfigError, LoadBalancerConfig
+from pulsar_lb_operator.strategies import ClusterError, ConfigError, LoadBalancerConfig
 
 
 def settings_from(args: argparse.Namespace, **flags: object) -> tuple[OperatorSettings, LoadBalancerConfig, set[str]]:
@@ -60,11 +60,25 @@ def connect(settings: OperatorSettings) -> tuple[AdminClient, str]:
         broker_url_template=settings.brokerWebServiceUrlTemplate,
     )
     if settings.cluster:
-        return client, settings.cluster
+        return client, _named_cluster(client, settings.cluster)
     clusters = [c for c in client.clusters() if c != "global"]
     if len(clusters) != 1:
         raise ConfigError(f"the admin API lists clusters {clusters}: choose one with --cluster")
     return client, clusters[0]
+
+
+def _named_cluster(client: AdminClient, cluster: str) -> str:
+    """A cluster name the admin API does not list is the user's error (exit 2), said before anything else is
+    asked; were it left to the brokers' list, a misspelt name would read as the cluster's fault (a 404, exit 1),
+    and a daemon would log it every cycle. Where the list cannot be read now, the cycle's own calls say what
+    they meet."""
+    try:
+        clusters = client.clusters()
+    except ClusterError:
+        return cluster
+    if cluster not in clusters:
+        raise ConfigError(f"cluster {cluster!r}: the admin API lists clusters {clusters} (set --cluster or cluster)")
+    return cluster
 
 
 def rebalance(args: argparse.Namespace) -> int:
