@@ -151,7 +151,7 @@ def driver_python(tmp_path):
             check=True,
         ).stdout.strip()
     )
-    for name in ("numpy", "pyarrow", "pandas", "dateutil", "six", "tzdata"):  # pandas and what it imports
+    for name in ("numpy", "pyarrow", "pandas", "dateutil", "six", "tzdata", "pytz"):  # pandas and what it imports
         spec = importlib.util.find_spec(name)
         if spec is None or spec.origin is None:
             continue  # a dependency of pandas this interpreter's versions do without
