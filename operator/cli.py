@@ -436,6 +436,9 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
     from pulsar_lb_operator.spark_jobs.load_profile import ProfileOptions, build_profile
     from pulsar_lb_operator.spark_jobs.session import build_session
 
+    # a local history that is not there is said at once, not after the seconds Spark takes to start and list it
+    if "://" not in args.history and not os.path.isdir(args.history):
+        raise UsageError(f"no history at {args.history}: no such directory (--history: the daemon's historyUri)")
     started = time.monotonic()
 
     def progress(step: str) -> None:

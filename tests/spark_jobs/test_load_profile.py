@@ -286,7 +286,12 @@ def test_the_operator_reads_the_profile_and_aggregate_runs_from_the_cli(spark, c
     assert profile.cost_models[(big, "cpu")].per_msg_rate > 0
     assert len(profile.cost_models[(big, "cpu")].centred) == 9  # the sums alike brokers' fits are pooled from
     assert cli.main(["aggregate", "--history", str(tmp_path / "none"), "--out", str(out)]) == 2
-    assert "no history at" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no history at" in err and "no such directory" in err and "starting Spark" not in err  # said at once
+    (tmp_path / "empty").mkdir()
+    assert cli.main(["aggregate", "--history", str(tmp_path / "empty"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "no history at" in err and "starting Spark" in err  # there, but with no samples: Spark's listing says so
 
 
 def test_the_daemon_aggregates_in_process_and_plans_with_the_profile(spark, tmp_path):
