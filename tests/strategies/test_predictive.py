@@ -592,6 +592,41 @@ def test_a_model_its_first_sample_contradicts_is_not_acted_on():
     assert shed(snap, stale).unloads == ()
 
 
+def test_a_broker_one_sample_puts_far_from_its_model_neither_gives_nor_takes_until_the_next_report():
+    """Another process ran on c's machine (its model: 40 % with no traffic) and has just stopped: c's latest sample
+    reads 30 points under its model, its samples before it at the model. Planned where its model has it (60, the
+    hottest), c gave its bundles to a, as cool as it reads, and the brokers ended further apart. Left out for the
+    cycle, b (50) gives to a (15), and the next report says where c is."""
+    snap = snapshot(
+        {
+            "a:1": broker(5, {bundle("t/ns", i): 5.0 for i in range(2)}),
+            "b:1": broker(5, {bundle("t/ns", i): 5.0 for i in range(2, 11)}),
+            "c:1": broker(10, {bundle("t/ns", i): 5.0 for i in range(11, 15)}),
+        }
+    )
+    profile = LoadProfile(
+        cost_models=MappingProxyType({(b, "cpu"): model(bg) for b, bg in (("a:1", 5), ("b:1", 5), ("c:1", 40))})
+    )
+    state = StrategyState(predictive_residuals={b: QUIET for b in ("a:1", "b:1", "c:1")})
+    result = shed(snap, profile, state)
+    assert result.unloads and {(u.source, u.destination) for u in result.unloads} == {("b:1", "a:1")}
+    assert any("c:1 read 30.0 where its model has it at 60.0" in note for note in result.notes)
+    # the next report reads c where this one did: its level follows (a median of three), under the others' level
+    following = state.evolve(predictive_residuals={**state.predictive_residuals, "c:1": (*QUIET, -30.0)})
+    again = shed(snap, profile, following)
+    assert not any("c:1 read" in note for note in again.notes) and again.unloads
+    assert "c:1" not in {u.source for u in again.unloads}
+
+
+def test_a_sample_past_the_target_spread_from_its_level_is_in_doubt_unless_its_machine_jitters_that_much():
+    """a reads 12 points over its model (7). Where its samples sat within hundredths of it, that is no sample's
+    noise: a is in doubt. Where they jitter by four points and more (a machine at several times its CPU limit), it
+    is one of its samples; and 7 points off is within the target spread (10) either way."""
+    assert _missing(QUIET, 14).in_doubt(10.0) == {"a:1"}
+    assert _missing((4.1, -4.4, 3.9, -4.2, 4.5, -3.8), 14).in_doubt(10.0) == set()
+    assert _missing(QUIET, 9).in_doubt(10.0) == set()
+
+
 def test_a_broker_away_for_a_restart_keeps_the_scale_its_fit_was_read_at():
     """d's fit says what its traffic cost it at the mix it carried when the shedder first read it (its scale, kept
     from cycle to cycle). While d restarts it is in no report; back empty, it has no traffic of its own to read the

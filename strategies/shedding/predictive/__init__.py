@@ -17,6 +17,8 @@ broker (``forecast``) both are predictable. Each cycle:
    cost, and the plan that brings every broker into the band around it with the fewest moves, then the
    narrowest spread, then topics. A broker the trigger flagged is planned at the level the trigger read it at
    (``forecast.Forecast.count_bias``): planned on a model its departures show to be off, it would be left as it is.
+   A broker whose latest sample puts it further from its steady level than the target spread sits the cycle out,
+   counted in the level at that sample (``_leave_out_doubt``).
 3. **This cycle's moves** (``endstate.EndState.this_cycle``): as much of the plan as the rails let through, the
    moves that lead fastest to the end state first; what the plan cannot fix, one best move at a time
    (``pairing``), splitting a bundle too big to move (``splits``, with the split trigger's splits), or, where
@@ -172,6 +174,7 @@ class _Cycle:
         self.received = {m.destination for m in state.predictive_pending.values()}
         self.stranded: set[str] = set()  # givers whose planned move leaves its receiver above the band
         self.deferred: set[str] = set()  # brokers of the plan's moves the caps left to the next cycle
+        self.in_doubt: set[str] = set()  # brokers that neither give nor take this cycle (``_leave_out_doubt``)
         apart = len(self.pools) > 1
         self.notes = [
             f"{NAME}: mean usage of the {len(self.takers & pool)} brokers that can take load {self.means[pool]:.1f}"
@@ -203,6 +206,7 @@ class _Cycle:
                 f"{NAME}: a broker left or a new one joined, or a bundle was split, {since:.0f} s ago; waiting "
                 "until every broker has reported since"
             )
+        self._leave_out_doubt()
         passed_on = self._trigger_splits(trigger_splits)
         if self.empty:
             self.notes.append(f"{NAME}: {', '.join(sorted(self.empty))} carries nothing (joined or came back): acting")
@@ -226,6 +230,7 @@ class _Cycle:
                         self.pieces.halves,
                         self.pieces.topics,
                         (self.triggered | self.empty) & pool,
+                        self.in_doubt,
                     )
                     self._carry_out_plan(plan)
                     self._pair(plan)
@@ -236,6 +241,22 @@ class _Cycle:
             tuple(self.notes),
             (*self.pieces.splits, *passed_on),
         )
+
+    def _leave_out_doubt(self) -> None:
+        """A broker whose latest sample is further from its steady level than the target spread (twice the settled
+        gap) and than its samples' noise can be (``forecast.Forecast.in_doubt``) neither gives nor takes this cycle,
+        and counts in the balanced level at that sample, the latest word on it. Planned where its model has it, it
+        may be on the wrong side of the level: a noisy neighbour that stopped left one broker's model 31 points
+        above its sample, and the plan moved five bundles off it onto a broker as cool, wider apart than before.
+        The next report says whether the step lasts; the trigger counts it as it counts any reading."""
+        self.in_doubt = self.forecast.in_doubt(2 * debounce.settled_gap(self.config)) - self.empty
+        for b in sorted(self.in_doubt):
+            self.notes.append(
+                f"{NAME}: {b} read {self.forecast.sampled[b]:.1f} where its model has it at "
+                f"{self.forecast.usage(b):.1f}: it neither gives nor takes until the next report says which holds"
+            )
+            self.movable.pop(b, None)
+        self.forecast.trust_samples(self.in_doubt)
 
     def _trigger_splits(self, trigger_splits: Sequence[Split]) -> list[Split]:
         """The trigger's splits whose halves are known are planned here, before any unload, under the same caps."""
@@ -337,7 +358,7 @@ class _Cycle:
             }
             cap_left = {b for b in able if self.forecast.usage(b) > plan.target}
             sources = sorted(cap_left & hot, key=lambda b: (-self.forecast.usage(b), b))
-            destinations = self.takers - set(self.pieces.per_source)
+            destinations = self.takers - set(self.pieces.per_source) - self.in_doubt
             past, behind = self._behind(hot & done, plan) if not sources else (set(), set())
             if not sources and (
                 behind or any(abs(self.forecast.usage(b) - plan.target) > plan.tolerance(b) for b in cold)

@@ -33,7 +33,7 @@ planned bundles. The plan is made again each cycle from the new reports.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -215,10 +215,12 @@ def plan(
     halves: Mapping[str, Traffic],
     topics: Mapping[str, int],
     triggered: set[str],
+    in_doubt: Set[str] = frozenset(),
 ) -> EndState:
     """The end state (see the module's docstring). ``movable``: each broker's bundles that may move this cycle;
-    ``topics``: the topic count of pieces of this cycle's splits. A broker the trigger has not flagged needs moving
-    only beyond the band and the samples' noise (``EndState.tolerance``)."""
+    ``topics``: the topic count of pieces of this cycle's splits; ``in_doubt``: takers that count in the level but
+    receive nothing this cycle. A broker the trigger has not flagged needs moving only beyond the band and the
+    samples' noise (``EndState.tolerance``)."""
     level = {b: forecast.usage(b) for b in forecast.points}
     target = balanced_level(forecast, takers)
     if not (math.isfinite(target) and all(math.isfinite(v) for v in level.values())):
@@ -239,7 +241,7 @@ def plan(
     if not nothing.outside():
         return nothing
     items, heavy = _items(load, forecast, movable, nothing, halves, topics)
-    receivers = sorted(b for b in takers if level[b] < target)
+    receivers = sorted(b for b in takers - in_doubt if level[b] < target)
     if not receivers:
         return nothing
     limit = ceiling(config, target, band)

@@ -59,6 +59,7 @@ MIN_SAMPLES = 10  # nor one fitted on fewer samples (the Spark job's windows hol
 RESIDUALS = 3  # the steady level's median: one outlier among three is ignored, a lasting change is seen at two
 NOISE_WINDOW = 30  # departures kept per broker, its own noise measured over them (the module's docstring says why)
 OWN_NOISE_FROM = 4  # departures before a broker's own noise is measured: three differences, a median ignores one
+DOUBT_NOISES = 4  # a sample this many noises off its level is no sample's noise (one time in 16,000): ``in_doubt``
 LEVEL_FLOOR = 1.0  # CPU points: a modelled level under one (an idle machine, a fit's negative intercept) counts as one
 KBIT_PER_BYTE = 8 / 1000  # LocalBrokerData's bandwidth is in kbit/s
 NO_TRAFFIC: Traffic = (0.0, 0.0, 0.0)
@@ -367,6 +368,18 @@ class Forecast:
             latest = self.residuals[b][-1]
             self.points[b][0] = max(self.points[b][0] - self._offset[b] + latest, 0.0)
             self._offset[b] = latest
+
+    def in_doubt(self, beyond: float) -> set[str]:
+        """The brokers whose latest CPU sample is further than ``beyond`` from the level they are planned at, and
+        further than ``DOUBT_NOISES`` times the noise of their samples (their own, never less than the pool's: a
+        machine at several times its CPU limit jitters by points): one sample that puts the broker elsewhere than
+        its model and its recent samples do is a step the model does not know yet (another process on the machine
+        starting or ending) or a spike, and only the next sample can say which (a median of ``RESIDUALS`` follows a
+        step at its second). A broker whose sample sets its level this cycle (``trust_samples``) is not in doubt."""
+        off = {b: abs(departures[-1] - self._offset[b]) for b, departures in self.residuals.items()}
+        return {  # the noise measured only where the sample is past ``beyond``: rarely, and it costs a median
+            b for b, by in off.items() if by > beyond and by > DOUBT_NOISES * max(self.sigma, self.broker_noise(b))
+        }
 
     def _lasting(self, broker: str, offset: float) -> float:
         """The departure a lasting change shows (``offset``: the median of the last three): the mean of the
