@@ -78,6 +78,7 @@ def test_operator_run_leaves_no_spark_jvm_during_an_aggregation(live_served, tmp
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_operator_aggregate_leaves_no_spark_jvm(tmp_path, signum):
     """The one-shot aggregation ends as Ctrl-C ends it (130): Spark stopped, its JVM and scratch space gone."""
+    (tmp_path / "history").mkdir()  # there, though empty: a local history that is not there is refused before Spark
     args = ["aggregate", "--history", str(tmp_path / "history"), "--out", str(tmp_path / "profile")]
     jvm = up_for(0.5, lambda _output, others: "java" in others)  # Spark is starting
     assert_nothing_left(left_behind(args, signum, jvm, 130))
