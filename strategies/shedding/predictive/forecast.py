@@ -354,7 +354,7 @@ class Forecast:
         of their own samples (``broker_noise``), and never less than twice the pooled noise: a machine that jitters
         more than the pool misses by more, and judged against the pool one of its ordinary samples would read as a
         model that no longer knows its traffic (``trust_samples`` would then set its level from that one sample)."""
-        return {b for b, e in errors.items() if abs(e) > 2 * max(self.sigma, self.broker_noise(b))}
+        return {b for b, e in errors.items() if abs(e) > 2 * self.sample_noise(b)}
 
     def trust_samples(self, brokers: set[str]) -> None:
         """A broker whose last prediction missed (``missed``): its model may not know its traffic as it now is (the
@@ -378,7 +378,7 @@ class Forecast:
         step at its second). A broker whose sample sets its level this cycle (``trust_samples``) is not in doubt."""
         off = {b: abs(departures[-1] - self._offset[b]) for b, departures in self.residuals.items()}
         return {  # the noise measured only where the sample is past ``beyond``: rarely, and it costs a median
-            b for b, by in off.items() if by > beyond and by > DOUBT_NOISES * max(self.sigma, self.broker_noise(b))
+            b for b, by in off.items() if by > beyond and by > DOUBT_NOISES * self.sample_noise(b)
         }
 
     def _lasting(self, broker: str, offset: float) -> float:
@@ -403,6 +403,11 @@ class Forecast:
                 return 0.0
             deviations = [abs(r - statistics.median(latest)) for r in latest]
         return MAD_TO_SIGMA * statistics.median(deviations)
+
+    def sample_noise(self, broker: str) -> float:
+        """What one sample of the broker is judged against (``missed``, ``in_doubt``): its own noise, never less
+        than the pool's."""
+        return max(self.sigma, self.broker_noise(broker))
 
     def broker_noise(self, broker: str) -> float:
         """The broker's own CPU samples' noise in points: machines differ (a busier or older one jitters more), and
