@@ -11,6 +11,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from pulsar_lb_operator.spark_jobs import jvm
+from pulsar_lb_operator.strategies import UserError
 
 # A JVM that runs one incremental aggregation and exits lives tens of seconds: its C2 compiler threads spent
 # 21 of its 64 CPU-seconds on 2 cores (an incremental run at 100,000 bundles) compiling code the run ends
@@ -71,7 +72,16 @@ def hadoop_filesystem(spark: SparkSession, root: str) -> tuple[Any, Any]:
     if jvm is None or jsc is None:
         raise RuntimeError("the Spark session is stopped")
     path = jvm.org.apache.hadoop.fs.Path
-    return path(root).getFileSystem(jsc.hadoopConfiguration()), path
+    try:
+        return path(root).getFileSystem(jsc.hadoopConfiguration()), path
+    except Exception as exc:  # py4j's Py4JJavaError: a Java stack trace is no message for a user
+        if "ClassNotFoundException" not in str(exc):
+            raise
+        raise UserError(
+            f"{root}: Spark has no filesystem for this scheme on its classpath: for s3a://, add Hadoop's AWS jar "
+            "(spark.jars.packages org.apache.hadoop:hadoop-aws:3.5.0: the chart's spark.conf, or spark-submit "
+            "--packages)"
+        ) from None
 
 
 class JobCancelled(KeyboardInterrupt):

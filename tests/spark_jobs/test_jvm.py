@@ -127,3 +127,16 @@ def test_a_short_lived_session_compiles_with_c1_only_and_the_long_lived_one_with
     done = subprocess.run([sys.executable, "-c", JVM_ARGUMENTS], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "-XX:TieredStopAtLevel=1" in done.stdout.splitlines()[-1]
+
+
+def test_a_history_uri_whose_filesystem_spark_lacks_is_one_line_and_exit_2(tmp_path, capsys):
+    """s3a:// without Hadoop's AWS jar: Hadoop's ClassNotFoundException is no message for a user."""
+    from pulsar_lb_operator import cli
+
+    code = cli.main(
+        ["aggregate", "--history", "s3a://bucket/history", "--out", str(tmp_path / "p"), "--master", "local[1]"]
+    )
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("operator:")]
+    assert code == 2 and "Traceback" not in err and "at org.apache" not in err, err
+    assert len(lines) == 1 and "s3a://bucket/history" in lines[0] and "hadoop-aws" in lines[0]
