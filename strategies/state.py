@@ -99,6 +99,10 @@ class StrategyState:
     # a broker with a good fit: how much more it pays for traffic than the cluster's per-core cost, by its fit at the
     # traffic it carried when first seen with it, and that fit's intercept
     predictive_scales: Mapping[str, tuple[float, float]] = field(default_factory=_frozen)
+    # each broker's steady level at its last reports, before any move planned on them: the drift its traffic shows
+    predictive_levels: Mapping[str, tuple[float, ...]] = field(default_factory=_frozen)
+    # what the last cycle's moves change each broker's level by: its record moves by it at the next cycle
+    predictive_level_moves: Mapping[str, float] = field(default_factory=_frozen)
 
     def forget_unloads(self, bundles: set[str]) -> StrategyState:
         """Planned unloads that were not carried out (refused, skipped, a dry run, a proposal): out of the grace
@@ -117,6 +121,7 @@ class StrategyState:
             b for m in pending.values() for b in (m.source, m.destination)
         }
         forgotten_at = {m.planned_at for m in forgotten}
+        touched = {b for m in forgotten for b in (m.source, m.destination)}
         changes: dict[str, Any] = {
             "recently_unloaded": {b: t for b, t in self.recently_unloaded.items() if b not in bundles},
             "predictive_pending": pending,
@@ -125,6 +130,9 @@ class StrategyState:
                 b: t for b, t in self.predictive_moved_at.items() if b not in involved or t not in forgotten_at
             },
             "predictive_deferred": frozenset(),  # the rest of a plan whose moves were not all made is no plan's
+            # a broker with a move not made: its record stays as its reports read it (one step the drift's median
+            # ignores, where only some of its moves were made)
+            "predictive_level_moves": {b: by for b, by in self.predictive_level_moves.items() if b not in touched},
         }
         if any(b in bundles for b in self.transfer_planned):
             kept = {b: source for b, source in self.transfer_planned.items() if b not in bundles}
@@ -186,6 +194,16 @@ class StrategyState:
             ),
             "predictiveLearned": {b: list(v) for b, v in sorted(self.predictive_learned.items())},
             "predictiveScales": {b: list(v) for b, v in sorted(self.predictive_scales.items())},
+            **(
+                {"predictiveLevels": {b: list(v) for b, v in sorted(self.predictive_levels.items())}}
+                if self.predictive_levels
+                else {}
+            ),
+            **(
+                {"predictiveLevelMoves": dict(sorted(self.predictive_level_moves.items()))}
+                if self.predictive_level_moves
+                else {}
+            ),
         }
 
     @classmethod
@@ -260,4 +278,8 @@ class StrategyState:
             predictive_residual_moves=table("predictiveResidualMoves", ages),
             predictive_learned=table("predictiveLearned", learned),
             predictive_scales=table("predictiveScales", scale),
+            predictive_levels=table("predictiveLevels", residuals),
+            predictive_level_moves=table(
+                "predictiveLevelMoves", lambda r: r.number(maximum=MAX_FINITE, non_negative=False)
+            ),
         )

@@ -1802,3 +1802,59 @@ def test_without_isolation_policies_the_cluster_is_one_pool():
     doc["policiesUnknown"] = {"*": "GET …/namespaceIsolationPolicies answered 500"}
     nowhere, _, _ = build_load_data(parse_snapshot(doc), {}, {}, ONE_HIT.grace_period_ms)
     assert pools.pools(nowhere, doc["brokers"]) == [frozenset({b}) for b in sorted(doc["brokers"])]
+
+
+CLIMBING = {"a:1": 12, "b:1": 10, "c:1": 9, "d:1": 8}  # bundles of 3 points on each broker
+
+
+def _climbing(levels_of_a):
+    """a (41) climbs as its tenant's daily curve rises, past the mean (34.25) by more than the gap with its low hit
+    count complete (Pulsar's default: 8); b (35), c (32) and d (29) hold; bundles of 3 points each."""
+    history = {b: (5.0 + 3 * n,) * 9 for b, n in CLIMBING.items()} | {"a:1": levels_of_a}
+    return _climbing_from(StrategyState(predictive_levels=history, avg_hits_low={"a:1": 7}))
+
+
+def _climbing_from(state):
+    snap = snapshot({b: broker(5, {bundle(f"t/{b[0]}", i): 3.0 for i in range(n)}) for b, n in CLIMBING.items()})
+    profile = LoadProfile(cost_models=MappingProxyType({(b, "cpu"): model(5) for b in CLIMBING}))
+    return shed(snap, profile, state.evolve(avg_hits_low={**state.avg_hits_low, "a:1": 7}), cfg())
+
+
+def test_a_broker_whose_traffic_climbs_is_planned_as_far_inside_the_band_as_it_climbs_by_the_next_count():
+    """Planned where it is, a gives one bundle and lands 3.75 points over the mean, and half a point a cycle takes
+    it past the gap again in three; planned on its level four cycles on (half the low hit count), it gives two. A
+    broker whose levels only jitter is planned where it is."""
+    climbing = _climbing(tuple(37.0 + 0.5 * i for i in range(9)))
+    jittering = _climbing((41.5, 40.5, 41.25, 40.75, 41.0, 41.5, 40.5, 41.0, 41.0))
+    assert [u.source for u in jittering.unloads] == ["a:1"]
+    assert [u.source for u in climbing.unloads] == ["a:1", "a:1"]
+    assert any("planned on the levels 4 cycles on, where traffic drifts: a:1 +2.0" in n for n in climbing.notes)
+    assert not any("drifts" in n for n in jittering.notes)
+    # the predictions are of the levels as they are, for the next report to check; the record moves with a's two
+    # moves once they are carried out (the next cycle), and not where they were not (a dry run)
+    assert climbing.state.predictions["a:1"][0] == pytest.approx(41.0 - 2 * 3.0)
+    assert climbing.state.predictive_levels["a:1"] == pytest.approx([37.0 + 0.5 * i for i in range(1, 9)] + [41.0])
+    assert climbing.state.predictive_level_moves["a:1"] == pytest.approx(-6.0)
+    dry_run = climbing.state.forget_unloads({u.bundle for u in climbing.unloads})
+    assert dry_run.predictive_level_moves == {} and dry_run.predictive_levels == climbing.state.predictive_levels
+
+
+def test_a_dry_run_that_plans_the_same_moves_every_cycle_reads_no_drift_into_them():
+    """In a dry run nothing is sent, and the next report reads a where this one did: a record moved by the moves
+    each cycle planned would fall 3 points a cycle, a drift that is not there."""
+    state = _climbing((41.0,) * 9).state
+    for _ in range(10):
+        dry = state.forget_unloads(set(state.predictive_pending))
+        state = _climbing_from(dry).state
+    assert state.predictive_levels["a:1"] == (41.0,) * 9
+
+
+def test_bundles_placed_by_a_broker_leaving_are_no_drift_on_the_brokers_that_took_them():
+    """e left, and Pulsar placed its bundles: a reads 41 where its last nine reports read 38. The step is kept out
+    of a's record (it ends at 41, flat), and the next cycles read no climb into it; where no broker left, the same
+    step stays in the record, one difference among nine, as a surge's would."""
+    history = {b: (5.0 + 3 * n,) * 9 for b, n in CLIMBING.items()} | {"a:1": (38.0,) * 9}
+    left = StrategyState(predictive_levels=history, predictive_members=frozenset({*CLIMBING, "e:1"}))
+    assert _climbing_from(left).state.predictive_levels["a:1"][:-1] == pytest.approx([41.0] * 8)
+    stayed = StrategyState(predictive_levels=history, predictive_members=frozenset(CLIMBING))
+    assert _climbing_from(stayed).state.predictive_levels["a:1"][:-1] == pytest.approx([38.0] * 8)

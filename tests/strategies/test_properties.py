@@ -271,6 +271,8 @@ STATE_DOC = {
     "predictiveResidualMoves": {"a:8080": [0, 2]},
     "predictiveLearned": {"c:8080": [4.5, 120.0, 100.0, 3]},
     "predictiveScales": {"a:8080": [1.1, 5.0]},
+    "predictiveLevels": {"a:8080": [48.0, 48.5, 49.25]},
+    "predictiveLevelMoves": {"a:8080": -2.5},
 }
 
 
@@ -373,6 +375,8 @@ def test_wrong_state_documents_are_errors_never_a_fresh_state():
         ("predictiveResiduals", {"a:1": [math.nan]}),
         ("predictiveLearned", {"a:1": [1.0, 2.0, 3.0]}),
         ("predictiveScales", {"a:1": [-1.0, 5.0]}),
+        ("predictiveLevels", {"a:1": [1.0, math.inf]}),
+        ("predictiveLevelMoves", {"a:1": "down"}),
         ("transferHitCount", 10**400),
         ("bundleData", {"b": {"short": [-1, 1, 1, 1, 1], "long": [0, 1, 1, 1, 1]}}),
         ("bundleData", {"b": {"short": [0, 1e301, 1, 1, 1], "long": [0, 1, 1, 1, 1]}}),

@@ -18,7 +18,9 @@ broker (``forecast``) both are predictable. Each cycle:
    narrowest spread, then topics. A broker the trigger flagged is planned at the level the trigger read it at
    (``forecast.Forecast.count_bias``): planned on a model its departures show to be off, it would be left as it is.
    A broker whose latest sample puts it further from its steady level than the target spread sits the cycle out,
-   counted in the level at that sample (``_leave_out_doubt``).
+   counted in the level at that sample (``_leave_out_doubt``). A broker whose traffic drifts is planned where its
+   drift takes it by half the low hit count's cycles (``drift``), so that a balance holds until the counters could
+   act again.
 3. **This cycle's moves** (``endstate.EndState.this_cycle``): as much of the plan as the rails let through, the
    moves that lead fastest to the end state first; what the plan cannot fix, one best move at a time
    (``pairing``), splitting a bundle too big to move (``splits``, with the split trigger's splits), or, where
@@ -52,6 +54,7 @@ from pulsar_lb_operator.strategies.shedding import avg
 from pulsar_lb_operator.strategies.shedding.common import SheddingResult
 from pulsar_lb_operator.strategies.shedding.predictive import (
     debounce,
+    drift,
     endstate,
     forecast,
     pairing,
@@ -110,6 +113,10 @@ class _Cycle:
         brokers = load.snapshot.brokers
         self.forecast = forecast.Forecast(load, config, slope, state)
         self.pending = forecast.in_flight(load, state, self.forecast, config)
+        # as modelled with the moves in flight, before a missed prediction sets a level from one sample
+        self.levels = {b: self.forecast.usage(b) for b in self.forecast.points}
+        self.history = drift.carried(state.predictive_levels, state.predictive_level_moves)
+        self.shifted: dict[str, float] = {}  # what this cycle's moves change each broker's level by
         self.waiting, self.errors = forecast.check_predictions(
             load, state, self.pending, config, self.forecast.sampled, self.forecast.drawn
         )
@@ -200,6 +207,8 @@ class _Cycle:
     def run(self, trigger_splits: Sequence[Split]) -> SheddingResult:
         changed_at = debounce.changed_at(self.load, self.state, self.state.predictive_halves)
         settling = debounce.settling(self.load, self.config, changed_at)
+        if settling or changed_at != self.state.predictive_changed_at:  # bundles moved that the shedder did not move
+            self.history = drift.continued(self.history, self.levels)
         if settling:
             since = (self.load.snapshot.taken_at - changed_at) / 1000
             self.notes.append(
@@ -211,36 +220,60 @@ class _Cycle:
         if self.empty:
             self.notes.append(f"{NAME}: {', '.join(sorted(self.empty))} carries nothing (joined or came back): acting")
         room = self.load.rails.max_unloads_per_cycle - self.actions()
-        plans = []
+        plans: list[endstate.EndState] = []
         if not settling and (self.triggered or self.empty) and room > 0:  # no room: planned again next cycle
             self.forecast.count_bias(self.triggered)
-            for pool in self.pools:
-                if not (self.triggered | self.empty) & pool:
-                    continue
-                if self.actions() >= self.load.rails.max_unloads_per_cycle:
-                    break
-                with self._within(pool):
-                    plan = endstate.plan(
-                        self.load,
-                        self.forecast,
-                        self.movable,
-                        self.takers - set(self.pieces.per_source),
-                        max(debounce.settled_gap(self.config) - self.forecast.sigma, 0.0),
-                        self.config,
-                        self.pieces.halves,
-                        self.pieces.topics,
-                        (self.triggered | self.empty) & pool,
-                        self.in_doubt,
-                    )
-                    self._carry_out_plan(plan)
-                    self._pair(plan)
-                plans.append(plan)
+            band = max(debounce.settled_gap(self.config) - self.forecast.sigma, 0.0)
+            before = {b: self.forecast.usage(b) for b in self.forecast.points}
+            with self.forecast.ahead(self._drifting(band)):
+                plans = self._plan(band)
+            shifted = {b: self.forecast.usage(b) - level for b, level in before.items()}
+            self.shifted = {b: by for b, by in shifted.items() if by and math.isfinite(by)}
         return SheddingResult(
             tuple(self.unloads),
             self._next_state(plans, changed_at),
             tuple(self.notes),
             (*self.pieces.splits, *passed_on),
         )
+
+    def _drifting(self, band: float) -> dict[str, float]:
+        """How far each taker whose traffic drifts will have gone by the plan's horizon (``drift``): planned there.
+        A broker that carries nothing or sits the cycle out is planned where it is."""
+        brokers = self.takers - self.empty - self.in_doubt
+        ahead = drift.offsets(self.history, brokers, self.config, band, self.forecast.sigma)
+        if ahead:
+            shown = ", ".join(f"{b} {by:+.1f}" for b, by in sorted(ahead.items())[:5])
+            self.notes.append(
+                f"{NAME}: planned on the levels {drift.horizon(self.config):g} cycles on, where traffic drifts: {shown}"
+                + (f" and {len(ahead) - 5} more" if len(ahead) > 5 else "")
+            )
+        return ahead
+
+    def _plan(self, band: float) -> list[endstate.EndState]:
+        """Each pool's end state, and as much of it as the rails let through this cycle."""
+        plans = []
+        for pool in self.pools:
+            if not (self.triggered | self.empty) & pool:
+                continue
+            if self.actions() >= self.load.rails.max_unloads_per_cycle:
+                break
+            with self._within(pool):
+                plan = endstate.plan(
+                    self.load,
+                    self.forecast,
+                    self.movable,
+                    self.takers - set(self.pieces.per_source),
+                    band,
+                    self.config,
+                    self.pieces.halves,
+                    self.pieces.topics,
+                    (self.triggered | self.empty) & pool,
+                    self.in_doubt,
+                )
+                self._carry_out_plan(plan)
+                self._pair(plan)
+            plans.append(plan)
+        return plans
 
     def _leave_out_doubt(self) -> None:
         """A broker whose latest sample is further from its steady level than the target spread (twice the settled
@@ -568,6 +601,8 @@ class _Cycle:
             predictive_residual_moves={b: ages for b, ages in self.forecast.residual_moves.items() if ages},
             predictive_learned=_finite(self.forecast.learned),
             predictive_scales=_finite(self.forecast.scales),
+            predictive_levels=drift.remembered(self.history, self.levels, self.config),
+            predictive_level_moves=self.shifted,
         )
 
 

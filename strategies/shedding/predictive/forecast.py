@@ -644,6 +644,18 @@ class Forecast:
         self.shift(destination, traffic, +1)
 
     @contextlib.contextmanager
+    def ahead(self, offsets: Mapping[str, float]) -> Iterator[None]:
+        """Within, each broker's CPU level is ``offsets`` further on (``drift``: where its traffic takes it); moves
+        made within stay made on leaving, at the levels as they are."""
+        for b, by in offsets.items():
+            self.points[b][0] += by
+        try:
+            yield
+        finally:
+            for b, by in offsets.items():
+                self.points[b][0] -= by
+
+    @contextlib.contextmanager
     def trying(self) -> Iterator[None]:
         """Moves made within (``move``, ``shift``) are undone on leaving: a search tries them and keeps none."""
         points, traffic = dict(self.points), dict(self.traffic)
