@@ -228,8 +228,11 @@ class StrategyState:
             weighted, throughput, updated_at = reader.items(length=3)
             return TransferBrokerEma(ema(weighted), ema(throughput), updated_at.integer())
 
+        def signed(reader: Reader) -> float:
+            return reader.number(maximum=MAX_FINITE, non_negative=False)
+
         def residuals(reader: Reader) -> tuple[float, ...]:
-            return tuple(item.number(maximum=MAX_FINITE, non_negative=False) for item in reader.items())
+            return tuple(signed(item) for item in reader.items())
 
         def ages(reader: Reader) -> tuple[int, ...]:
             return tuple(item.integer() for item in reader.items())
@@ -237,15 +240,15 @@ class StrategyState:
         def learned(reader: Reader) -> tuple[float, float, float, int]:
             base, products, squares, count = reader.items(length=4)
             return (
-                base.number(maximum=MAX_FINITE, non_negative=False),
-                products.number(maximum=MAX_FINITE, non_negative=False),
+                signed(base),
+                signed(products),
                 ema(squares),
                 count.integer(),
             )
 
         def scale(reader: Reader) -> tuple[float, float]:
             value, intercept = reader.items(length=2)
-            return ema(value), intercept.number(maximum=MAX_FINITE, non_negative=False)
+            return ema(value), signed(intercept)
 
         def prediction(reader: Reader) -> tuple[float, int]:
             usage, planned_at = reader.items(length=2)
@@ -265,7 +268,7 @@ class StrategyState:
             transfer_recent_before=table("transferRecentBefore", Reader.integer),
             predictive_pending=table("predictivePending", lambda r: PendingMove.from_json(r.value, r.path)),
             predictions=table("predictions", prediction),
-            prediction_errors=table("predictionErrors", lambda r: r.number(maximum=MAX_FINITE, non_negative=False)),
+            prediction_errors=table("predictionErrors", signed),
             predictive_members=names("predictiveMembers"),
             predictive_changed_at=root.child("predictiveChangedAt", required=False, default=0).integer(),
             predictive_halves=names("predictiveHalves"),
@@ -279,7 +282,5 @@ class StrategyState:
             predictive_learned=table("predictiveLearned", learned),
             predictive_scales=table("predictiveScales", scale),
             predictive_levels=table("predictiveLevels", residuals),
-            predictive_level_moves=table(
-                "predictiveLevelMoves", lambda r: r.number(maximum=MAX_FINITE, non_negative=False)
-            ),
+            predictive_level_moves=table("predictiveLevelMoves", signed),
         )

@@ -41,7 +41,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -242,10 +242,9 @@ class _Cycle:
         brokers = self.takers - self.empty - self.in_doubt
         ahead = drift.offsets(self.history, brokers, self.config, band, self.forecast.sigma)
         if ahead:
-            shown = ", ".join(f"{b} {by:+.1f}" for b, by in sorted(ahead.items())[:5])
+            shown = _few(f"{b} {by:+.1f}" for b, by in ahead.items())
             self.notes.append(
                 f"{NAME}: planned on the levels {drift.horizon(self.config):g} cycles on, where traffic drifts: {shown}"
-                + (f" and {len(ahead) - 5} more" if len(ahead) > 5 else "")
             )
         return ahead
 
@@ -606,8 +605,9 @@ class _Cycle:
         )
 
 
-def _few(brokers: frozenset[str], shown: int = 5) -> str:
-    """The brokers by name, the first ``shown`` of a larger group and how many more: a note stays a line."""
+def _few(brokers: Iterable[str], shown: int = 5) -> str:
+    """The brokers by name (or lines that start with it), the first ``shown`` of a larger group and how many more: a
+    note stays a line."""
     names = sorted(brokers)
     more = f" and {len(names) - shown} more" if len(names) > shown else ""
     return ", ".join(names[:shown]) + more
