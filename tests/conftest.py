@@ -11,6 +11,7 @@ import functools  # noqa: E402
 import time  # noqa: E402
 
 import pytest  # noqa: E402
+import structlog  # noqa: E402
 
 from pulsar_lb_operator.simulator.cluster import SimulatedCluster  # noqa: E402
 from pulsar_lb_operator.simulator.http import serve  # noqa: E402
@@ -27,6 +28,16 @@ def _no_state_where_pytest_runs(request):
     yield
     if not there and state.exists():
         pytest.fail(f"the test left {state} behind: run the operator in tmp_path (monkeypatch.chdir) or pass --state")
+
+
+@pytest.fixture(autouse=True)
+def _structlog_as_found():
+    """A test that runs the CLI configures structlog for its ``--log-level``, process-wide; left so, a later test in
+    the same worker that reads an info event with ``capture_logs`` finds it filtered out (which test runs after which
+    depends on how xdist shares them out)."""
+    found = structlog.get_config()
+    yield
+    structlog.configure(**found)
 
 
 @pytest.fixture(params=["function", "cli"])
