@@ -9,7 +9,9 @@ broker (``forecast``) both are predictable. Each cycle:
    (less the bias their samples show) is within the target; the pair furthest apart at their average traffic
    count every reading as a hit while they stay past it (``debounce.apart``), and are acted on, unless models a gap
    or more off by their departures made the pair; a broker that carries nothing — one that joined or came back — is
-   acted on without hits; after a broker leaves or a new one joins, or someone else splits a bundle, the shedder
+   acted on without hits, and so is a newcomer that carries only what its fill brought where the report that shows
+   the fill reads it short of the prediction and the spread near the target (``_filling``: its cost is a guess until
+   its samples say better); after a broker leaves or a new one joins, or someone else splits a bundle, the shedder
    waits until every broker has reported since. Brokers no bundle can move between — a tenant's isolation policy
    keeps it on its own brokers, and the others off them — are counted and planned apart, each pool on its own mean
    and level (``pools``): the cluster's is out of reach of both sides.
@@ -182,6 +184,7 @@ class _Cycle:
         self.stranded: set[str] = set()  # givers whose planned move leaves its receiver above the band
         self.deferred: set[str] = set()  # brokers of the plan's moves the caps left to the next cycle
         self.in_doubt: set[str] = set()  # brokers that neither give nor take this cycle (``_leave_out_doubt``)
+        self.filling: set[str] = set()  # newcomers whose fill this report reads short (``_filling``)
         apart = len(self.pools) > 1
         self.notes = [
             f"{NAME}: mean usage of the {len(self.takers & pool)} brokers that can take load {self.means[pool]:.1f}"
@@ -216,12 +219,18 @@ class _Cycle:
                 "until every broker has reported since"
             )
         self._leave_out_doubt()
+        self.filling = self._filling()
         passed_on = self._trigger_splits(trigger_splits)
         if self.empty:
             self.notes.append(f"{NAME}: {', '.join(sorted(self.empty))} carries nothing (joined or came back): acting")
+        if self.filling:
+            self.notes.append(
+                f"{NAME}: {_few(self.filling)} carries only what its fill brought, and reads short of it: planned "
+                "without hits until it is within the band"
+            )
         room = self.load.rails.max_unloads_per_cycle - self.actions()
         plans: list[endstate.EndState] = []
-        if not settling and (self.triggered or self.empty) and room > 0:  # no room: planned again next cycle
+        if not settling and self.acting() and room > 0:  # no room: planned again next cycle
             self.forecast.count_bias(self.triggered)
             band = max(debounce.settled_gap(self.config) - self.forecast.sigma, 0.0)
             before = {b: self.forecast.usage(b) for b in self.forecast.points}
@@ -235,6 +244,39 @@ class _Cycle:
             tuple(self.notes),
             (*self.pieces.splits, *passed_on),
         )
+
+    def acting(self) -> set[str]:
+        """The brokers this cycle's plan is made for: those the trigger flagged, and those joined or filling."""
+        return self.triggered | self.empty | self.filling
+
+    def _filling(self) -> set[str]:
+        """Takers with no cost model of their own (``forecast.Slope.borrowed``: one that joined) whose every bundle
+        came with a fill of ours (the grace period's record) and that this report shows short of what the fill was
+        predicted to bring, by more than twice a sample's noise (``forecast.check_predictions``), where the pool's
+        spread is past the target or within that of it. A newcomer's cost is known from its capacity until its
+        samples say better, so its fill may land short of the band the plan aimed at, the spread just within the
+        target, where the spread rule holds every broker back and the newcomer's counters clear once it reads inside
+        the gap; its one sample is all that says the target is met. It is planned again, without hits, as Cruise
+        Control's add-broker goes on until the broker holds its share; the plan moves nothing where it is within the
+        band. A broker back from a restart has its model, and one whose fill landed as predicted or whose pool is well
+        within the target is left as it is: a sample's miss there is its noise, and topping up what the plan's own
+        margins left only adds moves."""
+        recent, sheddable = self.load.recently_unloaded, self.load.sheddable_bundles()
+        target = 2 * debounce.settled_gap(self.config)
+        filling = set()
+        for b in (self.takers & set(self.errors)) - self.in_doubt - self.empty:
+            margin = 2 * self.forecast.sample_noise(b)
+            if not self.forecast.slope[b].borrowed or not self.errors[b] < -margin:
+                continue
+            pool = next(p for p in self.pools if b in p)
+            levels = [self.forecast.unbiased(x) for x in self.takers & pool]
+            if max(levels) - min(levels) < target - margin:  # well within: met, whatever its sample missed
+                continue
+            stats = self.load.snapshot.brokers[b].lastStats.items()
+            carried = [x for x, s in stats if x in sheddable and s.traffic != forecast.NO_TRAFFIC]
+            if carried and all(x in recent for x in carried):
+                filling.add(b)
+        return filling
 
     def _drifting(self, band: float) -> dict[str, float]:
         """How far each taker whose traffic drifts will have gone by the plan's horizon (``drift``): planned there.
@@ -252,7 +294,7 @@ class _Cycle:
         """Each pool's end state, and as much of it as the rails let through this cycle."""
         plans = []
         for pool in self.pools:
-            if not (self.triggered | self.empty) & pool:
+            if not self.acting() & pool:
                 continue
             if self.actions() >= self.load.rails.max_unloads_per_cycle:
                 break
@@ -266,7 +308,7 @@ class _Cycle:
                     self.config,
                     self.pieces.halves,
                     self.pieces.topics,
-                    (self.triggered | self.empty) & pool,
+                    self.acting() & pool,
                     self.in_doubt,
                 )
                 self._carry_out_plan(plan)
