@@ -261,8 +261,7 @@ class _Cycle:
         band. A broker back from a restart has its model, and one whose fill landed as predicted or whose pool is well
         within the target is left as it is: a sample's miss there is its noise, and topping up what the plan's own
         margins left only adds moves."""
-        recent, sheddable = self.load.recently_unloaded, self.load.sheddable_bundles()
-        target = 2 * debounce.settled_gap(self.config)
+        recent, target = self.load.recently_unloaded, debounce.target_spread(self.config)
         filling = set()
         for b in (self.takers & set(self.errors)) - self.in_doubt - self.empty:
             margin = 2 * self.forecast.sample_noise(b)
@@ -272,8 +271,7 @@ class _Cycle:
             levels = [self.forecast.unbiased(x) for x in self.takers & pool]
             if max(levels) - min(levels) < target - margin:  # well within: met, whatever its sample missed
                 continue
-            stats = self.load.snapshot.brokers[b].lastStats.items()
-            carried = [x for x, s in stats if x in sheddable and s.traffic != forecast.NO_TRAFFIC]
+            carried = list(forecast.traffic_bundles(self.load.snapshot.brokers[b]))
             if carried and all(x in recent for x in carried):
                 filling.add(b)
         return filling
@@ -323,7 +321,7 @@ class _Cycle:
         may be on the wrong side of the level: a noisy neighbour that stopped left one broker's model 31 points
         above its sample, and the plan moved five bundles off it onto a broker as cool, wider apart than before.
         The next report says whether the step lasts; the trigger counts it as it counts any reading."""
-        self.in_doubt = self.forecast.in_doubt(2 * debounce.settled_gap(self.config)) - self.empty
+        self.in_doubt = self.forecast.in_doubt(debounce.target_spread(self.config)) - self.empty
         for b in sorted(self.in_doubt):
             self.notes.append(
                 f"{NAME}: {b} read {self.forecast.sampled[b]:.1f} where its model has it at "

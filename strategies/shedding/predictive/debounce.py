@@ -38,6 +38,11 @@ def settled_gap(config: LoadBalancerConfig) -> float:
     return config.loadBalancerAvgShedderLowThreshold / 3
 
 
+def target_spread(config: LoadBalancerConfig) -> float:
+    """The spread of the takers' levels the trigger holds at, and a plan is judged on: twice the settled gap."""
+    return 2 * settled_gap(config)
+
+
 def settle_ms(config: LoadBalancerConfig) -> int:
     """A broker that has not reported three shedding intervals after a change is not waited for any longer."""
     return 3 * config.loadBalancerSheddingIntervalMinutes * 60_000

@@ -684,10 +684,15 @@ def shrunk(mean: float, error: float, spread: float) -> float:
     return counted if math.isfinite(counted) else 0.0  # a jitter past the largest float: nothing to tell
 
 
+def traffic_bundles(report: BrokerLoad) -> Iterator[str]:
+    """The broker's bundles beyond its heartbeat ones that carry traffic."""
+    return (b for b, s in report.lastStats.items() if not bundle_names.is_system_bundle(b) and s.traffic != NO_TRAFFIC)
+
+
 def carries_traffic(report: BrokerLoad) -> bool:
     """Whether the broker carries any traffic beyond its heartbeat bundles (one that just joined or came back from a
     restart carries none: Pulsar assigns it nothing else)."""
-    return any(not bundle_names.is_system_bundle(b) and s.traffic != NO_TRAFFIC for b, s in report.lastStats.items())
+    return next(traffic_bundles(report), None) is not None
 
 
 def _learned_now(
